@@ -1,0 +1,205 @@
+/*
+ * weft.h - public C API of weft, a collective communication library for scale-up domains.
+ *
+ * The contract is ../shared/API.md (names are fixed; functions may be added, never removed).
+ * Semantics follow NCCL where this header is silent: counts are in elements, and the in-place
+ * rules are written next to each collective.
+ *
+ * Thread safety: a communicator may be used by one thread at a time (as an NCCL communicator);
+ * different communicators may be used concurrently. weft_malloc/weft_free may be called from any
+ * thread. weft_last_error() is per thread.
+ *
+ * This header compiles alone, as C11 and as C++.
+ */
+#ifndef WEFT_H
+#define WEFT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Symbols of the shared library's interface (everything else is hidden). */
+#if defined(WEFT_BUILDING_LIBRARY) && defined(__GNUC__)
+#define WEFT_API __attribute__((visibility("default")))
+#else
+#define WEFT_API
+#endif
+
+#define WEFT_VERSION_MAJOR 0
+#define WEFT_VERSION_MINOR 1
+#define WEFT_VERSION_PATCH 0
+
+/* ---------------------------------------------------------------------------------------------
+ * Status. One list generates the enum and its strings (weft_status_string).
+ * ------------------------------------------------------------------------------------------- */
+#define WEFT_STATUS_MAP(X)                                                                         \
+    X(WEFT_SUCCESS, "success")                                                                     \
+    X(WEFT_ERR_INVALID_ARGUMENT, "invalid argument")                                               \
+    X(WEFT_ERR_UNSUPPORTED, "unsupported by this backend")                                         \
+    X(WEFT_ERR_NO_MEMORY, "out of memory")                                                         \
+    X(WEFT_ERR_SYSTEM, "system call failed")                                                       \
+    X(WEFT_ERR_CUDA, "CUDA call failed")                                                           \
+    X(WEFT_ERR_PEER_LOST, "peer lost")                                                             \
+    X(WEFT_ERR_TIMEOUT, "timed out")                                                               \
+    X(WEFT_ERR_MISMATCH, "ranks called mismatched operations")                                     \
+    X(WEFT_ERR_ABORTED, "communicator aborted")                                                    \
+    X(WEFT_ERR_INTERNAL, "internal error")
+
+typedef enum {
+#define WEFT_STATUS_ENUM_(name, text) name,
+    WEFT_STATUS_MAP(WEFT_STATUS_ENUM_)
+#undef WEFT_STATUS_ENUM_
+} weft_status_t;
+
+/* Static string for a status ("invalid argument"); "unknown status" for values not in the list. */
+WEFT_API const char *weft_status_string(weft_status_t s);
+
+/* Thread-local text of the last error raised on this thread: which call, which argument, why.
+ * Empty string if none. Valid until the next weft call on this thread. */
+WEFT_API const char *weft_last_error(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Types
+ * ------------------------------------------------------------------------------------------- */
+typedef enum {
+    WEFT_INT8,
+    WEFT_UINT8,
+    WEFT_INT32,
+    WEFT_UINT32,
+    WEFT_INT64,
+    WEFT_UINT64,
+    WEFT_FLOAT16,
+    WEFT_BFLOAT16,
+    WEFT_FLOAT32,
+    WEFT_FLOAT64
+} weft_dtype_t;
+#define WEFT_NUM_DTYPES 10
+
+/* 16-bit floats reduce in float32 and round to nearest even. AVG on integers truncates toward
+ * zero; AVG on floats divides the float32 (float64 for WEFT_FLOAT64) sum by the rank count. */
+typedef enum { WEFT_SUM, WEFT_PROD, WEFT_MAX, WEFT_MIN, WEFT_AVG } weft_redop_t;
+#define WEFT_NUM_REDOPS 5
+
+typedef enum { WEFT_BACKEND_AUTO, WEFT_BACKEND_HOST, WEFT_BACKEND_CUDA } weft_backend_t;
+
+/* How user buffers become remotely accessible (DESIGN.md, "Registration modes"). */
+typedef enum {
+    WEFT_REGISTRATION_ROA,    /* register in the background at weft_malloc (default) */
+    WEFT_REGISTRATION_JIT,    /* register at first collective use, then cache */
+    WEFT_REGISTRATION_STAGED  /* never touch user buffers remotely: copy through scratch */
+} weft_registration_t;
+
+typedef struct weft_comm *weft_comm_t;
+
+/* Size in bytes of one element of dtype, or 0 for an unknown dtype. */
+WEFT_API size_t weft_dtype_size(weft_dtype_t dtype);
+
+/* ---------------------------------------------------------------------------------------------
+ * Communicator
+ * ------------------------------------------------------------------------------------------- */
+typedef struct weft_config {
+    size_t size;                      /* sizeof(weft_config_t); set by weft_config_default */
+    int rank;                         /* -1: from WEFT_RANK, else RANK */
+    int nranks;                       /* -1: from WEFT_NRANKS, else WORLD_SIZE */
+    weft_backend_t backend;           /* default from WEFT_BACKEND */
+    weft_registration_t registration; /* default from WEFT_REGISTRATION */
+    double timeout_s;                 /* every wait's deadline; default from WEFT_TIMEOUT_S */
+    int host_workers;                 /* worker threads per rank; default from WEFT_HOST_WORKERS */
+} weft_config_t;
+
+/* Fill cfg with the defaults: rank/nranks = -1 (from the environment), the other fields from the
+ * configuration table (environment variables or their defaults; `weft-info -c` lists them). */
+WEFT_API void weft_config_default(weft_config_t *cfg);
+
+/* Create a communicator over all ranks of the job. Collective: every rank calls it, and it
+ * returns when every rank has joined (or on error, within the timeout). cfg may be NULL, which
+ * means weft_config_default. On success *comm is set; on failure it is left untouched. */
+WEFT_API weft_status_t weft_comm_init(weft_comm_t *comm, const weft_config_t *cfg);
+
+/* Collective: waits for every rank, then frees everything the communicator owns, including
+ * memory still allocated with weft_malloc. Also valid (and then local) after an error that made
+ * the communicator unusable. */
+WEFT_API weft_status_t weft_comm_destroy(weft_comm_t comm);
+
+/* Local; never blocks. Fails every pending and future operation with WEFT_ERR_ABORTED, closes
+ * the connections (peers see WEFT_ERR_PEER_LOST). weft_comm_destroy must still be called. */
+WEFT_API weft_status_t weft_comm_abort(weft_comm_t comm);
+
+WEFT_API int weft_comm_rank(weft_comm_t comm);           /* -1 for a NULL communicator */
+WEFT_API int weft_comm_size(weft_comm_t comm);           /* -1 for a NULL communicator */
+WEFT_API weft_backend_t weft_comm_backend(weft_comm_t comm);
+
+/* ---------------------------------------------------------------------------------------------
+ * Memory: registration-on-allocation
+ * ------------------------------------------------------------------------------------------- */
+
+/* Local, returns at once. Host memory on the host backend, device memory on the CUDA backend.
+ * The pointer is usable locally at once and, after background registration, at the same address
+ * on every peer. bytes == 0 sets *ptr to NULL and succeeds. */
+WEFT_API weft_status_t weft_malloc(weft_comm_t comm, void **ptr, size_t bytes);
+
+/* Local, returns at once; peers unmap in the background. ptr must be a pointer returned by
+ * weft_malloc on this communicator (not an interior pointer), or NULL (no-op). */
+WEFT_API weft_status_t weft_free(weft_comm_t comm, void *ptr);
+
+/* ---------------------------------------------------------------------------------------------
+ * Collectives
+ *
+ * stream is a cudaStream_t on the CUDA backend and must be NULL on the host backend, where
+ * operations complete before returning. Every operation accepts any pointer: memory from
+ * weft_malloc (interior pointers included) takes the zero-copy path, other memory the staged
+ * path. A count of 0 is valid: it returns success and moves nothing.
+ * ------------------------------------------------------------------------------------------- */
+
+/* recvbuf holds nranks * sendcount elements. In place when sendbuf == recvbuf + rank*sendcount. */
+WEFT_API weft_status_t weft_all_gather(weft_comm_t comm, const void *sendbuf, void *recvbuf,
+                              size_t sendcount, weft_dtype_t dtype, void *stream);
+
+/* sendbuf holds nranks * recvcount elements. In place when recvbuf == sendbuf + rank*recvcount. */
+WEFT_API weft_status_t weft_reduce_scatter(weft_comm_t comm, const void *sendbuf, void *recvbuf,
+                                  size_t recvcount, weft_dtype_t dtype, weft_redop_t op,
+                                  void *stream);
+
+/* In place when sendbuf == recvbuf. Every rank gets bit-identical results. */
+WEFT_API weft_status_t weft_all_reduce(weft_comm_t comm, const void *sendbuf, void *recvbuf, size_t count,
+                              weft_dtype_t dtype, weft_redop_t op, void *stream);
+
+/* sendbuf is read on root only (may be NULL elsewhere). In place when sendbuf == recvbuf. */
+WEFT_API weft_status_t weft_broadcast(weft_comm_t comm, const void *sendbuf, void *recvbuf, size_t count,
+                             weft_dtype_t dtype, int root, void *stream);
+
+/* count elements to and from each peer; block p of sendbuf goes to rank p. Not in place. */
+WEFT_API weft_status_t weft_all_to_all(weft_comm_t comm, const void *sendbuf, void *recvbuf,
+                              size_t count /* per peer */, weft_dtype_t dtype, void *stream);
+
+/* Arrays of nranks counts and displacements, in elements. sendcounts[p] on this rank must equal
+ * recvcounts[this rank] on rank p (else WEFT_ERR_MISMATCH). Receive blocks must not overlap. */
+WEFT_API weft_status_t weft_all_to_allv(weft_comm_t comm, const void *sendbuf, const size_t *sendcounts,
+                               const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                               const size_t *rdispls, weft_dtype_t dtype, void *stream);
+
+WEFT_API weft_status_t weft_barrier(weft_comm_t comm, void *stream);
+
+/* ---------------------------------------------------------------------------------------------
+ * Statistics (fields are appended only)
+ * ------------------------------------------------------------------------------------------- */
+typedef struct weft_stats {
+    uint64_t registrations_started, registrations_completed, bytes_registered;
+    uint64_t first_use_waits;   /* collectives that had to wait for a registration */
+    uint64_t first_use_wait_ns; /* total time spent in those waits */
+    uint64_t zero_copy_ops, staged_ops;
+    uint64_t peer_mappings;     /* segments of peers currently mapped into this process */
+    uint64_t staging_bytes;     /* size of this rank's registered staging scratch */
+    uint64_t inline_ops;        /* operations whose payload travelled inside the handshake */
+} weft_stats_t;
+
+WEFT_API weft_status_t weft_get_stats(weft_comm_t comm, weft_stats_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* WEFT_H */

@@ -1,0 +1,107 @@
+/*
+ * api_comm.c - public communicator, memory and statistics functions: argument checks, then the
+ * core layer.
+ */
+#include <string.h>
+
+#include "core/comm.h"
+#include "core/registry.h"
+#include "util/config.h"
+#include "util/log.h"
+
+void weft_config_default(weft_config_t *cfg)
+{
+    if (!cfg)
+        return;
+    const weft_env_t *env = weft_config_get();
+    memset(cfg, 0, sizeof *cfg);
+    cfg->size = sizeof *cfg;
+    cfg->rank = -1;
+    cfg->nranks = -1;
+    cfg->backend = env->backend;
+    cfg->registration = env->registration;
+    cfg->timeout_s = env->timeout_s;
+    cfg->host_workers = env->host_workers;
+}
+
+weft_status_t weft_comm_init(weft_comm_t *comm, const weft_config_t *cfg)
+{
+    weft_error_clear();
+    if (!comm)
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "weft_comm_init: comm is NULL");
+    return weft_comm_create(cfg, comm);
+}
+
+weft_status_t weft_comm_destroy(weft_comm_t comm)
+{
+    weft_error_clear();
+    if (!comm)
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "weft_comm_destroy: comm is NULL");
+    return weft_comm_teardown(comm);
+}
+
+weft_status_t weft_comm_abort(weft_comm_t comm)
+{
+    weft_error_clear();
+    if (!comm)
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "weft_comm_abort: comm is NULL");
+    weft_comm_mark_aborted(comm);
+    return WEFT_SUCCESS;
+}
+
+int weft_comm_rank(weft_comm_t comm) { return comm ? comm->rank : -1; }
+
+int weft_comm_size(weft_comm_t comm) { return comm ? comm->nranks : -1; }
+
+weft_backend_t weft_comm_backend(weft_comm_t comm)
+{
+    return comm ? comm->backend : WEFT_BACKEND_AUTO;
+}
+
+weft_status_t weft_malloc(weft_comm_t comm, void **ptr, size_t bytes)
+{
+    weft_error_clear();
+    if (!comm)
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "weft_malloc: comm is NULL");
+    if (!ptr)
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "weft_malloc: ptr is NULL");
+    if (bytes == 0) {
+        *ptr = NULL;
+        return WEFT_SUCCESS;
+    }
+    return weft_registry_alloc(comm->registry, bytes, 0, ptr);
+}
+
+weft_status_t weft_free(weft_comm_t comm, void *ptr)
+{
+    weft_error_clear();
+    if (!comm)
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "weft_free: comm is NULL");
+    if (!ptr)
+        return WEFT_SUCCESS;
+    return weft_registry_free(comm->registry, ptr);
+}
+
+weft_status_t weft_get_stats(weft_comm_t comm, weft_stats_t *out)
+{
+    weft_error_clear();
+    if (!comm)
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "weft_get_stats: comm is NULL");
+    if (!out)
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "weft_get_stats: out is NULL");
+    const weft_registry_stats_t *r = weft_registry_stats(comm->registry);
+    const weft_comm_stats_t *c = &comm->stats;
+    *out = (weft_stats_t){
+        .registrations_started = atomic_load(&r->registrations_started),
+        .registrations_completed = atomic_load(&r->registrations_completed),
+        .bytes_registered = atomic_load(&r->bytes_registered),
+        .first_use_waits = atomic_load(&c->first_use_waits),
+        .first_use_wait_ns = atomic_load(&c->first_use_wait_ns),
+        .zero_copy_ops = atomic_load(&c->zero_copy_ops),
+        .staged_ops = atomic_load(&c->staged_ops),
+        .peer_mappings = atomic_load(&r->peer_mappings),
+        .staging_bytes = comm->staging_bytes,
+        .inline_ops = atomic_load(&c->inline_ops),
+    };
+    return WEFT_SUCCESS;
+}

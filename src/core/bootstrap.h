@@ -1,0 +1,58 @@
+/*
+ * bootstrap.h - the rendezvous store: a small key-value store hosted by rank 0 over TCP, used
+ * only while a communicator is created (exchange of control-socket names, window agreement)
+ * and then closed.
+ *
+ * Protocol: every rank (rank 0 too) is a client on one TCP connection to the server thread that
+ * rank 0 runs. The first message of a connection carries a magic, the protocol version, the
+ * client's rank, nranks and a generation number (how many communicators this process created
+ * before: ranks that create communicators in the same order agree on it); the server rejects
+ * connections whose nranks or generation differ, and the client then retries until its
+ * deadline. Requests: SET key value, GET key (the server answers when the key exists: a GET
+ * blocks server-side, not by polling), and the client-side helpers below. Keys and values are
+ * byte strings (keys up to 255 bytes, values up to 16 MiB).
+ *
+ * Every call takes the store's deadline (given at open); a server or client that loses its
+ * connection fails the pending call with WEFT_ERR_PEER_LOST.
+ *
+ * Thread safety: one thread uses a store handle at a time. The server thread is internal.
+ */
+#ifndef WEFT_CORE_BOOTSTRAP_H
+#define WEFT_CORE_BOOTSTRAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft.h"
+
+typedef struct weft_store weft_store_t;
+
+/* Connect to the store at addr:port (rank 0 first starts the server there, binding with
+ * SO_REUSEADDR). Blocks until connected or until timeout_s has passed (connection refused is
+ * retried with backoff). On success *store_out is set. Statuses: WEFT_ERR_INVALID_ARGUMENT (bad
+ * address, rank out of range), WEFT_ERR_SYSTEM (bind/listen failed), WEFT_ERR_TIMEOUT. */
+weft_status_t weft_store_open(const char *addr, int port, int rank, int nranks,
+                              uint32_t generation, double timeout_s, weft_store_t **store_out);
+
+/* Set key to value (overwrites). */
+weft_status_t weft_store_set(weft_store_t *store, const char *key, const void *value,
+                             size_t len);
+
+/* Wait until key exists, then copy its value into buf (cap bytes); *len_out gets the value's
+ * full length. WEFT_ERR_INVALID_ARGUMENT if the value is longer than cap. */
+weft_status_t weft_store_get(weft_store_t *store, const char *key, void *buf, size_t cap,
+                             size_t *len_out);
+
+/* All ranks contribute len bytes under tag; all_out (nranks * len bytes) receives every rank's
+ * contribution in rank order. Every rank must call it with the same tag and len. */
+weft_status_t weft_store_allgather(weft_store_t *store, const char *tag, const void *mine,
+                                   size_t len, void *all_out);
+
+/* Returns when every rank has called it with the same tag. */
+weft_status_t weft_store_barrier(weft_store_t *store, const char *tag);
+
+/* Close the connection. On rank 0 this also stops the server thread once every client has
+ * disconnected or the store's deadline has passed (never blocks past it). NULL is a no-op. */
+void weft_store_close(weft_store_t *store);
+
+#endif /* WEFT_CORE_BOOTSTRAP_H */

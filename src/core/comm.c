@@ -1,0 +1,337 @@
+/*
+ * comm.c - communicator creation and teardown, health checks, staging scratch.
+ *
+ * Creation (collective), in order, each step undone in reverse on failure:
+ *   rendezvous store -> job secret -> control-socket mesh -> shadow window -> registry and
+ *   registrar thread -> control block and staging scratch (registered) -> exchange of control
+ *   block addresses and NUMA nodes -> wait until our registrations are acknowledged -> barrier
+ *   -> executor -> store closed.
+ * After the final barrier every rank's control block is mapped in every rank.
+ *
+ * Thread safety: async_error and aborted are atomics written by any thread; everything else is
+ * used by the communicator's user thread only.
+ */
+#include "core/comm.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "core/bootstrap.h"
+#include "core/ctrl.h"
+#include "util/clock.h"
+#include "util/config.h"
+#include "util/log.h"
+
+#define HOST_SLICE_DEFAULT (64ull << 30)
+
+static _Atomic uint32_t comm_generation;
+
+void weft_comm_set_async_error(struct weft_comm *comm, weft_status_t status)
+{
+    int expected = WEFT_SUCCESS;
+    atomic_compare_exchange_strong(&comm->async_error, &expected, (int)status);
+}
+
+weft_status_t weft_comm_check(void *arg)
+{
+    weft_wait_ctx_t *ctx = arg;
+    if (atomic_load_explicit(&ctx->comm->aborted, memory_order_relaxed))
+        return weft_error(WEFT_ERR_ABORTED, "%s: the communicator was aborted", ctx->what);
+    int err = atomic_load_explicit(&ctx->comm->async_error, memory_order_relaxed);
+    if (err != WEFT_SUCCESS)
+        return weft_error((weft_status_t)err, "%s: %s (a background error ended the wait)",
+                          ctx->what, weft_status_string((weft_status_t)err));
+    if (weft_now_ns() > ctx->deadline_ns)
+        return weft_error(WEFT_ERR_TIMEOUT, "%s: no progress within %.3g s", ctx->what,
+                          ctx->comm->timeout_s);
+    return WEFT_SUCCESS;
+}
+
+weft_wait_ctx_t weft_comm_wait_ctx(struct weft_comm *comm, const char *what)
+{
+    return (weft_wait_ctx_t){comm, weft_deadline_after_s(comm->timeout_s), what};
+}
+
+void weft_comm_mark_aborted(struct weft_comm *comm)
+{
+    atomic_store(&comm->aborted, 1);
+    weft_registry_shutdown_sockets(comm->registry);
+}
+
+/* The per-job secret: WEFT_JOB_SECRET if set (weftrun sets one), else random bytes of rank 0
+ * shared through the store. */
+static weft_status_t job_secret(weft_store_t *store, int rank, uint8_t out[WEFT_CTRL_SECRET_BYTES])
+{
+    const char *s = weft_config_get()->job_secret;
+    memset(out, 0, WEFT_CTRL_SECRET_BYTES);
+    if (s[0] != '\0') {
+        size_t n = strlen(s);
+        memcpy(out, s, n < WEFT_CTRL_SECRET_BYTES ? n : WEFT_CTRL_SECRET_BYTES);
+        return WEFT_SUCCESS;
+    }
+    if (rank == 0) {
+        if (getrandom(out, WEFT_CTRL_SECRET_BYTES, 0) != WEFT_CTRL_SECRET_BYTES)
+            return weft_error_errno(WEFT_ERR_SYSTEM, errno, "weft_comm_init: getrandom");
+        return weft_store_set(store, "secret", out, WEFT_CTRL_SECRET_BYTES);
+    }
+    size_t len;
+    return weft_store_get(store, "secret", out, WEFT_CTRL_SECRET_BYTES, &len);
+}
+
+static void model_from_config(weft_cost_model_t *m, const weft_env_t *cfg)
+{
+    uint64_t unit = cfg->part_unit_bytes ? cfg->part_unit_bytes : 1;
+    int fanout = cfg->part_fanout > 0 ? cfg->part_fanout : 1;
+    m->tier[WEFT_TIER_SELF] =
+        (weft_tier_params_t){cfg->tier_self_lat_us, cfg->tier_self_bw_gbps, unit, fanout};
+    m->tier[WEFT_TIER_PEER] =
+        (weft_tier_params_t){cfg->tier_peer_lat_us, cfg->tier_peer_bw_gbps, unit, fanout};
+    m->tier[WEFT_TIER_REMOTE_NUMA] = (weft_tier_params_t){
+        cfg->tier_remote_numa_lat_us, cfg->tier_remote_numa_bw_gbps, unit, fanout};
+}
+
+typedef struct rank_info {
+    uint64_t block;
+    int32_t numa;
+    int32_t pad;
+} rank_info_t;
+
+static weft_status_t resolve_config(const weft_config_t *cfg, weft_config_t *out)
+{
+    weft_config_default(out);
+    if (cfg) {
+        if (cfg->size < offsetof(weft_config_t, host_workers) + sizeof(int) ||
+            cfg->size > sizeof *out)
+            return weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                              "weft_comm_init: cfg->size %zu is not a weft_config_t size "
+                              "(use weft_config_default)",
+                              cfg->size);
+        memcpy(out, cfg, cfg->size);
+    }
+    const weft_env_t *env = weft_config_get();
+    if (out->rank < 0)
+        out->rank = env->rank;
+    if (out->nranks < 0)
+        out->nranks = env->nranks;
+    if (out->nranks < 1 || out->nranks > WEFT_MAX_RANKS)
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                          "weft_comm_init: nranks %d is not in [1, %d] (set WEFT_NRANKS or "
+                          "WORLD_SIZE, or launch with weftrun)",
+                          out->nranks, WEFT_MAX_RANKS);
+    if (out->rank < 0 || out->rank >= out->nranks)
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                          "weft_comm_init: rank %d is not in [0, %d) (set WEFT_RANK or RANK)",
+                          out->rank, out->nranks);
+    if ((unsigned)out->backend > WEFT_BACKEND_CUDA)
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "weft_comm_init: backend %d is unknown",
+                          (int)out->backend);
+    if ((unsigned)out->registration > WEFT_REGISTRATION_STAGED)
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                          "weft_comm_init: registration %d is unknown", (int)out->registration);
+    if (!(out->timeout_s > 0))
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "weft_comm_init: timeout_s must be > 0");
+    if (out->host_workers < 1 || out->host_workers > 256)
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                          "weft_comm_init: host_workers %d is not in [1, 256]",
+                          out->host_workers);
+    if (out->backend == WEFT_BACKEND_CUDA)
+        return weft_error(WEFT_ERR_UNSUPPORTED,
+                          "weft_comm_init: the CUDA backend is not built into this library");
+    out->backend = WEFT_BACKEND_HOST;
+    return WEFT_SUCCESS;
+}
+
+weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **comm_out)
+{
+    weft_config_t cfg;
+    weft_status_t st = resolve_config(cfg_in, &cfg);
+    if (st != WEFT_SUCCESS)
+        return st;
+    const weft_env_t *env = weft_config_get();
+    weft_log_set_rank(cfg.rank);
+
+    struct weft_comm *comm = calloc(1, sizeof *comm);
+    int *fds = calloc((size_t)cfg.nranks, sizeof *fds);
+    rank_info_t *infos = calloc((size_t)cfg.nranks, sizeof *infos);
+    if (!comm || !fds || !infos) {
+        st = weft_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: calloc");
+        goto err_free;
+    }
+    for (int i = 0; i < cfg.nranks; i++)
+        fds[i] = -1;
+    comm->rank = cfg.rank;
+    comm->nranks = cfg.nranks;
+    comm->backend = cfg.backend;
+    comm->registration = cfg.registration;
+    comm->timeout_s = cfg.timeout_s;
+    comm->inline_bytes = env->inline_bytes < WEFT_INLINE_MAX ? env->inline_bytes : WEFT_INLINE_MAX;
+    comm->allreduce_twoshot_bytes = env->allreduce_twoshot_bytes;
+    comm->mem = &weft_mem_host_ops;
+    comm->exec_ops = &weft_exec_host_ops;
+    comm->layout = weft_ctrlblk_layout(cfg.nranks);
+    model_from_config(&comm->model, env);
+    weft_plan_init(&comm->plan);
+    uint64_t deadline = weft_deadline_after_s(cfg.timeout_s);
+
+    weft_store_t *store;
+    st = weft_store_open(env->master_addr, env->master_port, cfg.rank, cfg.nranks,
+                         atomic_fetch_add(&comm_generation, 1), cfg.timeout_s, &store);
+    if (st != WEFT_SUCCESS)
+        goto err_free;
+    uint8_t secret[WEFT_CTRL_SECRET_BYTES];
+    st = job_secret(store, cfg.rank, secret);
+    if (st != WEFT_SUCCESS)
+        goto err_close_store;
+    st = weft_ctrl_connect(store, cfg.rank, cfg.nranks, secret, deadline, fds);
+    if (st != WEFT_SUCCESS)
+        goto err_close_store;
+    size_t slice = env->window_slice_bytes ? env->window_slice_bytes : HOST_SLICE_DEFAULT;
+    st = weft_window_reserve(store, comm->mem, cfg.rank, cfg.nranks, slice, &comm->window);
+    if (st != WEFT_SUCCESS)
+        goto err_close_fds;
+    st = weft_registry_create(comm, &comm->window, cfg.rank, cfg.nranks, cfg.registration, fds,
+                              &comm->registry);
+    if (st != WEFT_SUCCESS)
+        goto err_release_window;
+
+    /* Control block and staging scratch: internal, registered at once. They stay allocated
+     * until weft_registry_destroy unmaps everything. */
+    void *block;
+    st = weft_registry_alloc(comm->registry, comm->layout.bytes, 1, &block);
+    if (st != WEFT_SUCCESS)
+        goto err_destroy_registry;
+    comm->staging_bytes = env->staging_bytes ? env->staging_bytes : 4096;
+    st = weft_registry_alloc(comm->registry, comm->staging_bytes, 1, &comm->staging);
+    if (st != WEFT_SUCCESS)
+        goto err_destroy_registry;
+
+    comm->blocks = calloc((size_t)cfg.nranks, sizeof *comm->blocks);
+    comm->peer_tier = calloc((size_t)cfg.nranks, sizeof *comm->peer_tier);
+    if (!comm->blocks || !comm->peer_tier) {
+        st = weft_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: calloc");
+        goto err_destroy_registry;
+    }
+    unsigned cpu = 0, node = 0;
+    (void)getcpu(&cpu, &node);
+    rank_info_t mine = {.block = (uint64_t)(uintptr_t)block, .numa = (int32_t)node};
+    st = weft_store_allgather(store, "blocks", &mine, sizeof mine, infos);
+    if (st != WEFT_SUCCESS)
+        goto err_destroy_registry;
+    for (int r = 0; r < cfg.nranks; r++) {
+        comm->blocks[r] = (uint8_t *)(uintptr_t)infos[r].block;
+        comm->peer_tier[r] = r == cfg.rank                ? WEFT_TIER_SELF
+                             : infos[r].numa == mine.numa ? WEFT_TIER_PEER
+                                                          : WEFT_TIER_REMOTE_NUMA;
+    }
+    weft_wait_ctx_t ctx = {comm, deadline, "weft_comm_init"};
+    int ready;
+    st = weft_comm_acquire(comm, comm->staging, comm->staging_bytes, &ctx, &ready);
+    if (st == WEFT_SUCCESS)
+        st = weft_comm_acquire(comm, block, comm->layout.bytes, &ctx, &ready);
+    if (st != WEFT_SUCCESS)
+        goto err_destroy_registry;
+    /* Our registrations are acknowledged: after this barrier every block is mapped everywhere. */
+    st = weft_store_barrier(store, "ready");
+    if (st != WEFT_SUCCESS)
+        goto err_destroy_registry;
+    memset(&comm->stats, 0, sizeof comm->stats); /* init's own waits are not first uses */
+    st = comm->exec_ops->create(cfg.host_workers, &comm->exec);
+    if (st != WEFT_SUCCESS)
+        goto err_destroy_registry;
+    weft_store_close(store);
+    free(fds);
+    free(infos);
+    *comm_out = comm;
+    return WEFT_SUCCESS;
+
+err_destroy_registry:
+    weft_registry_destroy(comm->registry, weft_now_ns());
+    comm->registry = NULL;
+err_release_window:
+    weft_window_release(&comm->window);
+err_close_fds:
+    for (int i = 0; i < cfg.nranks; i++) {
+        if (fds[i] >= 0)
+            close(fds[i]);
+    }
+err_close_store:
+    weft_store_close(store);
+err_free:
+    if (comm) {
+        free(comm->blocks);
+        free(comm->peer_tier);
+        weft_plan_fini(&comm->plan);
+    }
+    free(comm);
+    free(fds);
+    free(infos);
+    return st;
+}
+
+weft_status_t weft_comm_teardown(struct weft_comm *comm)
+{
+    weft_status_t st = WEFT_SUCCESS;
+    if (!comm->unusable && !atomic_load(&comm->aborted) &&
+        atomic_load(&comm->async_error) == WEFT_SUCCESS) {
+        /* The last handshake is a barrier: after it nobody touches another rank's memory. */
+        uint32_t seq = ++comm->seq;
+        weft_wait_ctx_t ctx = weft_comm_wait_ctx(comm, "weft_comm_destroy");
+        weft_op_desc_t desc = {.coll = WEFT_COLL_DESTROY};
+        for (int p = 0; p < comm->nranks; p++) {
+            if (p != comm->rank)
+                weft_hs_post(comm, p, seq, &desc, NULL);
+        }
+        st = weft_hs_wait_posted(comm, seq, &ctx);
+        if (st == WEFT_SUCCESS)
+            st = weft_hs_check_match(comm, seq, &desc, NULL, NULL, "weft_comm_destroy", NULL);
+    }
+    comm->exec_ops->destroy(comm->exec);
+    weft_registry_destroy(comm->registry, weft_deadline_after_s(comm->timeout_s < 5 ? comm->timeout_s : 5));
+    weft_window_release(&comm->window);
+    weft_plan_fini(&comm->plan);
+    free(comm->blocks);
+    free(comm->peer_tier);
+    free(comm);
+    return st;
+}
+
+weft_status_t weft_comm_acquire(struct weft_comm *comm, const void *ptr, size_t bytes,
+                                weft_wait_ctx_t *ctx, int *ready_out)
+{
+    weft_buf_state_t state;
+    uint64_t waited;
+    weft_status_t st =
+        weft_registry_acquire(comm->registry, ptr, bytes, weft_comm_check, ctx, &state, &waited);
+    if (waited > 0) {
+        atomic_fetch_add_explicit(&comm->stats.first_use_waits, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&comm->stats.first_use_wait_ns, waited, memory_order_relaxed);
+    }
+    *ready_out = state == WEFT_BUF_READY;
+    return st;
+}
+
+weft_status_t weft_comm_staging(struct weft_comm *comm, size_t bytes, weft_wait_ctx_t *ctx,
+                                void **ptr_out)
+{
+    if (bytes > comm->staging_bytes) {
+        size_t grown = comm->staging_bytes * 2 > bytes ? comm->staging_bytes * 2 : bytes;
+        void *fresh;
+        weft_status_t st = weft_registry_alloc(comm->registry, grown, 1, &fresh);
+        if (st != WEFT_SUCCESS)
+            return st;
+        (void)weft_registry_free(comm->registry, comm->staging);
+        comm->staging = fresh;
+        comm->staging_bytes = grown;
+    }
+    int ready;
+    weft_status_t st = weft_comm_acquire(comm, comm->staging, bytes, ctx, &ready);
+    if (st != WEFT_SUCCESS)
+        return st;
+    *ptr_out = comm->staging;
+    return WEFT_SUCCESS;
+}

@@ -1,0 +1,207 @@
+/*
+ * comm.h - the communicator (internal view) and its control blocks.
+ *
+ * Each rank owns a control block: a registered allocation mapped at the same address on every
+ * rank, into which its peers write. It holds, for every sender p, two handshake slots (indexed
+ * by the operation's sequence number modulo 2) and one "done" and one "phase" signal line.
+ * Every flag sits on its own cache line, written by exactly one rank.
+ *
+ * Slot reuse is safe with two slots: rank r writes its slot for operation s + 2 in p's block only
+ * after it saw p's slot for s + 1, which p posts only after it finished reading everything of s.
+ */
+#ifndef WEFT_CORE_COMM_H
+#define WEFT_CORE_COMM_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/registry.h"
+#include "core/window.h"
+#include "exec/exec.h"
+#include "mem/mem.h"
+#include "model/cost_model.h"
+#include "model/partition.h"
+#include "util/wait.h"
+#include "weft.h"
+
+#define WEFT_MAX_RANKS 256
+#define WEFT_INLINE_MAX 256 /* payload bytes a handshake slot carries */
+#define WEFT_CACHELINE 64
+
+/* Collectives as they appear in handshake descriptors. */
+typedef enum {
+    WEFT_COLL_BARRIER = 1,
+    WEFT_COLL_ALL_GATHER,
+    WEFT_COLL_REDUCE_SCATTER,
+    WEFT_COLL_ALL_REDUCE,
+    WEFT_COLL_BROADCAST,
+    WEFT_COLL_ALL_TO_ALL,
+    WEFT_COLL_ALL_TO_ALLV,
+    WEFT_COLL_DESTROY
+} weft_coll_t;
+
+#define WEFT_DESC_INLINE 0x1u /* the payload travels in the slot's data */
+
+/* What a sender tells one receiver about an operation. Fields that all ranks must agree on
+ * (coll, dtype, redop, root, count) are compared by the receiver; per-pair fields are compared
+ * against the receiver's own view of the pair. */
+typedef struct weft_op_desc {
+    uint32_t coll;   /* weft_coll_t */
+    uint32_t dtype;  /* weft_dtype_t */
+    uint32_t redop;  /* weft_redop_t, 0 where none */
+    int32_t root;    /* broadcast root, 0 where none */
+    uint64_t count;  /* the collective's count argument (0 for all_to_allv) */
+    uint64_t src;    /* address the receiver reads from (meaning per algorithm) */
+    uint64_t aux;    /* second address (two-shot: the sender's reduced chunk) */
+    uint64_t pair_send; /* all_to_allv: elements the sender sends to the receiver */
+    uint64_t pair_recv; /* all_to_allv: elements the sender expects from the receiver */
+    uint32_t flags;     /* WEFT_DESC_* */
+    uint32_t inline_bytes;
+} weft_op_desc_t;
+
+typedef struct weft_slot {
+    weft_flag_t posted; /* sequence number of the descriptor below */
+    uint8_t pad0[WEFT_CACHELINE - sizeof(weft_flag_t)];
+    weft_op_desc_t desc;
+    uint8_t pad1[2 * WEFT_CACHELINE - sizeof(weft_op_desc_t)];
+    uint8_t data[WEFT_INLINE_MAX];
+} weft_slot_t;
+
+/* A signal: flag = sequence number, status = the sender's verdict for that operation. */
+typedef struct weft_signal {
+    weft_flag_t flag;
+    _Atomic uint32_t status;
+    uint8_t pad[WEFT_CACHELINE - sizeof(weft_flag_t) - sizeof(uint32_t)];
+} weft_signal_t;
+
+_Static_assert(sizeof(weft_slot_t) % WEFT_CACHELINE == 0, "slot must be whole cache lines");
+_Static_assert(sizeof(weft_signal_t) == WEFT_CACHELINE, "signal must be one cache line");
+
+/* Layout of one control block for nranks ranks (offsets in bytes). */
+typedef struct weft_ctrlblk_layout {
+    size_t slots;  /* nranks * 2 weft_slot_t, [sender][parity] */
+    size_t done;   /* nranks weft_signal_t, [sender] */
+    size_t phase;  /* nranks weft_signal_t, [sender] */
+    size_t bytes;  /* total */
+} weft_ctrlblk_layout_t;
+
+typedef enum { WEFT_SIGNAL_DONE, WEFT_SIGNAL_PHASE } weft_signal_kind_t;
+
+/* Counters of weft_stats_t that the communicator keeps itself. */
+typedef struct weft_comm_stats {
+    _Atomic uint64_t first_use_waits;
+    _Atomic uint64_t first_use_wait_ns;
+    _Atomic uint64_t zero_copy_ops;
+    _Atomic uint64_t staged_ops;
+    _Atomic uint64_t inline_ops;
+} weft_comm_stats_t;
+
+struct weft_comm {
+    int rank;
+    int nranks;
+    weft_backend_t backend;
+    weft_registration_t registration;
+    double timeout_s;
+    size_t inline_bytes;          /* <= WEFT_INLINE_MAX */
+    size_t allreduce_twoshot_bytes;
+
+    const weft_mem_ops_t *mem;
+    weft_window_t window;
+    weft_registry_t *registry;
+
+    weft_ctrlblk_layout_t layout;
+    uint8_t **blocks; /* every rank's control block, mapped at the same address everywhere */
+    uint32_t seq;     /* sequence number of the last operation started */
+
+    void *staging; /* registered scratch for the staged path */
+    size_t staging_bytes;
+
+    const weft_exec_ops_t *exec_ops;
+    weft_exec_t *exec;
+    weft_cost_model_t model;
+    weft_plan_t plan;
+    weft_tier_t *peer_tier; /* nranks entries */
+
+    _Atomic int async_error; /* first error of a background thread (weft_status_t) */
+    _Atomic int aborted;
+    int unusable; /* set after PEER_LOST, TIMEOUT, ABORTED or INTERNAL */
+    weft_comm_stats_t stats;
+};
+
+/* Record the first background error (later ones are dropped). Thread-safe, never blocks. */
+void weft_comm_set_async_error(struct weft_comm *comm, weft_status_t status);
+
+/* Deadline-and-health check passed to every wait of an operation. */
+typedef struct weft_wait_ctx {
+    struct weft_comm *comm;
+    uint64_t deadline_ns;
+    const char *what; /* named in the timeout message */
+} weft_wait_ctx_t;
+
+/* WEFT_ERR_ABORTED, the stored background error, WEFT_ERR_TIMEOUT past the deadline, else
+ * WEFT_SUCCESS. arg is a weft_wait_ctx_t. */
+weft_status_t weft_comm_check(void *arg);
+
+/* A wait context whose deadline is the communicator's timeout from now. */
+weft_wait_ctx_t weft_comm_wait_ctx(struct weft_comm *comm, const char *what);
+
+/* ---- handshake (handshake.c) ---------------------------------------------------------------- */
+
+/* Compute the control block layout for nranks. */
+weft_ctrlblk_layout_t weft_ctrlblk_layout(int nranks);
+
+/* Slot that rank `from` writes in rank `to`'s block for sequence number seq. */
+static inline weft_slot_t *weft_slot(struct weft_comm *comm, int to, int from, uint32_t seq)
+{
+    return (weft_slot_t *)(comm->blocks[to] + comm->layout.slots) + (size_t)from * 2 + (seq & 1u);
+}
+
+/* Post desc (and, if desc->flags has WEFT_DESC_INLINE, desc->inline_bytes of data) for seq in
+ * peer's block. Never blocks. */
+void weft_hs_post(struct weft_comm *comm, int peer, uint32_t seq, const weft_op_desc_t *desc,
+                  const void *data);
+
+/* Wait until every peer posted seq in this rank's block. */
+weft_status_t weft_hs_wait_posted(struct weft_comm *comm, uint32_t seq, weft_wait_ctx_t *ctx);
+
+/* WEFT_ERR_MISMATCH (with a message naming the first differing rank and field) if any peer's
+ * descriptor for seq disagrees with mine: the common fields, and for all_to_allv the pair
+ * counts (pair_send/pair_recv of the peer against my_pair_recv[p]/my_pair_send[p], which may be
+ * NULL for other collectives). *common_out (may be NULL) is set to 1 when a common field
+ * differs (every rank sees that at once), 0 when only pair counts do (only the two ranks of the
+ * pair see it). Call after weft_hs_wait_posted. `call` names the API function. */
+weft_status_t weft_hs_check_match(struct weft_comm *comm, uint32_t seq, const weft_op_desc_t *mine,
+                                  const uint64_t *my_pair_send, const uint64_t *my_pair_recv,
+                                  const char *call, int *common_out);
+
+/* Set signal `kind` for seq, carrying status, in every peer's block. Never blocks. */
+void weft_hs_signal(struct weft_comm *comm, weft_signal_kind_t kind, uint32_t seq,
+                    weft_status_t status);
+
+/* Wait until every peer signalled `kind` for seq. *peer_status_out (may be NULL) gets the first
+ * non-success status a peer reported, or WEFT_SUCCESS. */
+weft_status_t weft_hs_wait_signal(struct weft_comm *comm, weft_signal_kind_t kind, uint32_t seq,
+                                  weft_wait_ctx_t *ctx, weft_status_t *peer_status_out);
+
+#endif /* WEFT_CORE_COMM_H */
+
+/* ---- communicator lifetime (comm.c) --------------------------------------------------------- */
+
+/* The collective init/destroy and the local abort behind the public functions (api checks
+ * arguments first). */
+weft_status_t weft_comm_create(const weft_config_t *cfg, struct weft_comm **comm_out);
+weft_status_t weft_comm_teardown(struct weft_comm *comm);
+void weft_comm_mark_aborted(struct weft_comm *comm);
+
+/* A registered scratch area of at least bytes for the staged path, grown (registered anew, the
+ * wait counted as a first-use wait) when too small. Local: peers learn the address through the
+ * handshake. Statuses: WEFT_ERR_NO_MEMORY, wait errors. */
+weft_status_t weft_comm_staging(struct weft_comm *comm, size_t bytes, weft_wait_ctx_t *ctx,
+                                void **ptr_out);
+
+/* Make [ptr, ptr + bytes) readable by peers at the same address if it is registered memory
+ * (waiting for its registration if needed, counted in the statistics); *ready_out = 1 then, 0 if
+ * the caller must stage it. */
+weft_status_t weft_comm_acquire(struct weft_comm *comm, const void *ptr, size_t bytes,
+                                weft_wait_ctx_t *ctx, int *ready_out);

@@ -1,0 +1,262 @@
+/*
+ * ctrl.c - the control-socket mesh and its message framing (see ctrl.h).
+ *
+ * Thread safety: weft_ctrl_connect runs on the initialising thread; afterwards each socket is
+ * used by the registrar thread only.
+ */
+#include "core/ctrl.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "util/clock.h"
+#include "util/log.h"
+
+#define HELLO_MAGIC 0x7765667443544cull /* "weftCTL" */
+
+typedef struct hello {
+    uint64_t magic;
+    int32_t rank;
+    int32_t nranks;
+    uint8_t secret[WEFT_CTRL_SECRET_BYTES];
+} hello_t;
+
+typedef struct ctrl_addr {
+    socklen_t len;
+    char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+} ctrl_addr_t;
+
+static int remaining_ms(uint64_t deadline_ns)
+{
+    uint64_t now = weft_now_ns();
+    if (now >= deadline_ns)
+        return 0;
+    uint64_t ms = (deadline_ns - now + 999999) / 1000000;
+    return ms > 1000 ? 1000 : (int)ms;
+}
+
+/* Wait until sock is ready for events, or fail with TIMEOUT at the deadline. */
+static weft_status_t wait_fd(int sock, short events, uint64_t deadline_ns, const char *what)
+{
+    for (;;) {
+        struct pollfd p = {.fd = sock, .events = events};
+        int ms = remaining_ms(deadline_ns);
+        if (ms == 0)
+            return weft_error(WEFT_ERR_TIMEOUT, "weft_comm_init: control sockets: %s timed out",
+                              what);
+        int n = poll(&p, 1, ms);
+        if (n < 0 && errno != EINTR)
+            return weft_error_errno(WEFT_ERR_SYSTEM, errno, "weft_comm_init: poll (%s)", what);
+        if (n > 0)
+            return WEFT_SUCCESS;
+    }
+}
+
+static weft_status_t send_hello(int sock, int rank, int nranks, const uint8_t *secret)
+{
+    hello_t mine = {.magic = HELLO_MAGIC, .rank = rank, .nranks = nranks};
+    memcpy(mine.secret, secret, WEFT_CTRL_SECRET_BYTES);
+    if (send(sock, &mine, sizeof mine, MSG_NOSIGNAL) != (ssize_t)sizeof mine)
+        return weft_error_errno(WEFT_ERR_PEER_LOST, errno, "weft_comm_init: send hello");
+    return WEFT_SUCCESS;
+}
+
+/* Receive a peer's hello and check the peer: same uid, expected rank (or any rank above ours
+ * when expect_rank < 0), same job secret. *rank_out gets the peer's rank. */
+static weft_status_t recv_hello(int sock, int rank, int nranks, int expect_rank,
+                                const uint8_t *secret, uint64_t deadline_ns, int *rank_out)
+{
+    struct ucred cred;
+    socklen_t len = sizeof cred;
+    if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+        return weft_error_errno(WEFT_ERR_SYSTEM, errno, "weft_comm_init: SO_PEERCRED");
+    if (cred.uid != getuid())
+        return weft_error(WEFT_ERR_PEER_LOST,
+                          "weft_comm_init: control socket peer has uid %u, expected %u",
+                          (unsigned)cred.uid, (unsigned)getuid());
+    weft_status_t st = wait_fd(sock, POLLIN, deadline_ns, "hello");
+    if (st != WEFT_SUCCESS)
+        return st;
+    hello_t theirs;
+    ssize_t n = recv(sock, &theirs, sizeof theirs, 0);
+    if (n != (ssize_t)sizeof theirs || theirs.magic != HELLO_MAGIC || theirs.nranks != nranks ||
+        memcmp(theirs.secret, secret, WEFT_CTRL_SECRET_BYTES) != 0)
+        return weft_error(WEFT_ERR_PEER_LOST,
+                          "weft_comm_init: control socket peer failed the job check");
+    if ((expect_rank >= 0 && theirs.rank != expect_rank) ||
+        (expect_rank < 0 && (theirs.rank <= rank || theirs.rank >= nranks)))
+        return weft_error(WEFT_ERR_PEER_LOST, "weft_comm_init: control socket peer claims rank %d",
+                          (int)theirs.rank);
+    *rank_out = theirs.rank;
+    return WEFT_SUCCESS;
+}
+
+weft_status_t weft_ctrl_connect(weft_store_t *store, int rank, int nranks,
+                                const uint8_t secret[WEFT_CTRL_SECRET_BYTES],
+                                uint64_t deadline_ns, int *fds_out)
+{
+    weft_status_t st;
+    ctrl_addr_t *addrs = NULL;
+    for (int i = 0; i < nranks; i++)
+        fds_out[i] = -1;
+
+    int lsock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (lsock < 0)
+        return weft_error_errno(WEFT_ERR_SYSTEM, errno, "weft_comm_init: socket(AF_UNIX)");
+    /* Autobind: binding only the family assigns a unique abstract address. */
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    ctrl_addr_t me = {0};
+    socklen_t salen = sizeof(sa_family_t);
+    if (bind(lsock, (struct sockaddr *)&sa, salen) != 0 || listen(lsock, nranks) != 0) {
+        st = weft_error_errno(WEFT_ERR_SYSTEM, errno, "weft_comm_init: bind/listen(AF_UNIX)");
+        goto err_close_listen;
+    }
+    salen = sizeof sa;
+    if (getsockname(lsock, (struct sockaddr *)&sa, &salen) != 0) {
+        st = weft_error_errno(WEFT_ERR_SYSTEM, errno, "weft_comm_init: getsockname");
+        goto err_close_listen;
+    }
+    me.len = salen;
+    memcpy(me.path, sa.sun_path, salen - sizeof(sa_family_t));
+
+    addrs = calloc((size_t)nranks, sizeof *addrs);
+    if (!addrs) {
+        st = weft_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: calloc");
+        goto err_close_listen;
+    }
+    st = weft_store_allgather(store, "ctrl/addr", &me, sizeof me, addrs);
+    if (st != WEFT_SUCCESS)
+        goto err_free_addrs;
+
+    /* Connect to every lower rank and send our hello at once (it waits in the socket until that
+     * rank accepts), so that no rank waits on another while holding back its own hellos. */
+    for (int p = 0; p < rank; p++) {
+        int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        if (s < 0) {
+            st = weft_error_errno(WEFT_ERR_SYSTEM, errno, "weft_comm_init: socket(AF_UNIX)");
+            goto err_close_peers;
+        }
+        fds_out[p] = s;
+        struct sockaddr_un pa = {.sun_family = AF_UNIX};
+        memcpy(pa.sun_path, addrs[p].path, addrs[p].len - sizeof(sa_family_t));
+        if (connect(s, (struct sockaddr *)&pa, addrs[p].len) != 0) {
+            st = weft_error_errno(WEFT_ERR_PEER_LOST, errno,
+                                  "weft_comm_init: connect to rank %d's control socket", p);
+            goto err_close_peers;
+        }
+        st = send_hello(s, rank, nranks, secret);
+        if (st != WEFT_SUCCESS)
+            goto err_close_peers;
+    }
+    /* Accept every higher rank and answer its hello. */
+    for (int k = rank + 1; k < nranks; k++) {
+        st = wait_fd(lsock, POLLIN, deadline_ns, "accept");
+        if (st != WEFT_SUCCESS)
+            goto err_close_peers;
+        int s = accept4(lsock, NULL, NULL, SOCK_CLOEXEC);
+        if (s < 0) {
+            st = weft_error_errno(WEFT_ERR_SYSTEM, errno, "weft_comm_init: accept");
+            goto err_close_peers;
+        }
+        int peer;
+        st = recv_hello(s, rank, nranks, -1, secret, deadline_ns, &peer);
+        if (st == WEFT_SUCCESS && fds_out[peer] >= 0)
+            st = weft_error(WEFT_ERR_PEER_LOST, "weft_comm_init: rank %d connected twice", peer);
+        if (st == WEFT_SUCCESS)
+            st = send_hello(s, rank, nranks, secret);
+        if (st != WEFT_SUCCESS) {
+            close(s);
+            goto err_close_peers;
+        }
+        fds_out[peer] = s;
+    }
+    /* Receive the lower ranks' answers. */
+    for (int p = 0; p < rank; p++) {
+        int peer;
+        st = recv_hello(fds_out[p], rank, nranks, p, secret, deadline_ns, &peer);
+        if (st != WEFT_SUCCESS)
+            goto err_close_peers;
+    }
+    free(addrs);
+    close(lsock);
+    return WEFT_SUCCESS;
+
+err_close_peers:
+    for (int i = 0; i < nranks; i++) {
+        if (fds_out[i] >= 0)
+            close(fds_out[i]);
+        fds_out[i] = -1;
+    }
+err_free_addrs:
+    free(addrs);
+err_close_listen:
+    close(lsock);
+    return st;
+}
+
+weft_status_t weft_ctrl_send(int sock, const weft_ctrl_msg_t *msg, int fd)
+{
+    struct iovec iov = {.iov_base = (void *)msg, .iov_len = sizeof *msg};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (fd >= 0) {
+        memset(&ctl, 0, sizeof ctl);
+        mh.msg_control = ctl.buf;
+        mh.msg_controllen = sizeof ctl.buf;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    }
+    for (;;) {
+        ssize_t n = sendmsg(sock, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n == (ssize_t)sizeof *msg)
+            return WEFT_SUCCESS;
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return WEFT_ERR_TIMEOUT;
+        return WEFT_ERR_PEER_LOST;
+    }
+}
+
+weft_status_t weft_ctrl_recv(int sock, weft_ctrl_msg_t *msg, int *fd_out)
+{
+    struct iovec iov = {.iov_base = msg, .iov_len = sizeof *msg};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    struct msghdr mh = {.msg_iov = &iov,
+                        .msg_iovlen = 1,
+                        .msg_control = ctl.buf,
+                        .msg_controllen = sizeof ctl.buf};
+    *fd_out = -1;
+    ssize_t n;
+    do {
+        n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return WEFT_ERR_TIMEOUT;
+    for (struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+            memcpy(fd_out, CMSG_DATA(c), sizeof(int));
+    }
+    if (n != (ssize_t)sizeof *msg || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+        if (*fd_out >= 0)
+            close(*fd_out);
+        *fd_out = -1;
+        return WEFT_ERR_PEER_LOST;
+    }
+    return WEFT_SUCCESS;
+}

@@ -1,0 +1,56 @@
+/*
+ * ctrl.h - the control sockets: one Unix-domain SOCK_SEQPACKET connection between every pair of
+ * ranks, used to pass segment descriptors (SCM_RIGHTS) and registration messages.
+ *
+ * Setup: every rank listens on an autobound abstract-namespace address (no file is created, so
+ * nothing is left behind), publishes it in the rendezvous store, connects to every lower rank
+ * and accepts every higher one. Both ends of each connection check the other with SO_PEERCRED
+ * (same uid) and exchange a hello carrying the rank and the per-job secret; a connection that
+ * fails either check is dropped and setup fails.
+ *
+ * Messages are fixed-size records (weft_ctrl_msg_t), at most one descriptor each.
+ */
+#ifndef WEFT_CORE_CTRL_H
+#define WEFT_CORE_CTRL_H
+
+#include <stdint.h>
+
+#include "core/bootstrap.h"
+#include "weft.h"
+
+#define WEFT_CTRL_SECRET_BYTES 32
+
+typedef enum {
+    WEFT_CTRL_REG = 1,   /* map the attached descriptor at addr (bytes); ack with REG_ACK */
+    WEFT_CTRL_REG_ACK,   /* ticket is mapped */
+    WEFT_CTRL_UNREG,     /* unmap [addr, addr + bytes); ack with UNREG_ACK */
+    WEFT_CTRL_UNREG_ACK, /* ticket is unmapped */
+    WEFT_CTRL_BYE        /* the sender is closing in order (destroy): its EOF is not a loss */
+} weft_ctrl_type_t;
+
+typedef struct weft_ctrl_msg {
+    uint32_t type;   /* weft_ctrl_type_t */
+    uint32_t ticket; /* registration sequence number of the sender (REG, UNREG) or echoed */
+    uint64_t addr;
+    uint64_t bytes;
+    uint64_t handle_bytes; /* provider-specific size of the imported handle (= bytes today) */
+} weft_ctrl_msg_t;
+
+/* Build the full mesh. fds_out has nranks entries; fds_out[rank] is set to -1. Blocks until
+ * every connection is checked or deadline_ns (CLOCK_MONOTONIC) passes (WEFT_ERR_TIMEOUT).
+ * Statuses: WEFT_ERR_SYSTEM (socket calls), WEFT_ERR_PEER_LOST (a peer failed a check or closed).
+ * On failure every descriptor opened here is closed. */
+weft_status_t weft_ctrl_connect(weft_store_t *store, int rank, int nranks,
+                                const uint8_t secret[WEFT_CTRL_SECRET_BYTES],
+                                uint64_t deadline_ns, int *fds_out);
+
+/* Send one message, with fd attached if fd >= 0 (the caller keeps its own fd). Non-blocking:
+ * returns WEFT_ERR_TIMEOUT if the socket buffer is full (the caller polls POLLOUT and retries),
+ * WEFT_ERR_PEER_LOST if the peer is gone. */
+weft_status_t weft_ctrl_send(int sock, const weft_ctrl_msg_t *msg, int fd);
+
+/* Receive one message (non-blocking). *fd_out gets the attached descriptor or -1. Returns
+ * WEFT_ERR_TIMEOUT when nothing is pending, WEFT_ERR_PEER_LOST on EOF or error. */
+weft_status_t weft_ctrl_recv(int sock, weft_ctrl_msg_t *msg, int *fd_out);
+
+#endif /* WEFT_CORE_CTRL_H */

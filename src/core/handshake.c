@@ -1,0 +1,134 @@
+/*
+ * handshake.c - entry handshake, mismatch detection and completion signals (see comm.h).
+ *
+ * Ordering: a sender writes the descriptor (and inline data) with plain stores, then sets the
+ * slot's flag with a seq_cst store; a receiver acquires the flag before reading. Signals carry a
+ * status word written before their flag. All waits go through weft_flag_wait_all with the
+ * operation's wait context, so they end at the deadline or when a peer is lost.
+ */
+#include <stddef.h>
+#include <string.h>
+
+#include "core/comm.h"
+#include "util/log.h"
+
+weft_ctrlblk_layout_t weft_ctrlblk_layout(int nranks)
+{
+    weft_ctrlblk_layout_t l;
+    l.slots = WEFT_CACHELINE;
+    l.done = l.slots + (size_t)nranks * 2 * sizeof(weft_slot_t);
+    l.phase = l.done + (size_t)nranks * sizeof(weft_signal_t);
+    l.bytes = l.phase + (size_t)nranks * sizeof(weft_signal_t);
+    return l;
+}
+
+void weft_hs_post(struct weft_comm *comm, int peer, uint32_t seq, const weft_op_desc_t *desc,
+                  const void *data)
+{
+    weft_slot_t *slot = weft_slot(comm, peer, comm->rank, seq);
+    slot->desc = *desc;
+    if ((desc->flags & WEFT_DESC_INLINE) && desc->inline_bytes > 0)
+        memcpy(slot->data, data, desc->inline_bytes);
+    weft_flag_set(&slot->posted, seq);
+}
+
+weft_status_t weft_hs_wait_posted(struct weft_comm *comm, uint32_t seq, weft_wait_ctx_t *ctx)
+{
+    weft_slot_t *first = weft_slot(comm, comm->rank, 0, seq);
+    return weft_flag_wait_all(&first->posted, 2 * sizeof(weft_slot_t), comm->nranks, comm->rank,
+                              seq, weft_comm_check, ctx);
+}
+
+static const char *coll_name(uint32_t coll)
+{
+    static const char *const names[] = {"?",         "barrier",    "all_gather",
+                                        "reduce_scatter", "all_reduce", "broadcast",
+                                        "all_to_all", "all_to_allv", "comm_destroy"};
+    return coll < sizeof names / sizeof names[0] ? names[coll] : "?";
+}
+
+weft_status_t weft_hs_check_match(struct weft_comm *comm, uint32_t seq, const weft_op_desc_t *mine,
+                                  const uint64_t *my_pair_send, const uint64_t *my_pair_recv,
+                                  const char *call, int *common_out)
+{
+    if (common_out)
+        *common_out = 0;
+    /* Common fields first, over every peer: a difference there is seen by every rank. */
+    for (int p = 0; p < comm->nranks; p++) {
+        if (p == comm->rank)
+            continue;
+        const weft_op_desc_t *d = &weft_slot(comm, comm->rank, p, seq)->desc;
+        const char *field = NULL;
+        if (d->coll != mine->coll) {
+            if (common_out)
+                *common_out = 1;
+            return weft_error(WEFT_ERR_MISMATCH, "%s: rank %d called %s while rank %d called %s",
+                              call, comm->rank, coll_name(mine->coll), p, coll_name(d->coll));
+        }
+        if (d->dtype != mine->dtype)
+            field = "dtype";
+        else if (d->redop != mine->redop)
+            field = "op";
+        else if (d->root != mine->root)
+            field = "root";
+        else if (d->count != mine->count)
+            field = "count";
+        if (field) {
+            if (common_out)
+                *common_out = 1;
+            return weft_error(WEFT_ERR_MISMATCH, "%s: rank %d and rank %d disagree on %s", call,
+                              comm->rank, p, field);
+        }
+    }
+    /* Pair counts (all_to_allv): only the two ranks of a pair can see a difference. */
+    for (int p = 0; my_pair_send && my_pair_recv && p < comm->nranks; p++) {
+        if (p == comm->rank)
+            continue;
+        const weft_op_desc_t *d = &weft_slot(comm, comm->rank, p, seq)->desc;
+        if (d->pair_recv != my_pair_send[p] || d->pair_send != my_pair_recv[p])
+            return weft_error(WEFT_ERR_MISMATCH,
+                              "%s: rank %d sends %llu elements to rank %d, which expects %llu "
+                              "(or the reverse direction differs)",
+                              call, comm->rank, (unsigned long long)my_pair_send[p], p,
+                              (unsigned long long)d->pair_recv);
+    }
+    return WEFT_SUCCESS;
+}
+
+static weft_signal_t *signal_line(struct weft_comm *comm, int owner, weft_signal_kind_t kind,
+                                  int from)
+{
+    size_t off = kind == WEFT_SIGNAL_DONE ? comm->layout.done : comm->layout.phase;
+    return (weft_signal_t *)(comm->blocks[owner] + off) + from;
+}
+
+void weft_hs_signal(struct weft_comm *comm, weft_signal_kind_t kind, uint32_t seq,
+                    weft_status_t status)
+{
+    for (int p = 0; p < comm->nranks; p++) {
+        if (p == comm->rank)
+            continue;
+        weft_signal_t *s = signal_line(comm, p, kind, comm->rank);
+        atomic_store_explicit(&s->status, (uint32_t)status, memory_order_relaxed);
+        weft_flag_set(&s->flag, seq);
+    }
+}
+
+weft_status_t weft_hs_wait_signal(struct weft_comm *comm, weft_signal_kind_t kind, uint32_t seq,
+                                  weft_wait_ctx_t *ctx, weft_status_t *peer_status_out)
+{
+    weft_signal_t *first = signal_line(comm, comm->rank, kind, 0);
+    weft_status_t st = weft_flag_wait_all(&first->flag, sizeof(weft_signal_t), comm->nranks,
+                                          comm->rank, seq, weft_comm_check, ctx);
+    if (st != WEFT_SUCCESS || !peer_status_out)
+        return st;
+    *peer_status_out = WEFT_SUCCESS;
+    for (int p = 0; p < comm->nranks; p++) {
+        uint32_t s = atomic_load_explicit(&first[p].status, memory_order_relaxed);
+        if (p != comm->rank && s != WEFT_SUCCESS) {
+            *peer_status_out = (weft_status_t)s;
+            break;
+        }
+    }
+    return WEFT_SUCCESS;
+}

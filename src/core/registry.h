@@ -1,0 +1,84 @@
+/*
+ * registry.h - registration-on-allocation: the table of this rank's allocations inside its
+ * window slice, the address allocator of the slice, and the registrar thread that makes every
+ * allocation mapped at the same address on every peer (DESIGN.md, "Registration-on-allocation").
+ *
+ * Tickets: every registration and every unregistration of this rank gets the next ticket
+ * (1, 2, ...; compared modulo 2^32). Each peer maps and unmaps in ticket order and acknowledges
+ * each ticket, so "peer p acknowledged t" means every job up to t is done on p. An allocation is
+ * ready when the minimum acknowledged ticket over all peers (the `acked` flag) reached its own.
+ *
+ * The registrar thread ("weft-registrar") blocks in poll() on an eventfd (new jobs, stop) and
+ * every control socket; it exports and sends this rank's jobs, maps/unmaps peers' segments and
+ * answers them, and turns a socket that closes without a BYE into WEFT_ERR_PEER_LOST on the
+ * communicator. It never spins.
+ *
+ * Lock order: registry mutex only (never held while blocking or calling into the provider's
+ * slow paths other than local map/unmap).
+ */
+#ifndef WEFT_CORE_REGISTRY_H
+#define WEFT_CORE_REGISTRY_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/window.h"
+#include "mem/mem.h"
+#include "util/wait.h"
+#include "weft.h"
+
+typedef struct weft_registry weft_registry_t;
+struct weft_comm;
+
+/* Counters (read with atomic loads; weft_get_stats copies them). */
+typedef struct weft_registry_stats {
+    _Atomic uint64_t registrations_started;
+    _Atomic uint64_t registrations_completed;
+    _Atomic uint64_t bytes_registered;
+    _Atomic uint64_t peer_mappings;
+} weft_registry_stats_t;
+
+/* Create the registry for this rank's slice and start the registrar thread over the control
+ * sockets ctrl_fds (nranks entries, -1 at rank; ownership passes to the registry). */
+weft_status_t weft_registry_create(struct weft_comm *comm, const weft_window_t *win, int rank,
+                                   int nranks, weft_registration_t mode, int *ctrl_fds,
+                                   weft_registry_t **reg_out);
+
+/* Stop the registrar: send BYE to every peer (bounded by deadline_ns), join the thread, unmap
+ * every peer segment and every own allocation, close the sockets, free. NULL is a no-op. */
+void weft_registry_destroy(weft_registry_t *reg, uint64_t deadline_ns);
+
+/* Close every control socket at once (abort): never blocks; peers see the loss. */
+void weft_registry_shutdown_sockets(weft_registry_t *reg);
+
+/* Allocate bytes in this rank's slice, mapped locally at once. internal != 0 (staging scratch,
+ * control blocks): always registered at once, whatever the mode. Otherwise the mode decides:
+ * roa registers now (in the background), jit at first use, staged never.
+ * Statuses: WEFT_ERR_NO_MEMORY (slice full, provider failure). */
+weft_status_t weft_registry_alloc(weft_registry_t *reg, size_t bytes, int internal,
+                                   void **ptr_out);
+
+/* Free an allocation made by weft_registry_alloc (ptr must be its start). Returns at once; the
+ * address range is reused once every peer acknowledged the unmap.
+ * WEFT_ERR_INVALID_ARGUMENT if ptr is not the start of a live allocation. */
+weft_status_t weft_registry_free(weft_registry_t *reg, void *ptr);
+
+/* Result of weft_registry_acquire. */
+typedef enum {
+    WEFT_BUF_STAGED = 0, /* not remotely accessible: take the staged path */
+    WEFT_BUF_READY = 1   /* [ptr, ptr + bytes) is mapped at the same address on every peer */
+} weft_buf_state_t;
+
+/* Look up [ptr, ptr + bytes) (interior pointers included). If it lies inside one allocation
+ * that may be registered, make sure it is (jit registers it now) and wait until every peer
+ * acknowledged it; *waited_ns_out gets the time spent waiting (0 when it was ready). Returns the
+ * state in *state_out. The wait checks check(arg) between sleeps (deadline, peer loss). */
+weft_status_t weft_registry_acquire(weft_registry_t *reg, const void *ptr, size_t bytes,
+                                    weft_wait_check_fn check, void *arg,
+                                    weft_buf_state_t *state_out, uint64_t *waited_ns_out);
+
+/* Counters of this registry. */
+const weft_registry_stats_t *weft_registry_stats(const weft_registry_t *reg);
+
+#endif /* WEFT_CORE_REGISTRY_H */

@@ -1,0 +1,46 @@
+/*
+ * window.h - the shadow window: one virtual-address range reserved at the same address in
+ * every rank; rank r places its own allocations in slice r = [base + r*slice, base + (r+1)*slice).
+ * A pointer into the window therefore means the same bytes on every rank once registered.
+ */
+#ifndef WEFT_CORE_WINDOW_H
+#define WEFT_CORE_WINDOW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/bootstrap.h"
+#include "mem/mem.h"
+
+typedef struct weft_window {
+    const weft_mem_ops_t *mem;
+    uintptr_t base;     /* aligned to the provider's granularity */
+    size_t slice_bytes; /* a multiple of the granularity */
+    int nranks;
+} weft_window_t;
+
+/* Agree on a base free in every rank and reserve it (collective over the store): rank 0 picks
+ * a free range, every rank tries to reserve exactly there (MAP_FIXED_NOREPLACE semantics), the
+ * ranks all-gather the outcome and retry at another rank's proposal on disagreement, up to a
+ * bounded number of attempts. Never falls back to per-peer address translation.
+ * Statuses: WEFT_ERR_NO_MEMORY (no common range found), store errors. */
+weft_status_t weft_window_reserve(weft_store_t *store, const weft_mem_ops_t *mem, int rank,
+                                  int nranks, size_t slice_bytes, weft_window_t *win_out);
+
+/* Give the reservation back (after every mapping inside it was unmapped). */
+void weft_window_release(weft_window_t *win);
+
+static inline uintptr_t weft_window_slice(const weft_window_t *win, int rank)
+{
+    return win->base + (uintptr_t)rank * win->slice_bytes;
+}
+
+/* The rank whose slice holds addr, or -1 if addr is outside the window. */
+static inline int weft_window_owner(const weft_window_t *win, uintptr_t addr)
+{
+    if (addr < win->base || addr - win->base >= (uintptr_t)win->nranks * win->slice_bytes)
+        return -1;
+    return (int)((addr - win->base) / win->slice_bytes);
+}
+
+#endif /* WEFT_CORE_WINDOW_H */

@@ -1,0 +1,64 @@
+/*
+ * mem.h - memory providers behind one ops table (DESIGN.md, "Layers": mem).
+ *
+ * A provider makes physical memory, maps it at a chosen address inside a reserved virtual
+ * range, and turns it into a file descriptor that another process can import and map at the
+ * same address. It knows nothing of ranks, windows or registration: that is core's job.
+ *
+ *   host: memfd_create (sealed against shrink and grow) + mmap(MAP_FIXED | MAP_SHARED) inside a
+ *         PROT_NONE reservation; the descriptor is the memfd itself.
+ *   cuda: cuMemCreate with POSIX file-descriptor handles + cuMemMap inside cuMemAddressReserve,
+ *         cuMemSetAccess; the descriptor comes from cuMemExportToShareableHandle.
+ *
+ * Every slot is filled; a slot a provider cannot do points to a named stub returning
+ * WEFT_ERR_UNSUPPORTED. All functions are thread-safe (they touch no shared state).
+ */
+#ifndef WEFT_MEM_MEM_H
+#define WEFT_MEM_MEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft.h"
+
+/* One piece of physical memory. */
+typedef struct weft_mem_seg {
+    int fd;          /* host: the memfd (owned); cuda: -1 (exported on demand) */
+    uint64_t handle; /* cuda: CUmemGenericAllocationHandle; host: 0 */
+    size_t bytes;    /* a multiple of the provider's granularity */
+} weft_mem_seg_t;
+
+typedef struct weft_mem_ops {
+    const char *name;
+
+    /* Granularity of sizes and addresses (host: the page size; cuda: the minimum VMM
+     * granularity, usually 2 MiB). */
+    size_t (*granularity)(void);
+
+    /* Reserve bytes of address space with no access. exact != 0: exactly at hint or fail with
+     * WEFT_ERR_NO_MEMORY without disturbing existing mappings (MAP_FIXED_NOREPLACE); exact == 0:
+     * anywhere (hint may be NULL). */
+    weft_status_t (*reserve)(void *hint, size_t bytes, int exact, void **addr_out);
+    /* Give back a reservation made by reserve (whole). */
+    weft_status_t (*release)(void *addr, size_t bytes);
+
+    /* Make physical memory of bytes (a multiple of the granularity). */
+    weft_status_t (*create)(size_t bytes, weft_mem_seg_t *seg_out);
+    /* Free a segment's handle; mappings keep the memory alive until unmapped. A segment with
+     * fd == -1 and handle == 0 (already given away) is left alone. */
+    void (*destroy)(weft_mem_seg_t *seg);
+
+    /* Map seg read/write at addr, which lies inside a reservation made by reserve. */
+    weft_status_t (*map)(const weft_mem_seg_t *seg, void *addr);
+    /* Undo map: the range returns to the reservation (no access). */
+    weft_status_t (*unmap)(void *addr, size_t bytes);
+
+    /* A new descriptor for seg that another process can import (caller closes it). */
+    weft_status_t (*export_fd)(const weft_mem_seg_t *seg, int *fd_out);
+    /* Import a descriptor received from a peer; takes ownership of fd in every case. */
+    weft_status_t (*import_fd)(int fd, size_t bytes, weft_mem_seg_t *seg_out);
+} weft_mem_ops_t;
+
+extern const weft_mem_ops_t weft_mem_host_ops;
+
+#endif /* WEFT_MEM_MEM_H */

@@ -1,0 +1,122 @@
+/*
+ * op.h - collective algorithms (one per file) and the steps they share.
+ *
+ * Every host algorithm is the same sequence, written out in its file:
+ *   weft_op_begin       sequence number, deadline, health check
+ *   weft_op_source      make the data peers will read remotely readable: zero-copy when it is
+ *                       registered memory, else copied into the staging scratch
+ *   weft_op_exchange    post a descriptor to every peer, wait for theirs, detect mismatches
+ *   weft_op_move        copy or reduce, split over the workers by the partitioner
+ *   weft_op_complete    closing signal: wait until no peer still reads our buffers
+ *   weft_op_end         statistics, and marking the communicator unusable on fatal errors
+ *
+ * Data always moves by pull: a rank reads peers' memory and writes only its own, so only the
+ * sources of an operation need to be registered.
+ */
+#ifndef WEFT_OP_OP_H
+#define WEFT_OP_OP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/comm.h"
+#include "model/partition.h"
+#include "weft.h"
+
+typedef struct weft_op {
+    struct weft_comm *comm;
+    uint32_t seq;
+    weft_wait_ctx_t wait;
+    const char *call;   /* API function name, for messages */
+    int staged; /* some source went through the staging scratch */
+} weft_op_t;
+
+/* Start an operation: fails with the stored error if the communicator is unusable. */
+weft_status_t weft_op_begin(struct weft_comm *comm, const char *call, weft_op_t *op);
+
+/* Finish: count the operation (zero-copy, staged or inline), mark the communicator unusable on
+ * WEFT_ERR_PEER_LOST / TIMEOUT / ABORTED / INTERNAL. Returns st. */
+weft_status_t weft_op_end(weft_op_t *op, weft_status_t st, int inline_payload);
+
+/* Whether [ptr, ptr + bytes) is registered memory readable by every peer at the same address
+ * (waiting for its registration if needed; the wait is counted as a first use). */
+weft_status_t weft_op_acquire(weft_op_t *op, const void *ptr, size_t bytes, int *ready_out);
+
+/* The staging scratch, at least bytes long, for this operation's staged data (one call per
+ * operation: a later call may move the scratch). Marks the operation as staged. */
+weft_status_t weft_op_stage(weft_op_t *op, size_t bytes, uint8_t **base_out);
+
+/* The common single-source case: *remote_out = ptr when it is registered (zero-copy), else a
+ * copy of the bytes in the staging scratch. force_copy stages even registered memory (one-shot
+ * in place: peers must read the input while we overwrite it). */
+weft_status_t weft_op_source(weft_op_t *op, const void *ptr, size_t bytes, int force_copy,
+                             const void **remote_out);
+
+/* Post desc to every peer (src overridden by src_per_peer[p] when given, pair counts by
+ * pair_send[p]/pair_recv[p] when given, inline data data + p * data_stride when desc is
+ * inline), wait for every peer's descriptor and compare. On a pair-count mismatch *pair_only_out
+ * (may be NULL) is set to 1 and the operation must still complete (weft_op_complete) so that
+ * every rank reports it. */
+weft_status_t weft_op_exchange(weft_op_t *op, const weft_op_desc_t *desc,
+                               const uint64_t *src_per_peer, const uint64_t *pair_send,
+                               const uint64_t *pair_recv, const void *data, size_t data_stride,
+                               int *pair_only_out);
+
+/* The descriptor peer posted for this operation (valid after weft_op_exchange). */
+static inline const weft_op_desc_t *weft_op_peer(const weft_op_t *op, int peer)
+{
+    return &weft_slot(op->comm, op->comm->rank, peer, op->seq)->desc;
+}
+
+/* The inline payload peer posted. */
+static inline const void *weft_op_peer_data(const weft_op_t *op, int peer)
+{
+    return weft_slot(op->comm, op->comm->rank, peer, op->seq)->data;
+}
+
+/* Work of one unit: bytes at offset inside slice number `slice`. */
+typedef void (*weft_unit_fn)(void *ctx, uint32_t slice, uint64_t offset, uint64_t bytes);
+
+/* Run fn over every slice: whole slices in order with one worker, else cut and assigned by
+ * the partitioner (cuts on multiples of granule bytes) and run by the executor. */
+weft_status_t weft_op_move(weft_op_t *op, const weft_slice_t *slices, size_t nslices,
+                           uint64_t granule, weft_unit_fn fn, void *ctx);
+
+/* Signal `kind` (done or phase) with my status, wait for every peer's; returns my status if it
+ * is an error, else the first error a peer reported, else WEFT_SUCCESS. */
+weft_status_t weft_op_complete(weft_op_t *op, weft_signal_kind_t kind, weft_status_t mine);
+
+/* ---- algorithms -------------------------------------------------------------------------- */
+
+/* Payloads that fit the handshake slot (coll_inline.c). Arguments as the public functions. */
+int weft_inline_fits(const struct weft_comm *comm, size_t pair_bytes);
+weft_status_t weft_inline_barrier(struct weft_comm *comm);
+weft_status_t weft_inline_all_reduce(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
+                                     size_t count, weft_dtype_t dtype, weft_redop_t op);
+weft_status_t weft_inline_all_gather(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
+                                     size_t count, weft_dtype_t dtype);
+weft_status_t weft_inline_reduce_scatter(struct weft_comm *comm, const void *sendbuf,
+                                         void *recvbuf, size_t recvcount, weft_dtype_t dtype,
+                                         weft_redop_t op);
+weft_status_t weft_inline_broadcast(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
+                                    size_t count, weft_dtype_t dtype, int root);
+weft_status_t weft_inline_all_to_all(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
+                                     size_t count, weft_dtype_t dtype);
+
+weft_status_t weft_allreduce_oneshot(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
+                                     size_t count, weft_dtype_t dtype, weft_redop_t op);
+weft_status_t weft_allreduce_twoshot(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
+                                     size_t count, weft_dtype_t dtype, weft_redop_t op);
+weft_status_t weft_allgather_mesh(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
+                                  size_t count, weft_dtype_t dtype);
+weft_status_t weft_reduce_scatter_mesh(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
+                                       size_t recvcount, weft_dtype_t dtype, weft_redop_t op);
+weft_status_t weft_broadcast_mesh(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
+                                  size_t count, weft_dtype_t dtype, int root);
+/* all_to_all is all_to_allv with uniform counts (counts/displacements arrays of nranks). */
+weft_status_t weft_alltoallv_mesh(struct weft_comm *comm, const void *sendbuf,
+                                  const size_t *sendcounts, const size_t *sdispls, void *recvbuf,
+                                  const size_t *recvcounts, const size_t *rdispls,
+                                  weft_dtype_t dtype, weft_coll_t coll, size_t count);
+
+#endif /* WEFT_OP_OP_H */

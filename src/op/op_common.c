@@ -1,0 +1,170 @@
+/*
+ * op_common.c - the steps every host algorithm shares (see op.h).
+ *
+ * Thread safety: an operation runs on the communicator's user thread; weft_op_move hands units
+ * to the executor's workers, which only read peers' memory and write this rank's.
+ */
+#include <string.h>
+
+#include "op/op.h"
+#include "util/log.h"
+
+weft_status_t weft_op_begin(struct weft_comm *comm, const char *call, weft_op_t *op)
+{
+    if (atomic_load_explicit(&comm->aborted, memory_order_relaxed))
+        return weft_error(WEFT_ERR_ABORTED, "%s: the communicator was aborted", call);
+    int err = atomic_load_explicit(&comm->async_error, memory_order_relaxed);
+    if (err != WEFT_SUCCESS) {
+        comm->unusable = 1;
+        return weft_error((weft_status_t)err, "%s: the communicator failed earlier: %s", call,
+                          weft_status_string((weft_status_t)err));
+    }
+    if (comm->unusable)
+        return weft_error(WEFT_ERR_INTERNAL, "%s: the communicator is unusable after an error",
+                          call);
+    *op = (weft_op_t){.comm = comm, .seq = ++comm->seq, .call = call};
+    op->wait = weft_comm_wait_ctx(comm, call);
+    return WEFT_SUCCESS;
+}
+
+weft_status_t weft_op_end(weft_op_t *op, weft_status_t st, int inline_payload)
+{
+    struct weft_comm *comm = op->comm;
+    switch (st) {
+    case WEFT_SUCCESS:
+        if (inline_payload)
+            atomic_fetch_add_explicit(&comm->stats.inline_ops, 1, memory_order_relaxed);
+        else if (op->staged)
+            atomic_fetch_add_explicit(&comm->stats.staged_ops, 1, memory_order_relaxed);
+        else
+            atomic_fetch_add_explicit(&comm->stats.zero_copy_ops, 1, memory_order_relaxed);
+        break;
+    case WEFT_ERR_PEER_LOST:
+    case WEFT_ERR_TIMEOUT:
+    case WEFT_ERR_ABORTED:
+    case WEFT_ERR_INTERNAL:
+        comm->unusable = 1;
+        break;
+    default:
+        break;
+    }
+    return st;
+}
+
+weft_status_t weft_op_acquire(weft_op_t *op, const void *ptr, size_t bytes, int *ready_out)
+{
+    return weft_comm_acquire(op->comm, ptr, bytes, &op->wait, ready_out);
+}
+
+weft_status_t weft_op_stage(weft_op_t *op, size_t bytes, uint8_t **base_out)
+{
+    void *base;
+    weft_status_t st = weft_comm_staging(op->comm, bytes, &op->wait, &base);
+    if (st != WEFT_SUCCESS)
+        return st;
+    op->staged = 1;
+    *base_out = base;
+    return WEFT_SUCCESS;
+}
+
+weft_status_t weft_op_source(weft_op_t *op, const void *ptr, size_t bytes, int force_copy,
+                             const void **remote_out)
+{
+    int ready = 0;
+    weft_status_t st = force_copy ? WEFT_SUCCESS : weft_op_acquire(op, ptr, bytes, &ready);
+    if (st != WEFT_SUCCESS)
+        return st;
+    if (ready) {
+        *remote_out = ptr;
+        return WEFT_SUCCESS;
+    }
+    uint8_t *base;
+    st = weft_op_stage(op, bytes, &base);
+    if (st != WEFT_SUCCESS)
+        return st;
+    memcpy(base, ptr, bytes);
+    *remote_out = base;
+    return WEFT_SUCCESS;
+}
+
+weft_status_t weft_op_exchange(weft_op_t *op, const weft_op_desc_t *desc,
+                               const uint64_t *src_per_peer, const uint64_t *pair_send,
+                               const uint64_t *pair_recv, const void *data, size_t data_stride,
+                               int *pair_only_out)
+{
+    struct weft_comm *comm = op->comm;
+    weft_op_desc_t d = *desc;
+    if (pair_only_out)
+        *pair_only_out = 0;
+    for (int i = 1; i < comm->nranks; i++) {
+        /* Start with the next rank so that ranks do not all write to rank 0 first. */
+        int p = (comm->rank + i) % comm->nranks;
+        if (src_per_peer)
+            d.src = src_per_peer[p];
+        if (pair_send)
+            d.pair_send = pair_send[p];
+        if (pair_recv)
+            d.pair_recv = pair_recv[p];
+        weft_hs_post(comm, p, op->seq, &d,
+                     data ? (const uint8_t *)data + (size_t)p * data_stride : NULL);
+    }
+    weft_status_t st = weft_hs_wait_posted(comm, op->seq, &op->wait);
+    if (st != WEFT_SUCCESS)
+        return st;
+    int common;
+    st = weft_hs_check_match(comm, op->seq, desc, pair_send, pair_recv, op->call, &common);
+    if (st == WEFT_ERR_MISMATCH && !common && pair_only_out)
+        *pair_only_out = 1;
+    return st;
+}
+
+typedef struct move_ctx {
+    const weft_plan_t *plan;
+    weft_unit_fn fn;
+    void *ctx;
+} move_ctx_t;
+
+static void run_worker_units(void *arg, int worker)
+{
+    move_ctx_t *m = arg;
+    const weft_plan_t *plan = m->plan;
+    for (size_t u = plan->worker_begin[worker]; u < plan->worker_begin[worker + 1]; u++) {
+        const weft_unit_t *unit = &plan->units[u];
+        m->fn(m->ctx, unit->slice, unit->offset, unit->bytes);
+    }
+}
+
+weft_status_t weft_op_move(weft_op_t *op, const weft_slice_t *slices, size_t nslices,
+                           uint64_t granule, weft_unit_fn fn, void *ctx)
+{
+    struct weft_comm *comm = op->comm;
+    int nworkers = comm->exec_ops->nworkers(comm->exec);
+    if (nworkers == 1) {
+        for (size_t i = 0; i < nslices; i++) {
+            if (slices[i].bytes > 0)
+                fn(ctx, (uint32_t)i, 0, slices[i].bytes);
+        }
+        return WEFT_SUCCESS;
+    }
+    weft_status_t st =
+        weft_partition(&comm->model, slices, nslices, nworkers, granule, &comm->plan);
+    if (st != WEFT_SUCCESS)
+        return st;
+    move_ctx_t m = {&comm->plan, fn, ctx};
+    comm->exec_ops->run(comm->exec, run_worker_units, &m);
+    return WEFT_SUCCESS;
+}
+
+weft_status_t weft_op_complete(weft_op_t *op, weft_signal_kind_t kind, weft_status_t mine)
+{
+    weft_hs_signal(op->comm, kind, op->seq, mine);
+    weft_status_t theirs;
+    weft_status_t st = weft_hs_wait_signal(op->comm, kind, op->seq, &op->wait, &theirs);
+    if (st != WEFT_SUCCESS)
+        return st;
+    if (mine != WEFT_SUCCESS)
+        return mine;
+    if (theirs != WEFT_SUCCESS)
+        return weft_error(theirs, "%s: a peer reported: %s", op->call, weft_status_string(theirs));
+    return WEFT_SUCCESS;
+}

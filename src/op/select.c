@@ -1,0 +1,71 @@
+/*
+ * select.c - choosing the algorithm of each collective on the host backend.
+ *
+ * Payloads that fit the handshake slot take the flag path (coll_inline.c); all-reduce switches
+ * from one-shot to two-shot at WEFT_ALLREDUCE_TWOSHOT_BYTES (default measured on the CI-class
+ * machine: docs/results/); everything else has one mesh algorithm.
+ * Arguments were checked by the API layer.
+ */
+#include "op/op.h"
+#include "op/select.h"
+
+weft_status_t weft_select_all_reduce(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
+                                     size_t count, weft_dtype_t dtype, weft_redop_t op)
+{
+    size_t bytes = count * weft_dtype_size(dtype);
+    if (weft_inline_fits(comm, bytes))
+        return weft_inline_all_reduce(comm, sendbuf, recvbuf, count, dtype, op);
+    if (bytes >= comm->allreduce_twoshot_bytes && comm->nranks > 1)
+        return weft_allreduce_twoshot(comm, sendbuf, recvbuf, count, dtype, op);
+    return weft_allreduce_oneshot(comm, sendbuf, recvbuf, count, dtype, op);
+}
+
+weft_status_t weft_select_all_gather(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
+                                     size_t count, weft_dtype_t dtype)
+{
+    if (weft_inline_fits(comm, count * weft_dtype_size(dtype)))
+        return weft_inline_all_gather(comm, sendbuf, recvbuf, count, dtype);
+    return weft_allgather_mesh(comm, sendbuf, recvbuf, count, dtype);
+}
+
+weft_status_t weft_select_reduce_scatter(struct weft_comm *comm, const void *sendbuf,
+                                         void *recvbuf, size_t recvcount, weft_dtype_t dtype,
+                                         weft_redop_t op)
+{
+    if (weft_inline_fits(comm, recvcount * weft_dtype_size(dtype)))
+        return weft_inline_reduce_scatter(comm, sendbuf, recvbuf, recvcount, dtype, op);
+    return weft_reduce_scatter_mesh(comm, sendbuf, recvbuf, recvcount, dtype, op);
+}
+
+weft_status_t weft_select_broadcast(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
+                                    size_t count, weft_dtype_t dtype, int root)
+{
+    if (weft_inline_fits(comm, count * weft_dtype_size(dtype)))
+        return weft_inline_broadcast(comm, sendbuf, recvbuf, count, dtype, root);
+    return weft_broadcast_mesh(comm, sendbuf, recvbuf, count, dtype, root);
+}
+
+weft_status_t weft_select_all_to_all(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
+                                     size_t count, weft_dtype_t dtype)
+{
+    if (weft_inline_fits(comm, count * weft_dtype_size(dtype)))
+        return weft_inline_all_to_all(comm, sendbuf, recvbuf, count, dtype);
+    size_t counts[WEFT_MAX_RANKS], displs[WEFT_MAX_RANKS];
+    for (int p = 0; p < comm->nranks; p++) {
+        counts[p] = count;
+        displs[p] = (size_t)p * count;
+    }
+    return weft_alltoallv_mesh(comm, sendbuf, counts, displs, recvbuf, counts, displs, dtype,
+                               WEFT_COLL_ALL_TO_ALL, count);
+}
+
+weft_status_t weft_select_all_to_allv(struct weft_comm *comm, const void *sendbuf,
+                                      const size_t *sendcounts, const size_t *sdispls,
+                                      void *recvbuf, const size_t *recvcounts,
+                                      const size_t *rdispls, weft_dtype_t dtype)
+{
+    return weft_alltoallv_mesh(comm, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls,
+                               dtype, WEFT_COLL_ALL_TO_ALLV, 0);
+}
+
+weft_status_t weft_select_barrier(struct weft_comm *comm) { return weft_inline_barrier(comm); }

@@ -1,0 +1,31 @@
+/*
+ * select.h - the op layer's entry points used by the API: each picks an algorithm (select.c).
+ * Arguments must have been checked (api/); count > 0.
+ */
+#ifndef WEFT_OP_SELECT_H
+#define WEFT_OP_SELECT_H
+
+#include <stddef.h>
+
+#include "weft.h"
+
+struct weft_comm;
+
+weft_status_t weft_select_all_reduce(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
+                                     size_t count, weft_dtype_t dtype, weft_redop_t op);
+weft_status_t weft_select_all_gather(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
+                                     size_t count, weft_dtype_t dtype);
+weft_status_t weft_select_reduce_scatter(struct weft_comm *comm, const void *sendbuf,
+                                         void *recvbuf, size_t recvcount, weft_dtype_t dtype,
+                                         weft_redop_t op);
+weft_status_t weft_select_broadcast(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
+                                    size_t count, weft_dtype_t dtype, int root);
+weft_status_t weft_select_all_to_all(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
+                                     size_t count, weft_dtype_t dtype);
+weft_status_t weft_select_all_to_allv(struct weft_comm *comm, const void *sendbuf,
+                                      const size_t *sendcounts, const size_t *sdispls,
+                                      void *recvbuf, const size_t *recvcounts,
+                                      const size_t *rdispls, weft_dtype_t dtype);
+weft_status_t weft_select_barrier(struct weft_comm *comm);
+
+#endif /* WEFT_OP_SELECT_H */

@@ -1,0 +1,238 @@
+/*
+ * config.c - the configuration table and its parser.
+ *
+ * Design: one static array of rows; each row names the variable, an optional fallback variable
+ * (the torchrun name), the default as a string, the unit, the help text, the parser and the
+ * offset of the parsed field in weft_env_t. Parsing runs once under pthread_once: defaults first,
+ * then the environment. This file is the only caller of getenv in the library.
+ */
+#include "util/config.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+typedef enum { CFG_INT, CFG_DOUBLE, CFG_BYTES, CFG_STRING, CFG_ENUM } cfg_type_t;
+
+typedef struct cfg_row {
+    const char *name;
+    const char *fallback; /* also read when name is unset (torchrun variables), or NULL */
+    const char *def;
+    const char *unit;
+    cfg_type_t type;
+    size_t offset;
+    const char *const *choices; /* CFG_ENUM: NULL-terminated names, value = index */
+    const char *help;
+} cfg_row_t;
+
+static const char *const backend_names[] = {"auto", "host", "cuda", NULL};
+static const char *const registration_names[] = {"roa", "jit", "staged", NULL};
+static const char *const log_names[] = {"none", "error", "warn", "info", "debug", NULL};
+
+#define OFF(field) offsetof(weft_env_t, field)
+
+/* clang-format off */
+static const cfg_row_t rows[] = {
+    {"WEFT_RANK", "RANK", "-1", "", CFG_INT, OFF(rank), NULL,
+     "rank of this process in the job"},
+    {"WEFT_NRANKS", "WORLD_SIZE", "-1", "", CFG_INT, OFF(nranks), NULL,
+     "number of ranks in the job"},
+    {"WEFT_LOCAL_RANK", "LOCAL_RANK", "-1", "", CFG_INT, OFF(local_rank), NULL,
+     "rank within the node; picks the GPU on the CUDA backend (default: rank)"},
+    {"WEFT_MASTER_ADDR", "MASTER_ADDR", "127.0.0.1", "", CFG_STRING, OFF(master_addr), NULL,
+     "address of the rendezvous store hosted by rank 0"},
+    {"WEFT_MASTER_PORT", "MASTER_PORT", "29500", "", CFG_INT, OFF(master_port), NULL,
+     "TCP port of the rendezvous store"},
+    {"WEFT_JOB_SECRET", NULL, "", "", CFG_STRING, OFF(job_secret), NULL,
+     "per-job secret checked on every control socket (weftrun sets it; empty: rank 0 makes one)"},
+    {"WEFT_BACKEND", NULL, "auto", "", CFG_ENUM, OFF(backend), backend_names,
+     "auto|host|cuda; auto picks cuda when a GPU is present"},
+    {"WEFT_REGISTRATION", NULL, "roa", "", CFG_ENUM, OFF(registration), registration_names,
+     "roa: register at allocation; jit: at first use; staged: copy through scratch"},
+    {"WEFT_TIMEOUT_S", NULL, "300", "s", CFG_DOUBLE, OFF(timeout_s), NULL,
+     "deadline of every wait; past it an operation fails with WEFT_ERR_TIMEOUT"},
+    {"WEFT_LOG_LEVEL", NULL, "warn", "", CFG_ENUM, OFF(log_level), log_names,
+     "none|error|warn|info|debug"},
+    {"WEFT_WINDOW_SLICE_BYTES", NULL, "0", "bytes", CFG_BYTES, OFF(window_slice_bytes), NULL,
+     "size of each rank's slice of the shadow window (0: 64G host, 256G cuda)"},
+    {"WEFT_STAGING_BYTES", NULL, "4M", "bytes", CFG_BYTES, OFF(staging_bytes), NULL,
+     "initial size of the registered staging scratch (grows on demand)"},
+    {"WEFT_HOST_WORKERS", NULL, "1", "threads", CFG_INT, OFF(host_workers), NULL,
+     "threads per rank that move data on the host backend (the caller is one of them)"},
+    {"WEFT_INLINE_BYTES", NULL, "256", "bytes", CFG_BYTES, OFF(inline_bytes), NULL,
+     "payloads up to this size travel inside the handshake slot (at most 256)"},
+    {"WEFT_ALLREDUCE_TWOSHOT_BYTES", NULL, "256K", "bytes", CFG_BYTES,
+     OFF(allreduce_twoshot_bytes), NULL,
+     "all-reduce uses the two-shot form from this size up, one-shot below"},
+    {"WEFT_WAIT_SPIN_NS", NULL, "20000", "ns", CFG_BYTES, OFF(wait_spin_ns), NULL,
+     "a wait polls this long before it starts yielding the CPU"},
+    {"WEFT_WAIT_YIELD_NS", NULL, "200000", "ns", CFG_BYTES, OFF(wait_yield_ns), NULL,
+     "a wait yields this long before it sleeps on a futex"},
+    {"WEFT_TIER_SELF_LAT_US", NULL, "0.2", "us", CFG_DOUBLE, OFF(tier_self_lat_us), NULL,
+     "cost model: latency of a local copy unit"},
+    {"WEFT_TIER_SELF_BW_GBPS", NULL, "10", "GB/s", CFG_DOUBLE, OFF(tier_self_bw_gbps), NULL,
+     "cost model: bandwidth of a local copy"},
+    {"WEFT_TIER_PEER_LAT_US", NULL, "0.5", "us", CFG_DOUBLE, OFF(tier_peer_lat_us), NULL,
+     "cost model: latency of a unit read from a peer on the same NUMA node"},
+    {"WEFT_TIER_PEER_BW_GBPS", NULL, "8", "GB/s", CFG_DOUBLE, OFF(tier_peer_bw_gbps), NULL,
+     "cost model: bandwidth from a peer on the same NUMA node"},
+    {"WEFT_TIER_REMOTE_NUMA_LAT_US", NULL, "1.0", "us", CFG_DOUBLE,
+     OFF(tier_remote_numa_lat_us), NULL,
+     "cost model: latency of a unit read from a peer on another NUMA node"},
+    {"WEFT_TIER_REMOTE_NUMA_BW_GBPS", NULL, "5", "GB/s", CFG_DOUBLE,
+     OFF(tier_remote_numa_bw_gbps), NULL,
+     "cost model: bandwidth from a peer on another NUMA node"},
+    {"WEFT_PART_UNIT_BYTES", NULL, "256K", "bytes", CFG_BYTES, OFF(part_unit_bytes), NULL,
+     "partitioner: remote slices are cut into units of this size"},
+    {"WEFT_PART_FANOUT", NULL, "2", "workers", CFG_INT, OFF(part_fanout), NULL,
+     "partitioner: at most this many workers target one peer"},
+    {"WEFT_RUN_GRACE_S", NULL, "30", "s", CFG_DOUBLE, OFF(run_grace_s), NULL,
+     "weftrun: after a rank fails, how long the others get to exit before they are killed"},
+};
+/* clang-format on */
+
+#define NROWS (sizeof rows / sizeof rows[0])
+
+static weft_env_t env;
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+
+int weft_parse_bytes(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || errno != 0 || s[0] == '-')
+        return -1;
+    unsigned shift = 0;
+    switch (*end) {
+    case '\0': break;
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    case 't': case 'T': shift = 40; end++; break;
+    default: return -1;
+    }
+    if (*end == 'i' || *end == 'B')
+        end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
+    if (*end != '\0' || (shift && v > (ULLONG_MAX >> shift)))
+        return -1;
+    *out = (uint64_t)(v << shift);
+    return 0;
+}
+
+/* Parse text into the row's field. Returns 0 on success, -1 if the text is malformed. */
+static int parse_row(const cfg_row_t *row, const char *text)
+{
+    void *field = (char *)&env + row->offset;
+    char *end;
+    switch (row->type) {
+    case CFG_INT: {
+        errno = 0;
+        long v = strtol(text, &end, 10);
+        if (end == text || *end != '\0' || errno != 0 || v < INT_MIN || v > INT_MAX)
+            return -1;
+        *(int *)field = (int)v;
+        return 0;
+    }
+    case CFG_DOUBLE: {
+        errno = 0;
+        double v = strtod(text, &end);
+        if (end == text || *end != '\0' || errno != 0 || v < 0)
+            return -1;
+        *(double *)field = v;
+        return 0;
+    }
+    case CFG_BYTES:
+        return weft_parse_bytes(text, (uint64_t *)field);
+    case CFG_STRING:
+        if (strlen(text) >= WEFT_CONFIG_STR_BYTES)
+            return -1;
+        strcpy((char *)field, text);
+        return 0;
+    case CFG_ENUM:
+        for (int i = 0; row->choices[i]; i++) {
+            if (strcasecmp(text, row->choices[i]) == 0) {
+                *(int *)field = i;
+                return 0;
+            }
+        }
+        return -1;
+    }
+    return -1;
+}
+
+/* The environment's text for a row (its own name first, then its fallback), or NULL. */
+static const char *row_env(const cfg_row_t *row)
+{
+    const char *v = getenv(row->name);
+    if ((v == NULL || *v == '\0') && row->fallback)
+        v = getenv(row->fallback);
+    return (v && *v) ? v : NULL;
+}
+
+static void parse_all(void)
+{
+    for (size_t i = 0; i < NROWS; i++)
+        (void)parse_row(&rows[i], rows[i].def); /* defaults are valid by construction */
+    for (size_t i = 0; i < NROWS; i++) {
+        const char *v = row_env(&rows[i]);
+        if (v && parse_row(&rows[i], v) != 0) {
+            (void)parse_row(&rows[i], rows[i].def);
+            fprintf(stderr, "weft WARN: %s=\"%s\" is malformed; using the default \"%s\"\n",
+                    rows[i].name, v, rows[i].def);
+        }
+    }
+}
+
+const weft_env_t *weft_config_get(void)
+{
+    pthread_once(&env_once, parse_all);
+    return &env;
+}
+
+/* Format the row's value in force into buf. */
+static void format_value(const cfg_row_t *row, char *buf, size_t len)
+{
+    const void *field = (const char *)weft_config_get() + row->offset;
+    switch (row->type) {
+    case CFG_INT: snprintf(buf, len, "%d", *(const int *)field); break;
+    case CFG_DOUBLE: snprintf(buf, len, "%g", *(const double *)field); break;
+    case CFG_BYTES: snprintf(buf, len, "%llu", (unsigned long long)*(const uint64_t *)field); break;
+    case CFG_STRING: snprintf(buf, len, "%s", (const char *)field); break;
+    case CFG_ENUM: snprintf(buf, len, "%s", row->choices[*(const int *)field]); break;
+    }
+}
+
+void weft_config_print(FILE *out)
+{
+    fprintf(out, "%-30s %-12s %-10s %-8s %s\n", "VARIABLE", "VALUE", "DEFAULT", "UNIT", "HELP");
+    for (size_t i = 0; i < NROWS; i++) {
+        char value[WEFT_CONFIG_STR_BYTES];
+        format_value(&rows[i], value, sizeof value);
+        if (strcmp(rows[i].name, "WEFT_JOB_SECRET") == 0 && value[0])
+            snprintf(value, sizeof value, "(set)");
+        fprintf(out, "%-30s %-12s %-10s %-8s %s", rows[i].name, value, rows[i].def,
+                rows[i].unit, rows[i].help);
+        if (rows[i].fallback)
+            fprintf(out, " (also read from %s)", rows[i].fallback);
+        fputc('\n', out);
+    }
+}
+
+void weft_config_print_markdown(FILE *out)
+{
+    fprintf(out, "# weft configuration\n\n"
+                 "Generated by `weft-info -c --markdown`; every variable is read once, at the "
+                 "first weft call of the process.\n\n"
+                 "| variable | default | unit | meaning |\n| --- | --- | --- | --- |\n");
+    for (size_t i = 0; i < NROWS; i++) {
+        fprintf(out, "| `%s` | `%s` | %s | %s", rows[i].name, rows[i].def, rows[i].unit,
+                rows[i].help);
+        if (rows[i].fallback)
+            fprintf(out, " (also read from `%s`)", rows[i].fallback);
+        fprintf(out, " |\n");
+    }
+}

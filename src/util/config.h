@@ -1,0 +1,68 @@
+/*
+ * config.h - the configuration table: every environment variable weft reads is one row
+ * (name, default as a string, unit, help). The table is parsed once per process, on first use;
+ * nobody else calls getenv. `weft-info -c` prints the table; docs/config.md is generated from it.
+ *
+ * Thread safety: weft_config_get() parses under pthread_once and then returns a read-only struct.
+ */
+#ifndef WEFT_UTIL_CONFIG_H
+#define WEFT_UTIL_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "weft.h"
+
+#define WEFT_CONFIG_STR_BYTES 256
+
+/* Parsed values. Field names carry their unit. */
+typedef struct weft_env {
+    /* identity and bootstrap */
+    int rank;       /* WEFT_RANK, else RANK; -1 if neither is set */
+    int nranks;     /* WEFT_NRANKS, else WORLD_SIZE; -1 if neither is set */
+    int local_rank; /* WEFT_LOCAL_RANK, else LOCAL_RANK; -1 if neither is set */
+    char master_addr[WEFT_CONFIG_STR_BYTES]; /* WEFT_MASTER_ADDR, else MASTER_ADDR */
+    int master_port;                         /* WEFT_MASTER_PORT, else MASTER_PORT */
+    char job_secret[WEFT_CONFIG_STR_BYTES];  /* WEFT_JOB_SECRET ("" : rank 0 makes one) */
+
+    /* communicator */
+    weft_backend_t backend;           /* WEFT_BACKEND */
+    weft_registration_t registration; /* WEFT_REGISTRATION */
+    double timeout_s;                 /* WEFT_TIMEOUT_S */
+    int log_level;                    /* WEFT_LOG_LEVEL (weft_log_level_t) */
+    uint64_t window_slice_bytes;      /* WEFT_WINDOW_SLICE_BYTES (0: backend default) */
+    uint64_t staging_bytes;           /* WEFT_STAGING_BYTES: initial staging scratch */
+
+    /* host backend */
+    int host_workers;               /* WEFT_HOST_WORKERS */
+    uint64_t inline_bytes;          /* WEFT_INLINE_BYTES: payloads sent through the flag slot */
+    uint64_t allreduce_twoshot_bytes; /* WEFT_ALLREDUCE_TWOSHOT_BYTES: one-shot below */
+    uint64_t wait_spin_ns;          /* WEFT_WAIT_SPIN_NS: busy-poll before yielding */
+    uint64_t wait_yield_ns;         /* WEFT_WAIT_YIELD_NS: sched_yield before sleeping */
+
+    /* cost model and partitioner (tier "self" = local copy, "peer" = another rank) */
+    double tier_self_lat_us, tier_self_bw_gbps;
+    double tier_peer_lat_us, tier_peer_bw_gbps;
+    double tier_remote_numa_lat_us, tier_remote_numa_bw_gbps;
+    uint64_t part_unit_bytes; /* WEFT_PART_UNIT_BYTES: unit size S_t */
+    int part_fanout;          /* WEFT_PART_FANOUT: workers per peer at once, H_t */
+
+    /* launcher */
+    double run_grace_s; /* WEFT_RUN_GRACE_S: weftrun's wait for survivors after a rank dies */
+} weft_env_t;
+
+/* The process-wide parsed configuration. Never NULL. A malformed value is reported once (WARN)
+ * and replaced by its default. */
+const weft_env_t *weft_config_get(void);
+
+/* Print the table (name, value in force, default, unit, help) as aligned text. */
+void weft_config_print(FILE *out);
+
+/* Print the table as a Markdown page (docs/config.md). */
+void weft_config_print_markdown(FILE *out);
+
+/* Parse a byte size such as "4096", "64K", "2M", "1G" (powers of 1024). Returns 0 on success. */
+int weft_parse_bytes(const char *s, uint64_t *out);
+
+#endif /* WEFT_UTIL_CONFIG_H */

@@ -1,0 +1,46 @@
+/*
+ * log.h - logging and the thread-local last-error text.
+ *
+ * Errors are logged once, where they are first seen, by weft_error(), which also fills
+ * weft_last_error() for the calling thread. Callers only propagate the returned status.
+ * Logging goes to stderr, prefixed with "weft[rank]", filtered by WEFT_LOG_LEVEL.
+ */
+#ifndef WEFT_UTIL_LOG_H
+#define WEFT_UTIL_LOG_H
+
+#include "weft.h"
+
+typedef enum {
+    WEFT_LOG_NONE = 0,
+    WEFT_LOG_ERROR = 1,
+    WEFT_LOG_WARN = 2,
+    WEFT_LOG_INFO = 3,
+    WEFT_LOG_DEBUG = 4
+} weft_log_level_t;
+
+#define WEFT_PRINTF(a, b) __attribute__((format(printf, a, b)))
+
+/* Set the rank printed in log prefixes of this process (-1: none). Thread-safe. */
+void weft_log_set_rank(int rank);
+
+/* Print a message at the given level if WEFT_LOG_LEVEL admits it. Thread-safe. */
+void weft_log(weft_log_level_t level, const char *fmt, ...) WEFT_PRINTF(2, 3);
+
+/* Record an error: format the message into this thread's weft_last_error() buffer, log it at
+ * ERROR level (INFO for WEFT_ERR_INVALID_ARGUMENT, which the caller handles), and return status. The
+ * message should name the call and the argument, e.g. "weft_all_reduce: dtype 42 is unknown". */
+weft_status_t weft_error(weft_status_t status, const char *fmt, ...) WEFT_PRINTF(2, 3);
+
+/* Like weft_error, appending ": <strerror(err)>" to the message. */
+weft_status_t weft_error_errno(weft_status_t status, int err, const char *fmt, ...)
+    WEFT_PRINTF(3, 4);
+
+/* Clear this thread's last-error text (called at the start of every public call). */
+void weft_error_clear(void);
+
+#define WEFT_LOG_ERR(...) weft_log(WEFT_LOG_ERROR, __VA_ARGS__)
+#define WEFT_LOG_WARN(...) weft_log(WEFT_LOG_WARN, __VA_ARGS__)
+#define WEFT_LOG_INFO(...) weft_log(WEFT_LOG_INFO, __VA_ARGS__)
+#define WEFT_LOG_DEBUG(...) weft_log(WEFT_LOG_DEBUG, __VA_ARGS__)
+
+#endif /* WEFT_UTIL_LOG_H */

@@ -1,0 +1,100 @@
+/*
+ * wait.c - spin, yield, then futex sleep on shared flag words (see wait.h for the protocol).
+ */
+#include "util/wait.h"
+
+#include <errno.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "util/clock.h"
+#include "util/config.h"
+
+#define SLEEP_SLICE_NS 10000000ull /* 10 ms: the longest a sleeper goes without a check */
+#define SPIN_CHECK_EVERY 1024      /* polls between two clock reads while spinning */
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static void futex_wait(_Atomic uint32_t *addr, uint32_t expected, uint64_t ns)
+{
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
+                          .tv_nsec = (long)(ns % 1000000000ull)};
+    /* Shared futex (no FUTEX_PRIVATE_FLAG): the word may live in another process's mapping. */
+    (void)syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT, expected, &ts, NULL, 0);
+}
+
+static void futex_wake_all(_Atomic uint32_t *addr)
+{
+    (void)syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+}
+
+void weft_flag_set(weft_flag_t *flag, uint32_t v)
+{
+    atomic_store_explicit(&flag->value, v, memory_order_seq_cst);
+    if (atomic_load_explicit(&flag->sleepers, memory_order_seq_cst) != 0)
+        futex_wake_all(&flag->value);
+}
+
+/* Sleep on flag for at most one slice unless it has reached target meanwhile. */
+static void sleep_on(weft_flag_t *flag, uint32_t target)
+{
+    atomic_fetch_add_explicit(&flag->sleepers, 1, memory_order_seq_cst);
+    uint32_t v = atomic_load_explicit(&flag->value, memory_order_seq_cst);
+    if (!weft_seq_reached(v, target))
+        futex_wait(&flag->value, v, SLEEP_SLICE_NS);
+    atomic_fetch_sub_explicit(&flag->sleepers, 1, memory_order_seq_cst);
+}
+
+weft_status_t weft_flag_wait_all(weft_flag_t *first, size_t stride_bytes, int count,
+                                 int skip_index, uint32_t target, weft_wait_check_fn check,
+                                 void *arg)
+{
+    const weft_env_t *cfg = weft_config_get();
+    uint64_t start = 0;
+    unsigned polls = 0;
+    for (int i = 0; i < count; i++) {
+        if (i == skip_index)
+            continue;
+        weft_flag_t *flag = (weft_flag_t *)((char *)first + (size_t)i * stride_bytes);
+        while (!weft_seq_reached(atomic_load_explicit(&flag->value, memory_order_acquire),
+                                 target)) {
+            if (++polls % SPIN_CHECK_EVERY != 0) {
+                cpu_relax();
+                continue;
+            }
+            uint64_t now = weft_now_ns();
+            if (start == 0)
+                start = now;
+            weft_status_t st = check(arg);
+            if (st != WEFT_SUCCESS)
+                return st;
+            uint64_t waited = now - start;
+            if (waited < cfg->wait_spin_ns)
+                continue;
+            if (waited < cfg->wait_spin_ns + cfg->wait_yield_ns) {
+                sched_yield();
+                polls = SPIN_CHECK_EVERY - 8; /* check again after a few polls */
+                continue;
+            }
+            sleep_on(flag, target);
+            polls = SPIN_CHECK_EVERY - 1;
+        }
+    }
+    return WEFT_SUCCESS;
+}
+
+weft_status_t weft_flag_wait(weft_flag_t *flag, uint32_t target, weft_wait_check_fn check,
+                             void *arg)
+{
+    return weft_flag_wait_all(flag, 0, 1, -1, target, check, arg);
+}

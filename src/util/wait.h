@@ -1,0 +1,48 @@
+/*
+ * wait.h - waiting on a 32-bit flag word that another thread or process sets.
+ *
+ * Flags hold sequence numbers that only grow (modulo 2^32); a wait ends when the flag reaches a
+ * target, compared wrap-safely. The policy is the one DESIGN.md gives: poll for
+ * WEFT_WAIT_SPIN_NS, then sched_yield for WEFT_WAIT_YIELD_NS, then sleep on a futex in slices of
+ * at most 10 ms. Between slices the waiter calls a check function (peer lost, aborted, timed out)
+ * so no wait outlives its deadline or a dead peer.
+ *
+ * Wake-up protocol (works across processes: the words live in MAP_SHARED memory): a sleeper
+ * increments the flag's companion `sleepers` word, re-reads the flag, and sleeps only if it is
+ * still short; a setter stores the flag (seq_cst) and calls futex wake only when `sleepers` is
+ * non-zero. So the fast path of a setter is a store and a load.
+ */
+#ifndef WEFT_UTIL_WAIT_H
+#define WEFT_UTIL_WAIT_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "weft.h"
+
+/* A flag and the count of threads sleeping on it; both must be in the same mapping. */
+typedef struct weft_flag {
+    _Atomic uint32_t value;
+    _Atomic uint32_t sleepers;
+} weft_flag_t;
+
+/* True when a has reached b, modulo 2^32 (a - b is "non-negative"). */
+static inline int weft_seq_reached(uint32_t a, uint32_t b) { return (int32_t)(a - b) >= 0; }
+
+/* Called between sleep slices; returns WEFT_SUCCESS to go on waiting, any other status to stop. */
+typedef weft_status_t (*weft_wait_check_fn)(void *arg);
+
+/* Store v into the flag (release, and ordered before the sleepers check) and wake sleepers. */
+void weft_flag_set(weft_flag_t *flag, uint32_t v);
+
+/* Wait until flag reaches target. check is called every few microseconds once spinning is over
+ * (and at least every 10 ms while sleeping). Returns WEFT_SUCCESS or the status check returned. */
+weft_status_t weft_flag_wait(weft_flag_t *flag, uint32_t target, weft_wait_check_fn check,
+                             void *arg);
+
+/* Wait until every flag of an array reaches target (flags[i * stride_bytes]); same policy. */
+weft_status_t weft_flag_wait_all(weft_flag_t *first, size_t stride_bytes, int count,
+                                 int skip_index, uint32_t target, weft_wait_check_fn check,
+                                 void *arg);
+
+#endif /* WEFT_UTIL_WAIT_H */
