@@ -46,7 +46,10 @@ weft_status_t weft_comm_check(void *arg)
     if (err != WEFT_SUCCESS)
         return weft_error((weft_status_t)err, "%s: %s (a background error ended the wait)",
                           ctx->what, weft_status_string((weft_status_t)err));
-    if (weft_now_ns() > ctx->deadline_ns)
+    uint64_t now = weft_now_ns();
+    if (ctx->deadline_ns == 0) /* the first slow poll of the wait starts the clock */
+        ctx->deadline_ns = weft_deadline_after_s(ctx->comm->timeout_s);
+    if (now > ctx->deadline_ns)
         return weft_error(WEFT_ERR_TIMEOUT, "%s: no progress within %.3g s", ctx->what,
                           ctx->comm->timeout_s);
     return WEFT_SUCCESS;
@@ -54,7 +57,7 @@ weft_status_t weft_comm_check(void *arg)
 
 weft_wait_ctx_t weft_comm_wait_ctx(struct weft_comm *comm, const char *what)
 {
-    return (weft_wait_ctx_t){comm, weft_deadline_after_s(comm->timeout_s), what};
+    return (weft_wait_ctx_t){comm, 0, what};
 }
 
 void weft_comm_mark_aborted(struct weft_comm *comm)

@@ -45,27 +45,36 @@ typedef enum {
 
 /* What a sender tells one receiver about an operation. Fields that all ranks must agree on
  * (coll, dtype, redop, root, count) are compared by the receiver; per-pair fields are compared
- * against the receiver's own view of the pair. */
+ * against the receiver's own view of the pair. 48 bytes: with the slot's flag in front, the
+ * header and the first 40 bytes of an inline payload share one cache line. */
 typedef struct weft_op_desc {
-    uint32_t coll;   /* weft_coll_t */
-    uint32_t dtype;  /* weft_dtype_t */
-    uint32_t redop;  /* weft_redop_t, 0 where none */
-    int32_t root;    /* broadcast root, 0 where none */
-    uint64_t count;  /* the collective's count argument (0 for all_to_allv) */
-    uint64_t src;    /* address the receiver reads from (meaning per algorithm) */
-    uint64_t aux;    /* second address (two-shot: the sender's reduced chunk) */
+    uint8_t coll;          /* weft_coll_t */
+    uint8_t dtype;         /* weft_dtype_t */
+    uint8_t redop;         /* weft_redop_t, 0 where none */
+    uint8_t flags;         /* WEFT_DESC_* */
+    int16_t root;          /* broadcast root, 0 where none */
+    uint16_t inline_bytes; /* payload bytes when WEFT_DESC_INLINE */
+    uint64_t count;        /* the collective's count argument (0 for all_to_allv) */
+    /* Not sent with WEFT_DESC_INLINE: the payload takes their place. */
+    uint64_t src;       /* address the receiver reads from (meaning per algorithm) */
+    uint64_t aux;       /* second address (two-shot: the sender's reduced chunk) */
     uint64_t pair_send; /* all_to_allv: elements the sender sends to the receiver */
     uint64_t pair_recv; /* all_to_allv: elements the sender expects from the receiver */
-    uint32_t flags;     /* WEFT_DESC_* */
-    uint32_t inline_bytes;
 } weft_op_desc_t;
+
+#define WEFT_DESC_HEADER_BYTES offsetof(weft_op_desc_t, src)
 
 typedef struct weft_slot {
     weft_flag_t posted; /* sequence number of the descriptor below */
-    uint8_t pad0[WEFT_CACHELINE - sizeof(weft_flag_t)];
-    weft_op_desc_t desc;
-    uint8_t pad1[2 * WEFT_CACHELINE - sizeof(weft_op_desc_t)];
-    uint8_t data[WEFT_INLINE_MAX];
+    union {
+        weft_op_desc_t desc;
+        struct {
+            uint8_t header[WEFT_DESC_HEADER_BYTES];
+            uint8_t data[WEFT_INLINE_MAX];
+        } in;
+    } u;
+    uint8_t pad[5 * WEFT_CACHELINE - sizeof(weft_flag_t) - WEFT_DESC_HEADER_BYTES -
+                WEFT_INLINE_MAX];
 } weft_slot_t;
 
 /* A signal: flag = sequence number, status = the sender's verdict for that operation. */
@@ -135,15 +144,16 @@ void weft_comm_set_async_error(struct weft_comm *comm, weft_status_t status);
 /* Deadline-and-health check passed to every wait of an operation. */
 typedef struct weft_wait_ctx {
     struct weft_comm *comm;
-    uint64_t deadline_ns;
-    const char *what; /* named in the timeout message */
+    uint64_t deadline_ns; /* CLOCK_MONOTONIC; 0: set by the first check (hot paths skip the
+                             clock read when no wait is needed) */
+    const char *what;     /* named in the timeout message */
 } weft_wait_ctx_t;
 
 /* WEFT_ERR_ABORTED, the stored background error, WEFT_ERR_TIMEOUT past the deadline, else
  * WEFT_SUCCESS. arg is a weft_wait_ctx_t. */
 weft_status_t weft_comm_check(void *arg);
 
-/* A wait context whose deadline is the communicator's timeout from now. */
+/* A wait context whose deadline is the communicator's timeout from the first slow poll. */
 weft_wait_ctx_t weft_comm_wait_ctx(struct weft_comm *comm, const char *what);
 
 /* ---- handshake (handshake.c) ---------------------------------------------------------------- */

@@ -26,9 +26,13 @@ void weft_hs_post(struct weft_comm *comm, int peer, uint32_t seq, const weft_op_
                   const void *data)
 {
     weft_slot_t *slot = weft_slot(comm, peer, comm->rank, seq);
-    slot->desc = *desc;
-    if ((desc->flags & WEFT_DESC_INLINE) && desc->inline_bytes > 0)
-        memcpy(slot->data, data, desc->inline_bytes);
+    if (desc->flags & WEFT_DESC_INLINE) {
+        memcpy(slot->u.in.header, desc, WEFT_DESC_HEADER_BYTES);
+        if (desc->inline_bytes > 0)
+            memcpy(slot->u.in.data, data, desc->inline_bytes);
+    } else {
+        slot->u.desc = *desc;
+    }
     weft_flag_set(&slot->posted, seq);
 }
 
@@ -57,7 +61,7 @@ weft_status_t weft_hs_check_match(struct weft_comm *comm, uint32_t seq, const we
     for (int p = 0; p < comm->nranks; p++) {
         if (p == comm->rank)
             continue;
-        const weft_op_desc_t *d = &weft_slot(comm, comm->rank, p, seq)->desc;
+        const weft_op_desc_t *d = &weft_slot(comm, comm->rank, p, seq)->u.desc;
         const char *field = NULL;
         if (d->coll != mine->coll) {
             if (common_out)
@@ -84,7 +88,7 @@ weft_status_t weft_hs_check_match(struct weft_comm *comm, uint32_t seq, const we
     for (int p = 0; my_pair_send && my_pair_recv && p < comm->nranks; p++) {
         if (p == comm->rank)
             continue;
-        const weft_op_desc_t *d = &weft_slot(comm, comm->rank, p, seq)->desc;
+        const weft_op_desc_t *d = &weft_slot(comm, comm->rank, p, seq)->u.desc;
         if (d->pair_recv != my_pair_send[p] || d->pair_send != my_pair_recv[p])
             return weft_error(WEFT_ERR_MISMATCH,
                               "%s: rank %d sends %llu elements to rank %d, which expects %llu "

@@ -281,6 +281,8 @@ static void peer_lost(weft_registry_t *reg, int peer, const char *why)
                                   weft_error(WEFT_ERR_PEER_LOST, "rank %d lost: %s", peer, why));
 }
 
+static void receive_from(weft_registry_t *reg, int peer);
+
 static void flush_outbox(weft_registry_t *reg, int peer)
 {
     outbox_t *ob = &reg->out[peer];
@@ -290,6 +292,8 @@ static void flush_outbox(weft_registry_t *reg, int peer)
         if (st == WEFT_ERR_TIMEOUT)
             return; /* socket full: POLLOUT will bring us back */
         if (st != WEFT_SUCCESS) {
+            /* Read what the peer sent before it closed: a BYE makes the close orderly. */
+            receive_from(reg, peer);
             peer_lost(reg, peer, "control socket send failed");
             return;
         }

@@ -65,13 +65,13 @@ weft_status_t weft_op_exchange(weft_op_t *op, const weft_op_desc_t *desc,
 /* The descriptor peer posted for this operation (valid after weft_op_exchange). */
 static inline const weft_op_desc_t *weft_op_peer(const weft_op_t *op, int peer)
 {
-    return &weft_slot(op->comm, op->comm->rank, peer, op->seq)->desc;
+    return &weft_slot(op->comm, op->comm->rank, peer, op->seq)->u.desc;
 }
 
 /* The inline payload peer posted. */
 static inline const void *weft_op_peer_data(const weft_op_t *op, int peer)
 {
-    return weft_slot(op->comm, op->comm->rank, peer, op->seq)->data;
+    return weft_slot(op->comm, op->comm->rank, peer, op->seq)->u.in.data;
 }
 
 /* Work of one unit: bytes at offset inside slice number `slice`. */
