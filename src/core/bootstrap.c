@@ -69,6 +69,10 @@
 
 enum { MSG_HELLO = 1, MSG_WELCOME, MSG_SET, MSG_GET, MSG_VALUE };
 
+/* Stop requests, written to the server's eventfd: STOP_DRAIN serves until every rank has come
+ * and gone (or the deadline); STOP_NOW stops at once (rank 0 failed to open its own store). */
+enum { STOP_DRAIN = 1, STOP_NOW = 2 };
+
 /* ---------------------------------------------------------------------------------------------
  * Server structures (owned by the server thread while it runs)
  * ------------------------------------------------------------------------------------------- */
@@ -127,8 +131,8 @@ typedef struct store_server {
     pending_get_t *pending;
     uint8_t *seen; /* seen[r]: rank r has completed a handshake at least once */
     int nseen;
-    int nlive; /* connections with an accepted handshake */
-    int closing;
+    int nlive;   /* connections with an accepted handshake */
+    int closing; /* 0, STOP_DRAIN or STOP_NOW */
     int accept_failed;
 } store_server_t;
 
@@ -137,7 +141,7 @@ struct weft_store {
     int rank;
     int nranks;
     uint64_t deadline_ns;
-    weft_status_t failed; /* sticky status after a transport, timeout or protocol error */
+    weft_status_t failed;   /* sticky status after a transport, timeout or protocol error */
     store_server_t *server; /* rank 0 only */
 };
 
@@ -164,7 +168,10 @@ static void put_u16(uint8_t *p, uint16_t v)
     p[1] = (uint8_t)(v >> 8);
 }
 
-static uint16_t get_u16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static uint16_t get_u16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | p[1] << 8);
+}
 
 /* Milliseconds left before deadline_ns, rounded up, clamped to [0, INT_MAX]. */
 static int ms_left(uint64_t deadline_ns)
@@ -197,17 +204,16 @@ static weft_status_t resolve(const char *addr, int port, uint64_t deadline_ns,
 {
     char service[16];
     snprintf(service, sizeof service, "%d", port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC,
-                             .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_NUMERICSERV};
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
     uint64_t backoff_ns = STORE_BACKOFF_MIN_NS;
     for (;;) {
         int rc = getaddrinfo(addr, service, &hints, list_out);
         if (rc == 0)
             return WEFT_SUCCESS;
         if (rc == EAI_SYSTEM)
-            return weft_error_errno(WEFT_ERR_SYSTEM, errno,
-                                    "weft_store_open: getaddrinfo(\"%s\")", addr);
+            return weft_error_errno(WEFT_ERR_SYSTEM, errno, "weft_store_open: getaddrinfo(\"%s\")",
+                                    addr);
         if (rc != EAI_AGAIN)
             return weft_error(WEFT_ERR_INVALID_ARGUMENT,
                               "weft_store_open: addr \"%s\" does not resolve: %s", addr,
@@ -247,8 +253,7 @@ static void conn_queue(conn_t *c, uint8_t type, const void *a, size_t alen, cons
     size_t body = 1 + alen + blen;
     out_buf_t *o = malloc(sizeof *o + STORE_HDR_BYTES + body);
     if (o == NULL) {
-        weft_error(WEFT_ERR_NO_MEMORY, "weft-store: reply of %zu bytes to rank %d", body,
-                   c->rank);
+        weft_error(WEFT_ERR_NO_MEMORY, "weft-store: reply of %zu bytes to rank %d", body, c->rank);
         c->dead = 1;
         return;
     }
@@ -496,6 +501,30 @@ static void conn_read(store_server_t *s, conn_t *c)
     }
 }
 
+/* Track a new connection. Returns 0, or -1 (error recorded) if memory runs out. */
+static int conn_add(store_server_t *s, int fd)
+{
+    if (s->nconns == s->conns_cap) {
+        size_t cap = s->conns_cap ? s->conns_cap * 2 : 16;
+        conn_t **conns = realloc(s->conns, cap * sizeof *conns);
+        if (conns == NULL)
+            goto err_no_memory;
+        s->conns = conns;
+        s->conns_cap = cap;
+    }
+    conn_t *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        goto err_no_memory;
+    c->fd = fd;
+    c->rank = -1;
+    s->conns[s->nconns++] = c;
+    return 0;
+
+err_no_memory:
+    weft_error(WEFT_ERR_NO_MEMORY, "weft-store: new connection (%zu open)", s->nconns);
+    return -1;
+}
+
 static void accept_all(store_server_t *s)
 {
     for (;;) {
@@ -513,28 +542,8 @@ static void accept_all(store_server_t *s)
         }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        conn_t *c = calloc(1, sizeof *c);
-        if (c == NULL || (s->nconns == s->conns_cap && s->conns_cap > SIZE_MAX / 2)) {
-            free(c);
-            close(fd);
-            weft_error(WEFT_ERR_NO_MEMORY, "weft-store: new connection");
-            continue;
-        }
-        if (s->nconns == s->conns_cap) {
-            size_t cap = s->conns_cap ? s->conns_cap * 2 : 16;
-            conn_t **conns = realloc(s->conns, cap * sizeof *conns);
-            if (conns == NULL) {
-                free(c);
-                close(fd);
-                weft_error(WEFT_ERR_NO_MEMORY, "weft-store: new connection");
-                continue;
-            }
-            s->conns = conns;
-            s->conns_cap = cap;
-        }
-        c->fd = fd;
-        c->rank = -1;
-        s->conns[s->nconns++] = c;
+        if (conn_add(s, fd) != 0)
+            close(fd); /* the client sees the close and retries */
     }
 }
 
@@ -567,7 +576,9 @@ static void reap_dead(store_server_t *s)
 
 static int server_done(const store_server_t *s)
 {
-    if (!s->closing)
+    if (s->closing == STOP_NOW)
+        return 1;
+    if (s->closing != STOP_DRAIN)
         return 0;
     return (s->nseen == s->nranks && s->nlive == 0) || weft_now_ns() >= s->deadline_ns;
 }
@@ -588,15 +599,14 @@ static void *server_main(void *arg)
             s->pfds_cap = need;
         }
         s->pfds[0] = (struct pollfd){.fd = s->wake_fd, .events = POLLIN};
-        s->pfds[1] = (struct pollfd){.fd = s->accept_failed ? -1 : s->listen_fd,
-                                     .events = POLLIN};
+        s->pfds[1] = (struct pollfd){.fd = s->accept_failed ? -1 : s->listen_fd, .events = POLLIN};
         size_t npoll = s->nconns;
         for (size_t i = 0; i < npoll; i++) {
             conn_t *c = s->conns[i];
             s->pfds[2 + i] = (struct pollfd){
                 .fd = c->fd, .events = (short)(POLLIN | (c->out_head != NULL ? POLLOUT : 0))};
         }
-        int timeout_ms = s->closing ? ms_left(s->deadline_ns) : -1;
+        int timeout_ms = s->closing == STOP_DRAIN ? ms_left(s->deadline_ns) : -1;
         int n = poll(s->pfds, 2 + npoll, timeout_ms);
         if (n < 0) {
             if (errno == EINTR)
@@ -607,7 +617,7 @@ static void *server_main(void *arg)
         if (s->pfds[0].revents & POLLIN) {
             uint64_t v;
             if (read(s->wake_fd, &v, sizeof v) == (ssize_t)sizeof v)
-                s->closing = 1;
+                s->closing = v >= STOP_NOW ? STOP_NOW : STOP_DRAIN;
         }
         for (size_t i = 0; i < npoll; i++) {
             conn_t *c = s->conns[i];
@@ -724,11 +734,11 @@ err_free_server:
     return status;
 }
 
-/* Ask the server to stop, wait for it (it stops by its deadline at the latest) and free it. */
-static void server_stop(store_server_t *s)
+/* Ask the server to stop (STOP_DRAIN or STOP_NOW), wait for it (it stops by its deadline at the
+ * latest) and free it. */
+static void server_stop(store_server_t *s, uint64_t how)
 {
-    uint64_t one = 1;
-    while (write(s->wake_fd, &one, sizeof one) < 0 && errno == EINTR)
+    while (write(s->wake_fd, &how, sizeof how) < 0 && errno == EINTR)
         continue;
     pthread_join(s->thread, NULL);
     close(s->wake_fd);
@@ -764,8 +774,7 @@ static weft_status_t wait_fd(int fd, short events, uint64_t deadline_ns, int *er
 }
 
 /* Send the whole iovec array (modified in place) before the deadline. */
-static weft_status_t send_iov(int fd, struct iovec *iov, int iovcnt, uint64_t deadline_ns,
-                              int *err)
+static weft_status_t send_iov(int fd, struct iovec *iov, int iovcnt, uint64_t deadline_ns, int *err)
 {
     while (iovcnt > 0) {
         struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)iovcnt};
@@ -836,8 +845,7 @@ static weft_status_t recv_exact(int fd, void *buf, size_t len, uint64_t deadline
  * with *err set (the connection attempt failed and may be retried). */
 static int try_connect(const struct addrinfo *ai, uint64_t deadline_ns, int *err)
 {
-    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                    ai->ai_protocol);
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
     if (fd < 0) {
         *err = errno;
         return -1;
@@ -911,8 +919,7 @@ static weft_status_t client_join(weft_store_t *st, const struct addrinfo *list, 
                 if (last_err == EMFILE || last_err == ENFILE || last_err == ENOMEM ||
                     last_err == ENOBUFS)
                     return weft_error_errno(WEFT_ERR_SYSTEM, last_err,
-                                            "weft_store_open: socket for %s port %d", addr,
-                                            port);
+                                            "weft_store_open: socket for %s port %d", addr, port);
                 continue;
             }
             int err = 0;
@@ -943,8 +950,8 @@ static weft_status_t client_join(weft_store_t *st, const struct addrinfo *list, 
                             st->rank, st->nranks, addr, port, timeout_s);
 }
 
-weft_status_t weft_store_open(const char *addr, int port, int rank, int nranks,
-                              uint32_t generation, double timeout_s, weft_store_t **store_out)
+weft_status_t weft_store_open(const char *addr, int port, int rank, int nranks, uint32_t generation,
+                              double timeout_s, weft_store_t **store_out)
 {
     weft_status_t status;
     if (addr == NULL || addr[0] == '\0')
@@ -987,7 +994,7 @@ weft_status_t weft_store_open(const char *addr, int port, int rank, int nranks,
 
 err_stop_server:
     if (st->server != NULL)
-        server_stop(st->server);
+        server_stop(st->server, STOP_NOW);
 err_free_list:
     freeaddrinfo(list);
 err_free_store:
@@ -1004,8 +1011,8 @@ static weft_status_t check_call(const weft_store_t *st, const char *key, const c
         return weft_error(st->failed, "%s: the store failed earlier (%s)", what,
                           weft_status_string(st->failed));
     if (key == NULL || key[0] == '\0' || strlen(key) > STORE_KEY_MAX)
-        return weft_error(WEFT_ERR_INVALID_ARGUMENT,
-                          "%s: key must hold 1 to %u bytes", what, STORE_KEY_MAX);
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "%s: key must hold 1 to %u bytes", what,
+                          STORE_KEY_MAX);
     return WEFT_SUCCESS;
 }
 
@@ -1059,8 +1066,7 @@ weft_status_t weft_store_get(weft_store_t *store, const char *key, void *buf, si
     if (status != WEFT_SUCCESS)
         return status;
     if (buf == NULL && cap > 0)
-        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "weft_store_get: buf is NULL, cap %zu",
-                          cap);
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "weft_store_get: buf is NULL, cap %zu", cap);
     size_t key_len = strlen(key);
     uint8_t hdr[STORE_HDR_BYTES + 3];
     put_u32(hdr, (uint32_t)(3 + key_len));
@@ -1079,8 +1085,8 @@ weft_status_t weft_store_get(weft_store_t *store, const char *key, void *buf, si
         return fail(store, status, err, what, key);
     uint32_t body_len = get_u32(reply);
     if (body_len == 0 || body_len - 1 > STORE_VALUE_MAX || reply[4] != MSG_VALUE) {
-        store->failed = weft_error(WEFT_ERR_INTERNAL,
-                                   "weft_store_get: key \"%s\": malformed answer", key);
+        store->failed =
+            weft_error(WEFT_ERR_INTERNAL, "weft_store_get: key \"%s\": malformed answer", key);
         return store->failed;
     }
     size_t value_len = body_len - 1;
@@ -1139,8 +1145,8 @@ weft_status_t weft_store_allgather(weft_store_t *store, const char *tag, const v
         status = weft_store_get(store, key, dst, len, &got);
         if (status == WEFT_ERR_INVALID_ARGUMENT || (status == WEFT_SUCCESS && got != len))
             return weft_error(WEFT_ERR_MISMATCH,
-                              "%s: tag \"%s\": rank %d contributed %zu bytes, this rank %zu",
-                              what, tag, r, got, len);
+                              "%s: tag \"%s\": rank %d contributed %zu bytes, this rank %zu", what,
+                              tag, r, got, len);
         if (status != WEFT_SUCCESS)
             return status;
     }
@@ -1183,6 +1189,6 @@ void weft_store_close(weft_store_t *store)
     if (store->fd >= 0)
         close(store->fd);
     if (store->server != NULL)
-        server_stop(store->server);
+        server_stop(store->server, STOP_DRAIN);
     free(store);
 }

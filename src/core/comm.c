@@ -178,6 +178,9 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **c
     comm->exec_ops = &weft_exec_host_ops;
     comm->layout = weft_ctrlblk_layout(cfg.nranks);
     model_from_config(&comm->model, env);
+    cpu_set_t cpus;
+    int ncpus = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    comm->wait_policy = weft_wait_policy(cfg.nranks * cfg.host_workers, ncpus);
     weft_plan_init(&comm->plan);
     uint64_t deadline = weft_deadline_after_s(cfg.timeout_s);
 
@@ -243,7 +246,7 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **c
     if (st != WEFT_SUCCESS)
         goto err_destroy_registry;
     memset(&comm->stats, 0, sizeof comm->stats); /* init's own waits are not first uses */
-    st = comm->exec_ops->create(cfg.host_workers, &comm->exec);
+    st = comm->exec_ops->create(cfg.host_workers, &comm->wait_policy, &comm->exec);
     if (st != WEFT_SUCCESS)
         goto err_destroy_registry;
     weft_store_close(store);
@@ -309,7 +312,8 @@ weft_status_t weft_comm_acquire(struct weft_comm *comm, const void *ptr, size_t 
     weft_buf_state_t state;
     uint64_t waited;
     weft_status_t st =
-        weft_registry_acquire(comm->registry, ptr, bytes, weft_comm_check, ctx, &state, &waited);
+        weft_registry_acquire(comm->registry, ptr, bytes, &comm->wait_policy,
+                                                     weft_comm_check, ctx, &state, &waited);
     if (waited > 0) {
         atomic_fetch_add_explicit(&comm->stats.first_use_waits, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&comm->stats.first_use_wait_ns, waited, memory_order_relaxed);

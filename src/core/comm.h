@@ -131,6 +131,7 @@ struct weft_comm {
     weft_cost_model_t model;
     weft_plan_t plan;
     weft_tier_t *peer_tier; /* nranks entries */
+    weft_wait_policy_t wait_policy;
 
     _Atomic int async_error; /* first error of a background thread (weft_status_t) */
     _Atomic int aborted;

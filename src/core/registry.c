@@ -775,7 +775,8 @@ weft_status_t weft_registry_free(weft_registry_t *reg, void *ptr)
 }
 
 weft_status_t weft_registry_acquire(weft_registry_t *reg, const void *ptr, size_t bytes,
-                                    weft_wait_check_fn check, void *arg,
+                                    const weft_wait_policy_t *policy, weft_wait_check_fn check,
+                                    void *arg,
                                     weft_buf_state_t *state_out, uint64_t *waited_ns_out)
 {
     *waited_ns_out = 0;
@@ -812,7 +813,7 @@ weft_status_t weft_registry_acquire(weft_registry_t *reg, const void *ptr, size_
     if (!weft_seq_reached(atomic_load_explicit(&reg->acked_all.value, memory_order_acquire),
                           ticket)) {
         uint64_t t0 = weft_now_ns();
-        weft_status_t st = weft_flag_wait(&reg->acked_all, ticket, check, arg);
+        weft_status_t st = weft_flag_wait(&reg->acked_all, ticket, policy, check, arg);
         *waited_ns_out = weft_now_ns() - t0 + 1;
         if (st != WEFT_SUCCESS)
             return st;

@@ -75,7 +75,8 @@ typedef enum {
  * acknowledged it; *waited_ns_out gets the time spent waiting (0 when it was ready). Returns the
  * state in *state_out. The wait checks check(arg) between sleeps (deadline, peer loss). */
 weft_status_t weft_registry_acquire(weft_registry_t *reg, const void *ptr, size_t bytes,
-                                    weft_wait_check_fn check, void *arg,
+                                    const weft_wait_policy_t *policy, weft_wait_check_fn check,
+                                    void *arg,
                                     weft_buf_state_t *state_out, uint64_t *waited_ns_out);
 
 /* Counters of this registry. */

@@ -22,6 +22,7 @@
 
 struct weft_exec {
     int nworkers;
+    weft_wait_policy_t policy;
     pthread_t *threads; /* nworkers - 1 helpers */
     weft_work_fn fn;
     void *ctx;
@@ -49,7 +50,7 @@ static void *helper_main(void *p)
     uint32_t gen = 0;
     for (;;) {
         gen++;
-        (void)weft_flag_wait(&exec->generation, gen, never_stop, NULL);
+        (void)weft_flag_wait(&exec->generation, gen, &exec->policy, never_stop, NULL);
         if (atomic_load_explicit(&exec->stopping, memory_order_acquire))
             return NULL;
         exec->fn(exec->ctx, arg.worker);
@@ -61,7 +62,8 @@ static void *helper_main(void *p)
 
 static void host_destroy(weft_exec_t *exec);
 
-static weft_status_t host_create(int nworkers, weft_exec_t **exec_out)
+static weft_status_t host_create(int nworkers, const weft_wait_policy_t *policy,
+                                 weft_exec_t **exec_out)
 {
     if (nworkers < 1)
         return weft_error(WEFT_ERR_INVALID_ARGUMENT, "executor: nworkers %d < 1", nworkers);
@@ -73,6 +75,7 @@ static weft_status_t host_create(int nworkers, weft_exec_t **exec_out)
         free(exec);
         return weft_error(WEFT_ERR_NO_MEMORY, "executor: calloc threads");
     }
+    exec->policy = *policy;
     exec->nworkers = 1; /* grows as helpers start, so destroy joins exactly those */
     for (int w = 1; w < nworkers; w++) {
         helper_arg_t *arg = malloc(sizeof *arg);
@@ -117,7 +120,7 @@ static void host_run(weft_exec_t *exec, weft_work_fn fn, void *ctx)
     uint32_t gen = atomic_load_explicit(&exec->generation.value, memory_order_relaxed) + 1;
     weft_flag_set(&exec->generation, gen);
     fn(ctx, 0);
-    (void)weft_flag_wait(&exec->completed, gen, never_stop, NULL);
+    (void)weft_flag_wait(&exec->completed, gen, &exec->policy, never_stop, NULL);
 }
 
 static int host_nworkers(const weft_exec_t *exec) { return exec->nworkers; }

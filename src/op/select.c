@@ -1,9 +1,12 @@
 /*
  * select.c - choosing the algorithm of each collective on the host backend.
  *
- * Payloads that fit the handshake slot take the flag path (coll_inline.c); all-reduce switches
- * from one-shot to two-shot at WEFT_ALLREDUCE_TWOSHOT_BYTES (default measured on the CI-class
- * machine: docs/results/); everything else has one mesh algorithm.
+ * Payloads that fit the handshake slot take the flag path (coll_inline.c); everything but
+ * all-reduce has one mesh algorithm. All-reduce: two-shot reads 2(n-1)S/n bytes remotely per
+ * rank against (n-1)S for one-shot, at the price of a second synchronisation; with two ranks
+ * both read S, so one-shot always wins there. From three ranks up, two-shot takes over at
+ * WEFT_ALLREDUCE_TWOSHOT_BYTES (default 2 MiB, measured:
+ * docs/results/2026-11-29-allreduce-crossover.md).
  * Arguments were checked by the API layer.
  */
 #include "op/op.h"
@@ -15,7 +18,7 @@ weft_status_t weft_select_all_reduce(struct weft_comm *comm, const void *sendbuf
     size_t bytes = count * weft_dtype_size(dtype);
     if (weft_inline_fits(comm, bytes))
         return weft_inline_all_reduce(comm, sendbuf, recvbuf, count, dtype, op);
-    if (bytes >= comm->allreduce_twoshot_bytes && comm->nranks > 1)
+    if (comm->nranks > 2 && bytes >= comm->allreduce_twoshot_bytes)
         return weft_allreduce_twoshot(comm, sendbuf, recvbuf, count, dtype, op);
     return weft_allreduce_oneshot(comm, sendbuf, recvbuf, count, dtype, op);
 }

@@ -56,10 +56,10 @@ static void sleep_on(weft_flag_t *flag, uint32_t target)
 }
 
 weft_status_t weft_flag_wait_all(weft_flag_t *first, size_t stride_bytes, int count,
-                                 int skip_index, uint32_t target, weft_wait_check_fn check,
+                                 int skip_index, uint32_t target,
+                                 const weft_wait_policy_t *policy, weft_wait_check_fn check,
                                  void *arg)
 {
-    const weft_env_t *cfg = weft_config_get();
     uint64_t start = 0;
     unsigned polls = 0;
     for (int i = 0; i < count; i++) {
@@ -79,9 +79,9 @@ weft_status_t weft_flag_wait_all(weft_flag_t *first, size_t stride_bytes, int co
             if (st != WEFT_SUCCESS)
                 return st;
             uint64_t waited = now - start;
-            if (waited < cfg->wait_spin_ns)
+            if (waited < policy->spin_ns)
                 continue;
-            if (waited < cfg->wait_spin_ns + cfg->wait_yield_ns) {
+            if (waited < policy->spin_ns + policy->yield_ns) {
                 sched_yield();
                 polls = SPIN_CHECK_EVERY - 8; /* check again after a few polls */
                 continue;
@@ -93,8 +93,18 @@ weft_status_t weft_flag_wait_all(weft_flag_t *first, size_t stride_bytes, int co
     return WEFT_SUCCESS;
 }
 
-weft_status_t weft_flag_wait(weft_flag_t *flag, uint32_t target, weft_wait_check_fn check,
+weft_status_t weft_flag_wait(weft_flag_t *flag, uint32_t target,
+                             const weft_wait_policy_t *policy, weft_wait_check_fn check,
                              void *arg)
 {
-    return weft_flag_wait_all(flag, 0, 1, -1, target, check, arg);
+    return weft_flag_wait_all(flag, 0, 1, -1, target, policy, check, arg);
+}
+
+weft_wait_policy_t weft_wait_policy(int threads, int cpus)
+{
+    const weft_env_t *cfg = weft_config_get();
+    weft_wait_policy_t p = {cfg->wait_spin_ns, cfg->wait_yield_ns};
+    if (threads > cpus)
+        p.spin_ns = 0;
+    return p;
 }

@@ -3,7 +3,8 @@
  *
  * Flags hold sequence numbers that only grow (modulo 2^32); a wait ends when the flag reaches a
  * target, compared wrap-safely. The policy is the one DESIGN.md gives: poll for
- * WEFT_WAIT_SPIN_NS, then sched_yield for WEFT_WAIT_YIELD_NS, then sleep on a futex in slices of
+ * WEFT_WAIT_SPIN_NS, then sched_yield for WEFT_WAIT_YIELD_NS (no spinning when the
+ * host has fewer cores than waiting threads), then sleep on a futex in slices of
  * at most 10 ms. Between slices the waiter calls a check function (peer lost, aborted, timed out)
  * so no wait outlives its deadline or a dead peer.
  *
@@ -29,6 +30,16 @@ typedef struct weft_flag {
 /* True when a has reached b, modulo 2^32 (a - b is "non-negative"). */
 static inline int weft_seq_reached(uint32_t a, uint32_t b) { return (int32_t)(a - b) >= 0; }
 
+/* How long a wait polls, then yields, before it sleeps. */
+typedef struct weft_wait_policy {
+    uint64_t spin_ns;  /* busy polling */
+    uint64_t yield_ns; /* sched_yield between polls */
+} weft_wait_policy_t;
+
+/* The configured policy (WEFT_WAIT_SPIN_NS, WEFT_WAIT_YIELD_NS). With threads > cpus the waits
+ * would spin on a core the thread they wait for needs, so spinning is skipped: yield at once. */
+weft_wait_policy_t weft_wait_policy(int threads, int cpus);
+
 /* Called between sleep slices; returns WEFT_SUCCESS to go on waiting, any other status to stop. */
 typedef weft_status_t (*weft_wait_check_fn)(void *arg);
 
@@ -37,12 +48,14 @@ void weft_flag_set(weft_flag_t *flag, uint32_t v);
 
 /* Wait until flag reaches target. check is called every few microseconds once spinning is over
  * (and at least every 10 ms while sleeping). Returns WEFT_SUCCESS or the status check returned. */
-weft_status_t weft_flag_wait(weft_flag_t *flag, uint32_t target, weft_wait_check_fn check,
+weft_status_t weft_flag_wait(weft_flag_t *flag, uint32_t target,
+                             const weft_wait_policy_t *policy, weft_wait_check_fn check,
                              void *arg);
 
 /* Wait until every flag of an array reaches target (flags[i * stride_bytes]); same policy. */
 weft_status_t weft_flag_wait_all(weft_flag_t *first, size_t stride_bytes, int count,
-                                 int skip_index, uint32_t target, weft_wait_check_fn check,
+                                 int skip_index, uint32_t target,
+                                 const weft_wait_policy_t *policy, weft_wait_check_fn check,
                                  void *arg);
 
 #endif /* WEFT_UTIL_WAIT_H */
