@@ -1,0 +1,462 @@
+/*
+ * weftrun.c - launch N local ranks of a program: `weftrun -n N [--grace S] [--] prog args...`.
+ *
+ * Each rank is fork+exec'd with the rank variables weft and torchrun read (WEFT_RANK,
+ * WEFT_NRANKS, WEFT_LOCAL_RANK, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE), the address of
+ * the rendezvous store (MASTER_ADDR=127.0.0.1 and a MASTER_PORT found free by binding port 0,
+ * also as WEFT_MASTER_ADDR/WEFT_MASTER_PORT so a stale value in the caller's environment cannot
+ * win over them) and a fresh WEFT_JOB_SECRET of 32 hex digits from getrandom(). weftrun always
+ * sets these, whatever the caller's environment holds. Ranks inherit stdout and stderr; rank 0
+ * inherits stdin, the others read /dev/null.
+ *
+ * Design. weftrun is single-threaded. It blocks SIGCHLD, SIGINT, SIGTERM, SIGHUP and SIGQUIT
+ * before forking and waits for them on a signalfd in poll(), whose timeout is the end of the
+ * grace period when one runs: no busy loop. The ranks stay in weftrun's process group, so a
+ * Ctrl-C at the terminal reaches every rank from the kernel; a signal the kernel generated for
+ * the terminal's process group (si_code SI_KERNEL) is therefore not forwarded again, any other
+ * (kill(1), a batch system) is forwarded to every running rank. When a rank exits non-zero or
+ * by a signal, or weftrun receives a termination signal, the others get the grace period
+ * (WEFT_RUN_GRACE_S, or --grace) to exit on their own; then weftrun sends SIGKILL to the rest.
+ * A second termination signal sends SIGKILL at once. weftrun is a child subreaper, so what a
+ * rank leaves behind (a background process, or the program a wrapper script ran when the
+ * script was killed) becomes weftrun's child; once every rank is reaped, weftrun kills and reaps
+ * those too. Each rank also has PR_SET_PDEATHSIG = SIGKILL, so no rank outlives weftrun even if
+ * weftrun itself is killed with SIGKILL.
+ *
+ * Exit status: 0 when every rank exits 0; otherwise the first failure's: a rank's exit code, or
+ * 128 + the signal that killed it, or 128 + the signal weftrun received if that came first.
+ * 2 for a usage error, 1 if the job could not be started.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "util/clock.h"
+#include "util/config.h"
+
+#define WEFTRUN_MAX_RANKS 4096
+#define WEFTRUN_SECRET_BYTES 16
+#define WEFTRUN_EXIT_USAGE 2
+#define WEFTRUN_EXIT_START 1
+
+typedef struct rank_proc {
+    pid_t pid;
+    int running;
+} rank_proc_t;
+
+/* The state of a job while weftrun waits for it. */
+typedef struct job {
+    rank_proc_t *ranks;
+    int nranks;
+    int running;
+    double grace_s;
+    uint64_t kill_at_ns; /* UINT64_MAX: no grace period is running */
+    int killed;          /* SIGKILL has been sent to the survivors */
+    int exit_code;       /* of the first failure; 0 while there is none */
+    int signals;         /* termination signals received */
+} job_t;
+
+#define WEFTRUN_USAGE "usage: weftrun -n N [--grace S] [--] prog [args...]\n"
+
+static void usage_short(void)
+{
+    fputs(WEFTRUN_USAGE "Try 'weftrun --help'.\n", stderr);
+}
+
+static void print_help(void)
+{
+    printf(WEFTRUN_USAGE
+           "\n"
+           "Launch N local ranks of prog with the weft and torchrun variables set:\n"
+           "WEFT_RANK, WEFT_NRANKS, WEFT_LOCAL_RANK, RANK, WORLD_SIZE, LOCAL_RANK,\n"
+           "LOCAL_WORLD_SIZE, MASTER_ADDR/WEFT_MASTER_ADDR=127.0.0.1, MASTER_PORT/\n"
+           "WEFT_MASTER_PORT=<a free port>, WEFT_JOB_SECRET=<32 random hex digits>.\n"
+           "\n"
+           "  -n N         number of ranks (1 to %d)\n"
+           "  --grace S    seconds the other ranks get to exit after one fails, before\n"
+           "               they are killed (default: WEFT_RUN_GRACE_S, now %g)\n"
+           "  -h, --help   print this help\n"
+           "\n"
+           "SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every rank; a second one\n"
+           "kills them. Exit status: 0 if every rank exits 0, else the first failing rank's\n"
+           "exit code or 128+signal; 2 for a usage error.\n",
+           WEFTRUN_MAX_RANKS, weft_config_get()->run_grace_s);
+}
+
+/* Parse the command line. Returns 0 and sets *prog_index; -1 after printing --help; or
+ * WEFTRUN_EXIT_USAGE after printing what is wrong. */
+static int parse_args(int argc, char **argv, int *nranks, double *grace_s, int *prog_index)
+{
+    static const struct option longopts[] = {
+        {"help", no_argument, NULL, 'h'},
+        {"grace", required_argument, NULL, 'g'},
+        {NULL, 0, NULL, 0},
+    };
+    *nranks = 0;
+    *grace_s = weft_config_get()->run_grace_s;
+    int opt;
+    /* "+": stop at the first non-option, so prog's own options are left alone. */
+    while ((opt = getopt_long(argc, argv, "+hn:", longopts, NULL)) != -1) {
+        char *end;
+        switch (opt) {
+        case 'h':
+            print_help();
+            return -1;
+        case 'n': {
+            errno = 0;
+            long v = strtol(optarg, &end, 10);
+            if (end == optarg || *end != '\0' || errno != 0 || v < 1 || v > WEFTRUN_MAX_RANKS) {
+                fprintf(stderr, "weftrun: -n %s: expected a number of ranks from 1 to %d\n", optarg,
+                        WEFTRUN_MAX_RANKS);
+                return WEFTRUN_EXIT_USAGE;
+            }
+            *nranks = (int)v;
+            break;
+        }
+        case 'g': {
+            errno = 0;
+            double v = strtod(optarg, &end);
+            if (end == optarg || *end != '\0' || errno != 0 || !isfinite(v) || v < 0) {
+                fprintf(stderr, "weftrun: --grace %s: expected seconds >= 0\n", optarg);
+                return WEFTRUN_EXIT_USAGE;
+            }
+            *grace_s = v;
+            break;
+        }
+        default: /* getopt_long printed what is wrong */
+            return WEFTRUN_EXIT_USAGE;
+        }
+    }
+    if (*nranks == 0) {
+        fprintf(stderr, "weftrun: -n N is required\n");
+        return WEFTRUN_EXIT_USAGE;
+    }
+    if (optind >= argc) {
+        fprintf(stderr, "weftrun: no program to run\n");
+        return WEFTRUN_EXIT_USAGE;
+    }
+    *prog_index = optind;
+    return 0;
+}
+
+/* A TCP port on 127.0.0.1 that was free a moment ago (bound with port 0, then released). Another
+ * process may take it before rank 0 binds it; the window is short. Returns -1 on failure. */
+static int find_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        fprintf(stderr, "weftrun: socket: %s\n", strerror(errno));
+        return -1;
+    }
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof sa;
+    int port = -1;
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+        getsockname(fd, (struct sockaddr *)&sa, &len) != 0)
+        fprintf(stderr, "weftrun: finding a free port on 127.0.0.1: %s\n", strerror(errno));
+    else
+        port = ntohs(sa.sin_port);
+    close(fd);
+    return port;
+}
+
+/* Fill hex (2 * WEFTRUN_SECRET_BYTES + 1 bytes) with a random secret. Returns 0 on success. */
+static int make_secret(char *hex)
+{
+    unsigned char raw[WEFTRUN_SECRET_BYTES];
+    size_t got = 0;
+    while (got < sizeof raw) {
+        ssize_t n = getrandom(raw + got, sizeof raw - got, 0);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            fprintf(stderr, "weftrun: getrandom: %s\n", strerror(errno));
+            return -1;
+        }
+        got += (size_t)n;
+    }
+    for (size_t i = 0; i < sizeof raw; i++)
+        snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+    return 0;
+}
+
+static int set_int(const char *name, int v)
+{
+    char buf[16];
+    snprintf(buf, sizeof buf, "%d", v);
+    return setenv(name, buf, 1);
+}
+
+/* Set the variables every rank shares. Returns 0 on success. */
+static int set_job_env(int nranks, int port, const char *secret)
+{
+    int rc = 0;
+    rc |= set_int("WEFT_NRANKS", nranks);
+    rc |= set_int("WORLD_SIZE", nranks);
+    rc |= set_int("LOCAL_WORLD_SIZE", nranks);
+    rc |= setenv("MASTER_ADDR", "127.0.0.1", 1);
+    rc |= setenv("WEFT_MASTER_ADDR", "127.0.0.1", 1);
+    rc |= set_int("MASTER_PORT", port);
+    rc |= set_int("WEFT_MASTER_PORT", port);
+    rc |= setenv("WEFT_JOB_SECRET", secret, 1);
+    if (rc != 0)
+        fprintf(stderr, "weftrun: setenv: %s\n", strerror(errno));
+    return rc;
+}
+
+/* In the child: become rank `rank` and exec prog. Never returns. */
+static void exec_rank(int rank, pid_t parent, const sigset_t *orig_mask, char **argv)
+{
+    /* Die with weftrun, even if it is killed with SIGKILL (checked against the race where it
+     * died before the prctl). */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+        _exit(WEFTRUN_EXIT_START);
+    if (rank > 0) {
+        int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || dup2(fd, STDIN_FILENO) < 0) {
+            fprintf(stderr, "weftrun: rank %d: /dev/null as stdin: %s\n", rank, strerror(errno));
+            _exit(WEFTRUN_EXIT_START);
+        }
+        close(fd);
+    }
+    if (set_int("WEFT_RANK", rank) != 0 || set_int("RANK", rank) != 0 ||
+        set_int("WEFT_LOCAL_RANK", rank) != 0 || set_int("LOCAL_RANK", rank) != 0) {
+        fprintf(stderr, "weftrun: rank %d: setenv: %s\n", rank, strerror(errno));
+        _exit(WEFTRUN_EXIT_START);
+    }
+    sigprocmask(SIG_SETMASK, orig_mask, NULL);
+    execvp(argv[0], argv);
+    int err = errno;
+    fprintf(stderr, "weftrun: rank %d: cannot execute %s: %s\n", rank, argv[0], strerror(err));
+    _exit(err == ENOENT ? 127 : 126);
+}
+
+static void signal_running(job_t *job, int sig)
+{
+    for (int r = 0; r < job->nranks; r++)
+        if (job->ranks[r].running)
+            kill(job->ranks[r].pid, sig);
+}
+
+/* Start the grace period unless one already runs. */
+static void start_grace(job_t *job)
+{
+    if (job->kill_at_ns != UINT64_MAX || job->running == 0)
+        return;
+    job->kill_at_ns = weft_deadline_after_s(job->grace_s);
+    fprintf(stderr, "weftrun: waiting up to %g s for the %d other rank(s) to exit\n", job->grace_s,
+            job->running);
+}
+
+static void kill_survivors(job_t *job, const char *why)
+{
+    if (job->killed || job->running == 0)
+        return;
+    fprintf(stderr, "weftrun: %s: killing %d rank(s) still running\n", why, job->running);
+    signal_running(job, SIGKILL);
+    job->killed = 1;
+}
+
+/* Reap every exited rank and act on failures. */
+static void reap(job_t *job)
+{
+    int status;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+        int r = 0;
+        while (r < job->nranks && job->ranks[r].pid != pid)
+            r++;
+        if (r == job->nranks || !job->ranks[r].running)
+            continue;
+        job->ranks[r].running = 0;
+        job->running--;
+        int code;
+        if (WIFEXITED(status)) {
+            code = WEXITSTATUS(status);
+            if (code == 0)
+                continue;
+            fprintf(stderr, "weftrun: rank %d (pid %d) exited with code %d\n", r, (int)pid, code);
+        } else {
+            int sig = WTERMSIG(status);
+            code = 128 + sig;
+            if (job->killed && sig == SIGKILL)
+                continue; /* killed by weftrun */
+            fprintf(stderr, "weftrun: rank %d (pid %d) was killed by signal %d (%s)\n", r, (int)pid,
+                    sig, strsignal(sig));
+        }
+        if (job->exit_code == 0)
+            job->exit_code = code;
+        start_grace(job);
+    }
+}
+
+static void on_signal(job_t *job, const struct signalfd_siginfo *si)
+{
+    int sig = (int)si->ssi_signo;
+    if (sig == SIGCHLD) {
+        reap(job);
+        return;
+    }
+    job->signals++;
+    if (job->exit_code == 0)
+        job->exit_code = 128 + sig;
+    if (job->signals > 1) {
+        kill_survivors(job, "second signal");
+        return;
+    }
+    /* A terminal's signal (SI_KERNEL) already reached every rank of the process group. */
+    if (si->ssi_code != SI_KERNEL)
+        signal_running(job, sig);
+    fprintf(stderr, "weftrun: received signal %d (%s)%s\n", sig, strsignal(sig),
+            si->ssi_code != SI_KERNEL ? ", forwarded to every rank" : "");
+    start_grace(job);
+}
+
+/* Send SIGKILL to every child listed in /proc (zombies included). Returns how many were listed,
+ * 0 also when the list cannot be read. */
+static int kill_children(void)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%d/children", (int)getpid());
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    int pid, n = 0;
+    while (fscanf(f, "%d", &pid) == 1) {
+        kill(pid, SIGKILL);
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
+/* Kill and reap the processes the ranks left behind (re-parented to weftrun, the subreaper).
+ * Each round kills every child, then reaps one; a child's own orphans join the next round. */
+static void kill_leftovers(void)
+{
+    int n = kill_children();
+    if (n > 0)
+        fprintf(stderr, "weftrun: killing %d process(es) the ranks left behind\n", n);
+    while (n > 0) {
+        if (waitpid(-1, NULL, 0) < 0 && errno != EINTR)
+            break;
+        n = kill_children();
+    }
+    while (waitpid(-1, NULL, WNOHANG) > 0)
+        continue;
+}
+
+/* Wait until every rank has been reaped. */
+static int wait_job(job_t *job, int sfd)
+{
+    while (job->running > 0) {
+        int timeout_ms = -1;
+        if (job->kill_at_ns != UINT64_MAX && !job->killed) {
+            uint64_t now = weft_now_ns();
+            if (now >= job->kill_at_ns) {
+                kill_survivors(job, "grace period over");
+                continue;
+            }
+            uint64_t ms = (job->kill_at_ns - now + 999999u) / 1000000u;
+            timeout_ms = ms > INT_MAX ? INT_MAX : (int)ms;
+        }
+        struct pollfd p = {.fd = sfd, .events = POLLIN};
+        int n = poll(&p, 1, timeout_ms);
+        if (n < 0 && errno != EINTR) {
+            fprintf(stderr, "weftrun: poll: %s\n", strerror(errno));
+            signal_running(job, SIGKILL);
+            job->killed = 1;
+            while (job->running > 0 && waitpid(-1, NULL, 0) > 0)
+                job->running--;
+            return WEFTRUN_EXIT_START;
+        }
+        if (n <= 0)
+            continue;
+        struct signalfd_siginfo si[8];
+        ssize_t got = read(sfd, si, sizeof si);
+        for (ssize_t i = 0; got > 0 && i < got / (ssize_t)sizeof si[0]; i++)
+            on_signal(job, &si[i]);
+    }
+    return job->exit_code;
+}
+
+int main(int argc, char **argv)
+{
+    int nranks, prog_index;
+    double grace_s;
+    int rc = parse_args(argc, argv, &nranks, &grace_s, &prog_index);
+    if (rc != 0) {
+        if (rc == WEFTRUN_EXIT_USAGE)
+            usage_short();
+        return rc < 0 ? 0 : rc;
+    }
+
+    char secret[2 * WEFTRUN_SECRET_BYTES + 1];
+    int port = find_free_port();
+    if (port < 0 || make_secret(secret) != 0 || set_job_env(nranks, port, secret) != 0)
+        return WEFTRUN_EXIT_START;
+
+    job_t job = {.nranks = nranks, .grace_s = grace_s, .kill_at_ns = UINT64_MAX};
+    job.ranks = calloc((size_t)nranks, sizeof *job.ranks);
+    if (job.ranks == NULL) {
+        fprintf(stderr, "weftrun: out of memory for %d ranks\n", nranks);
+        return WEFTRUN_EXIT_START;
+    }
+
+    /* Block the signals before the first fork, so none is lost between fork and the wait. */
+    sigset_t set, orig_mask;
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGQUIT);
+    sigprocmask(SIG_BLOCK, &set, &orig_mask);
+    int sfd = signalfd(-1, &set, SFD_CLOEXEC);
+    if (sfd < 0) {
+        fprintf(stderr, "weftrun: signalfd: %s\n", strerror(errno));
+        free(job.ranks);
+        return WEFTRUN_EXIT_START;
+    }
+
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0)
+        fprintf(stderr,
+                "weftrun: PR_SET_CHILD_SUBREAPER: %s (processes the ranks leave behind "
+                "will not be cleaned up)\n",
+                strerror(errno));
+    fflush(NULL);
+    pid_t self = getpid();
+    for (int r = 0; r < nranks; r++) {
+        pid_t pid = fork();
+        if (pid < 0) {
+            fprintf(stderr, "weftrun: fork for rank %d: %s\n", r, strerror(errno));
+            job.exit_code = WEFTRUN_EXIT_START;
+            kill_survivors(&job, "cannot start the job");
+            break;
+        }
+        if (pid == 0)
+            exec_rank(r, self, &orig_mask, argv + prog_index);
+        job.ranks[r] = (rank_proc_t){.pid = pid, .running = 1};
+        job.running++;
+    }
+    rc = wait_job(&job, sfd);
+    kill_leftovers();
+    close(sfd);
+    free(job.ranks);
+    return rc;
+}
