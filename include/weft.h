@@ -190,10 +190,17 @@ typedef struct weft_stats {
     uint64_t registrations_started, registrations_completed, bytes_registered;
     uint64_t first_use_waits;   /* collectives that had to wait for a registration */
     uint64_t first_use_wait_ns; /* total time spent in those waits */
+    /* Every successful operation counts once on each rank, in exactly one of zero_copy_ops,
+     * staged_ops and inline_ops. staged: this rank copied a buffer that peers read through the
+     * registered staging scratch, because it was not weft_malloc memory or the registration mode
+     * is staged. Buffers peers read: the input of all-gather, reduce-scatter, all-to-all(v) and
+     * all-reduce, the root's input of broadcast, and also the output of a two-shot all-reduce
+     * (3+ ranks, from WEFT_ALLREDUCE_TWOSHOT_BYTES). With one rank nothing is read remotely. */
     uint64_t zero_copy_ops, staged_ops;
     uint64_t peer_mappings;     /* segments of peers currently mapped into this process */
     uint64_t staging_bytes;     /* size of this rank's registered staging scratch */
-    uint64_t inline_ops;        /* operations whose payload travelled inside the handshake */
+    uint64_t inline_ops; /* payload per pair <= WEFT_INLINE_BYTES: it travelled in the handshake
+                            (barriers count here too) */
 } weft_stats_t;
 
 WEFT_API weft_status_t weft_get_stats(weft_comm_t comm, weft_stats_t *out);

@@ -282,7 +282,7 @@ err_free:
 weft_status_t weft_comm_teardown(struct weft_comm *comm)
 {
     weft_status_t st = WEFT_SUCCESS;
-    if (!comm->unusable && !atomic_load(&comm->aborted) &&
+    if (!atomic_load(&comm->aborted) &&
         atomic_load(&comm->async_error) == WEFT_SUCCESS) {
         /* The last handshake is a barrier: after it nobody touches another rank's memory. */
         uint32_t seq = ++comm->seq;

@@ -133,9 +133,9 @@ struct weft_comm {
     weft_tier_t *peer_tier; /* nranks entries */
     weft_wait_policy_t wait_policy;
 
-    _Atomic int async_error; /* first error of a background thread (weft_status_t) */
+    _Atomic int async_error; /* first fatal error (weft_status_t): of a background thread, or a
+                                timeout or internal error of an operation */
     _Atomic int aborted;
-    int unusable; /* set after PEER_LOST, TIMEOUT, ABORTED or INTERNAL */
     weft_comm_stats_t stats;
 };
 

@@ -795,11 +795,14 @@ weft_status_t weft_registry_acquire(weft_registry_t *reg, const void *ptr, size_
         pthread_mutex_unlock(&reg->mu);
         return WEFT_SUCCESS;
     }
+    uint64_t t0 = 0; /* when this call started waiting for the registration */
     if (a->ticket == 0) {
         if (reg->mode != WEFT_REGISTRATION_JIT) {
             pthread_mutex_unlock(&reg->mu);
             return WEFT_SUCCESS; /* staged mode: never registered */
         }
+        /* jit: this first use registers the buffer, so it waits whatever the timing. */
+        t0 = weft_now_ns();
         a->ticket = push_job(reg, WEFT_CTRL_REG, a->addr, a->bytes, a->seg);
         if (a->ticket == 0) {
             pthread_mutex_unlock(&reg->mu);
@@ -812,12 +815,14 @@ weft_status_t weft_registry_acquire(weft_registry_t *reg, const void *ptr, size_
 
     if (!weft_seq_reached(atomic_load_explicit(&reg->acked_all.value, memory_order_acquire),
                           ticket)) {
-        uint64_t t0 = weft_now_ns();
+        if (t0 == 0)
+            t0 = weft_now_ns();
         weft_status_t st = weft_flag_wait(&reg->acked_all, ticket, policy, check, arg);
-        *waited_ns_out = weft_now_ns() - t0 + 1;
         if (st != WEFT_SUCCESS)
             return st;
     }
+    if (t0 != 0)
+        *waited_ns_out = weft_now_ns() - t0 + 1;
     *state_out = WEFT_BUF_READY;
     return WEFT_SUCCESS;
 }

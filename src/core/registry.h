@@ -72,7 +72,8 @@ typedef enum {
 
 /* Look up [ptr, ptr + bytes) (interior pointers included). If it lies inside one allocation
  * that may be registered, make sure it is (jit registers it now) and wait until every peer
- * acknowledged it; *waited_ns_out gets the time spent waiting (0 when it was ready). Returns the
+ * acknowledged it; *waited_ns_out gets the time spent waiting (0 when it was ready; a jit first
+ * use counts from the moment it queued the registration, however fast that was). Returns the
  * state in *state_out. The wait checks check(arg) between sleeps (deadline, peer loss). */
 weft_status_t weft_registry_acquire(weft_registry_t *reg, const void *ptr, size_t bytes,
                                     const weft_wait_policy_t *policy, weft_wait_check_fn check,

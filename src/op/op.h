@@ -31,15 +31,17 @@ typedef struct weft_op {
     int staged; /* some source went through the staging scratch */
 } weft_op_t;
 
-/* Start an operation: fails with the stored error if the communicator is unusable. */
+/* Start an operation: fails with the stored status if an earlier error made the communicator
+ * unusable (aborted, a peer lost, a timeout, an internal error). */
 weft_status_t weft_op_begin(struct weft_comm *comm, const char *call, weft_op_t *op);
 
-/* Finish: count the operation (zero-copy, staged or inline), mark the communicator unusable on
- * WEFT_ERR_PEER_LOST / TIMEOUT / ABORTED / INTERNAL. Returns st. */
+/* Finish: count the operation (zero-copy, staged or inline); on WEFT_ERR_PEER_LOST / TIMEOUT /
+ * ABORTED / INTERNAL store the status so every later call returns it. Returns st. */
 weft_status_t weft_op_end(weft_op_t *op, weft_status_t st, int inline_payload);
 
 /* Whether [ptr, ptr + bytes) is registered memory readable by every peer at the same address
- * (waiting for its registration if needed; the wait is counted as a first use). */
+ * (waiting for its registration if needed; the wait is counted as a first use). With a single
+ * rank nothing is read remotely: always ready. */
 weft_status_t weft_op_acquire(weft_op_t *op, const void *ptr, size_t bytes, int *ready_out);
 
 /* The staging scratch, at least bytes long, for this operation's staged data (one call per
@@ -47,8 +49,9 @@ weft_status_t weft_op_acquire(weft_op_t *op, const void *ptr, size_t bytes, int 
 weft_status_t weft_op_stage(weft_op_t *op, size_t bytes, uint8_t **base_out);
 
 /* The common single-source case: *remote_out = ptr when it is registered (zero-copy), else a
- * copy of the bytes in the staging scratch. force_copy stages even registered memory (one-shot
- * in place: peers must read the input while we overwrite it). */
+ * copy of the bytes in the staging scratch (the staged path). force_copy copies even registered
+ * memory (one-shot in place: peers must read the input while we overwrite it); that private
+ * copy does not make the operation staged. */
 weft_status_t weft_op_source(weft_op_t *op, const void *ptr, size_t bytes, int force_copy,
                              const void **remote_out);
 

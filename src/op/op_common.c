@@ -14,14 +14,9 @@ weft_status_t weft_op_begin(struct weft_comm *comm, const char *call, weft_op_t 
     if (atomic_load_explicit(&comm->aborted, memory_order_relaxed))
         return weft_error(WEFT_ERR_ABORTED, "%s: the communicator was aborted", call);
     int err = atomic_load_explicit(&comm->async_error, memory_order_relaxed);
-    if (err != WEFT_SUCCESS) {
-        comm->unusable = 1;
+    if (err != WEFT_SUCCESS)
         return weft_error((weft_status_t)err, "%s: the communicator failed earlier: %s", call,
                           weft_status_string((weft_status_t)err));
-    }
-    if (comm->unusable)
-        return weft_error(WEFT_ERR_INTERNAL, "%s: the communicator is unusable after an error",
-                          call);
     *op = (weft_op_t){.comm = comm, .seq = ++comm->seq, .call = call};
     op->wait = weft_comm_wait_ctx(comm, call);
     return WEFT_SUCCESS;
@@ -43,7 +38,8 @@ weft_status_t weft_op_end(weft_op_t *op, weft_status_t st, int inline_payload)
     case WEFT_ERR_TIMEOUT:
     case WEFT_ERR_ABORTED:
     case WEFT_ERR_INTERNAL:
-        comm->unusable = 1;
+        /* Fatal: every later call returns the same status (API.md). */
+        weft_comm_set_async_error(comm, st);
         break;
     default:
         break;
@@ -53,6 +49,10 @@ weft_status_t weft_op_end(weft_op_t *op, weft_status_t st, int inline_payload)
 
 weft_status_t weft_op_acquire(weft_op_t *op, const void *ptr, size_t bytes, int *ready_out)
 {
+    if (op->comm->nranks == 1) { /* no peer will read it */
+        *ready_out = 1;
+        return WEFT_SUCCESS;
+    }
     return weft_comm_acquire(op->comm, ptr, bytes, &op->wait, ready_out);
 }
 
@@ -71,17 +71,20 @@ weft_status_t weft_op_source(weft_op_t *op, const void *ptr, size_t bytes, int f
                              const void **remote_out)
 {
     int ready = 0;
-    weft_status_t st = force_copy ? WEFT_SUCCESS : weft_op_acquire(op, ptr, bytes, &ready);
+    weft_status_t st = weft_op_acquire(op, ptr, bytes, &ready);
     if (st != WEFT_SUCCESS)
         return st;
-    if (ready) {
+    if (ready && !force_copy) {
         *remote_out = ptr;
         return WEFT_SUCCESS;
     }
     uint8_t *base;
+    int staged = op->staged;
     st = weft_op_stage(op, bytes, &base);
     if (st != WEFT_SUCCESS)
         return st;
+    if (ready) /* a private copy of registered memory is not the staged path */
+        op->staged = staged;
     memcpy(base, ptr, bytes);
     *remote_out = base;
     return WEFT_SUCCESS;

@@ -1,0 +1,613 @@
+/*
+ * store_server.c - the rendezvous store's server thread ("weft-store"), hosted by rank 0: a
+ * key-value store that every rank (rank 0 too) reaches as a client on one TCP connection. The
+ * wire protocol is in store_proto.h; the client side is bootstrap.c.
+ *
+ * Design. One thread ("weft-store") owns every server structure and blocks in poll() on an
+ * eventfd (the stop request), the listening socket and all client sockets, which are
+ * non-blocking. Input is assembled per client into a body buffer; a SET's body becomes the
+ * stored entry without a copy. A GET for a key that does not exist yet is parked on a list of
+ * pending GETs and answered by the SET that creates the key. Output is queued per client and
+ * written when the socket is writable, so a slow reader never blocks the server. A connection
+ * whose first message is not a valid HELLO (magic, version, nranks, generation, rank not already
+ * connected) is closed; the client sees the close before a WELCOME and retries. On stop the
+ * server keeps serving until every rank has connected and disconnected, or the deadline passes.
+ *
+ * Thread safety: the server thread shares nothing with the thread that starts and stops it but
+ * the eventfd it is woken through; its structures are created before it starts and freed after
+ * it is joined.
+ */
+#include "core/store_server.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/store_proto.h"
+#include "util/clock.h"
+#include "util/log.h"
+
+/* ---------------------------------------------------------------------------------------------
+ * Structures (owned by the server thread while it runs)
+ * ------------------------------------------------------------------------------------------- */
+
+/* One queued output message. */
+typedef struct out_buf {
+    struct out_buf *next;
+    size_t len, off;
+    uint8_t data[];
+} out_buf_t;
+
+/* One connection. rank is -1 until its HELLO is accepted. */
+typedef struct conn {
+    int fd;
+    int rank;
+    int dead;
+    uint8_t hdr[STORE_HDR_BYTES];
+    size_t hdr_got;
+    uint8_t *body; /* allocated once the header is complete */
+    uint32_t body_len;
+    size_t body_got;
+    out_buf_t *out_head, *out_tail;
+} conn_t;
+
+/* A stored key. body is the SET message body that carried it; key and value point into it. */
+typedef struct kv_entry {
+    struct kv_entry *next;
+    uint8_t *body;
+    const uint8_t *key;
+    size_t key_len;
+    const uint8_t *value;
+    size_t value_len;
+} kv_entry_t;
+
+/* A GET waiting for its key to be set. */
+typedef struct pending_get {
+    struct pending_get *next;
+    conn_t *conn;
+    size_t key_len;
+    uint8_t key[STORE_KEY_MAX];
+} pending_get_t;
+
+struct weft_store_server {
+    int listen_fd;
+    int wake_fd; /* eventfd: written once by weft_store_server_stop to request the stop */
+    pthread_t thread;
+    int nranks;
+    uint32_t generation;
+    uint64_t deadline_ns;
+
+    conn_t **conns;
+    size_t nconns, conns_cap;
+    struct pollfd *pfds;
+    size_t pfds_cap;
+    kv_entry_t *kv;
+    pending_get_t *pending;
+    uint8_t *seen; /* seen[r]: rank r has completed a handshake at least once */
+    int nseen;
+    int nlive;   /* connections with an accepted handshake */
+    int closing; /* 0, WEFT_STORE_STOP_DRAIN or WEFT_STORE_STOP_NOW */
+    int accept_failed;
+};
+static void conn_free(conn_t *c)
+{
+    out_buf_t *o = c->out_head;
+    while (o != NULL) {
+        out_buf_t *next = o->next;
+        free(o);
+        o = next;
+    }
+    free(c->body);
+    close(c->fd);
+    free(c);
+}
+
+/* Queue a message of the given type whose payload is the concatenation of a (alen bytes) and b
+ * (blen bytes). Marks the connection dead if memory runs out. */
+static void conn_queue(conn_t *c, uint8_t type, const void *a, size_t alen, const void *b,
+                       size_t blen)
+{
+    size_t body = 1 + alen + blen;
+    out_buf_t *o = malloc(sizeof *o + STORE_HDR_BYTES + body);
+    if (o == NULL) {
+        weft_error(WEFT_ERR_NO_MEMORY, "weft-store: reply of %zu bytes to rank %d", body, c->rank);
+        c->dead = 1;
+        return;
+    }
+    o->next = NULL;
+    o->len = STORE_HDR_BYTES + body;
+    o->off = 0;
+    store_put_u32(o->data, (uint32_t)body);
+    o->data[STORE_HDR_BYTES] = type;
+    if (alen > 0)
+        memcpy(o->data + STORE_HDR_BYTES + 1, a, alen);
+    if (blen > 0)
+        memcpy(o->data + STORE_HDR_BYTES + 1 + alen, b, blen);
+    if (c->out_tail == NULL)
+        c->out_head = o;
+    else
+        c->out_tail->next = o;
+    c->out_tail = o;
+}
+
+/* Write queued output until it is all sent or the socket would block. */
+static void conn_flush(conn_t *c)
+{
+    while (!c->dead && c->out_head != NULL) {
+        out_buf_t *o = c->out_head;
+        ssize_t n = send(c->fd, o->data + o->off, o->len - o->off, MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                WEFT_LOG_DEBUG("weft-store: send to rank %d: %s", c->rank, strerror(errno));
+                c->dead = 1;
+            }
+            return;
+        }
+        o->off += (size_t)n;
+        if (o->off == o->len) {
+            c->out_head = o->next;
+            if (c->out_head == NULL)
+                c->out_tail = NULL;
+            free(o);
+        }
+    }
+}
+
+static kv_entry_t *kv_find(weft_store_server_t *s, const uint8_t *key, size_t key_len)
+{
+    for (kv_entry_t *e = s->kv; e != NULL; e = e->next)
+        if (e->key_len == key_len && memcmp(e->key, key, key_len) == 0)
+            return e;
+    return NULL;
+}
+
+static void handle_hello(weft_store_server_t *s, conn_t *c, const uint8_t *body, uint32_t len)
+{
+    if (len != STORE_HELLO_BYTES || body[0] != STORE_MSG_HELLO) {
+        WEFT_LOG_DEBUG("weft-store: rejecting a connection: not a handshake");
+        c->dead = 1;
+        return;
+    }
+    uint32_t magic = store_get_u32(body + 1), version = store_get_u32(body + 5);
+    uint32_t rank = store_get_u32(body + 9), nranks = store_get_u32(body + 13),
+             gen = store_get_u32(body + 17);
+    if (magic != STORE_MAGIC || version != STORE_VERSION || nranks != (uint32_t)s->nranks ||
+        gen != s->generation || rank >= nranks) {
+        WEFT_LOG_DEBUG("weft-store: rejecting rank %u: magic %#x version %u nranks %u "
+                       "generation %u (expected nranks %d generation %u)",
+                       rank, magic, version, nranks, gen, s->nranks, s->generation);
+        c->dead = 1;
+        return;
+    }
+    for (size_t i = 0; i < s->nconns; i++) {
+        if (s->conns[i]->rank == (int)rank && !s->conns[i]->dead) {
+            WEFT_LOG_DEBUG("weft-store: rejecting rank %u: already connected", rank);
+            c->dead = 1;
+            return;
+        }
+    }
+    c->rank = (int)rank;
+    s->nlive++;
+    if (!s->seen[rank]) {
+        s->seen[rank] = 1;
+        s->nseen++;
+    }
+    uint8_t magic_le[4];
+    store_put_u32(magic_le, STORE_MAGIC);
+    conn_queue(c, STORE_MSG_WELCOME, magic_le, sizeof magic_le, NULL, 0);
+}
+
+/* Store a SET (taking ownership of its body) and answer the GETs that waited for its key. */
+static void handle_set(weft_store_server_t *s, conn_t *c, uint8_t *body, uint32_t len)
+{
+    size_t key_len = store_get_u16(body + 1);
+    if (key_len == 0 || key_len > STORE_KEY_MAX || 3 + key_len > len) {
+        weft_error(WEFT_ERR_INTERNAL, "weft-store: malformed SET from rank %d", c->rank);
+        c->dead = 1;
+        free(body);
+        return;
+    }
+    const uint8_t *key = body + 3;
+    kv_entry_t *e = kv_find(s, key, key_len);
+    if (e == NULL) {
+        e = malloc(sizeof *e);
+        if (e == NULL) {
+            weft_error(WEFT_ERR_NO_MEMORY, "weft-store: SET from rank %d", c->rank);
+            c->dead = 1;
+            free(body);
+            return;
+        }
+        e->next = s->kv;
+        s->kv = e;
+    } else {
+        free(e->body);
+    }
+    e->body = body;
+    e->key = key;
+    e->key_len = key_len;
+    e->value = body + 3 + key_len;
+    e->value_len = len - 3 - key_len;
+
+    pending_get_t **pp = &s->pending;
+    while (*pp != NULL) {
+        pending_get_t *p = *pp;
+        if (p->key_len == key_len && memcmp(p->key, key, key_len) == 0) {
+            *pp = p->next;
+            if (!p->conn->dead) {
+                conn_queue(p->conn, STORE_MSG_VALUE, e->value, e->value_len, NULL, 0);
+                conn_flush(p->conn);
+            }
+            free(p);
+        } else {
+            pp = &p->next;
+        }
+    }
+}
+
+static void handle_get(weft_store_server_t *s, conn_t *c, const uint8_t *body, uint32_t len)
+{
+    size_t key_len = len >= 3 ? store_get_u16(body + 1) : 0;
+    if (key_len == 0 || key_len > STORE_KEY_MAX || 3 + key_len != len) {
+        weft_error(WEFT_ERR_INTERNAL, "weft-store: malformed GET from rank %d", c->rank);
+        c->dead = 1;
+        return;
+    }
+    kv_entry_t *e = kv_find(s, body + 3, key_len);
+    if (e != NULL) {
+        conn_queue(c, STORE_MSG_VALUE, e->value, e->value_len, NULL, 0);
+        return;
+    }
+    pending_get_t *p = malloc(sizeof *p);
+    if (p == NULL) {
+        weft_error(WEFT_ERR_NO_MEMORY, "weft-store: GET from rank %d", c->rank);
+        c->dead = 1;
+        return;
+    }
+    p->conn = c;
+    p->key_len = key_len;
+    memcpy(p->key, body + 3, key_len);
+    p->next = s->pending;
+    s->pending = p;
+}
+
+/* Act on one complete message; takes ownership of body. */
+static void handle_message(weft_store_server_t *s, conn_t *c, uint8_t *body, uint32_t len)
+{
+    if (c->rank < 0) {
+        handle_hello(s, c, body, len);
+        free(body);
+        return;
+    }
+    switch (body[0]) {
+    case STORE_MSG_SET:
+        if (len >= 3) {
+            handle_set(s, c, body, len);
+            return;
+        }
+        break;
+    case STORE_MSG_GET:
+        handle_get(s, c, body, len);
+        free(body);
+        return;
+    default:
+        break;
+    }
+    weft_error(WEFT_ERR_INTERNAL, "weft-store: unexpected message type %u from rank %d", body[0],
+               c->rank);
+    c->dead = 1;
+    free(body);
+}
+
+/* Read everything the socket has, handling each complete message. */
+static void conn_read(weft_store_server_t *s, conn_t *c)
+{
+    while (!c->dead) {
+        uint8_t *dst;
+        size_t want;
+        if (c->hdr_got < STORE_HDR_BYTES) {
+            dst = c->hdr + c->hdr_got;
+            want = STORE_HDR_BYTES - c->hdr_got;
+        } else {
+            dst = c->body + c->body_got;
+            want = c->body_len - c->body_got;
+        }
+        ssize_t n = recv(c->fd, dst, want, 0);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                WEFT_LOG_DEBUG("weft-store: recv from rank %d: %s", c->rank, strerror(errno));
+                c->dead = 1;
+            }
+            return;
+        }
+        if (n == 0) {
+            c->dead = 1; /* orderly close: the client is done or gone */
+            return;
+        }
+        if (c->hdr_got < STORE_HDR_BYTES) {
+            c->hdr_got += (size_t)n;
+            if (c->hdr_got < STORE_HDR_BYTES)
+                continue;
+            c->body_len = store_get_u32(c->hdr);
+            if (c->body_len == 0 || c->body_len > STORE_BODY_MAX ||
+                (c->rank < 0 && c->body_len != STORE_HELLO_BYTES)) {
+                WEFT_LOG_DEBUG("weft-store: dropping rank %d: message of %u bytes", c->rank,
+                               c->body_len);
+                c->dead = 1;
+                return;
+            }
+            c->body = malloc(c->body_len);
+            if (c->body == NULL) {
+                weft_error(WEFT_ERR_NO_MEMORY, "weft-store: message of %u bytes from rank %d",
+                           c->body_len, c->rank);
+                c->dead = 1;
+                return;
+            }
+            c->body_got = 0;
+            continue;
+        }
+        c->body_got += (size_t)n;
+        if (c->body_got == c->body_len) {
+            uint8_t *body = c->body;
+            c->body = NULL;
+            c->hdr_got = 0;
+            handle_message(s, c, body, c->body_len);
+        }
+    }
+}
+
+/* Track a new connection. Returns 0, or -1 (error recorded) if memory runs out. */
+static int conn_add(weft_store_server_t *s, int fd)
+{
+    if (s->nconns == s->conns_cap) {
+        size_t cap = s->conns_cap ? s->conns_cap * 2 : 16;
+        conn_t **conns = realloc(s->conns, cap * sizeof *conns);
+        if (conns == NULL)
+            goto err_no_memory;
+        s->conns = conns;
+        s->conns_cap = cap;
+    }
+    conn_t *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        goto err_no_memory;
+    c->fd = fd;
+    c->rank = -1;
+    s->conns[s->nconns++] = c;
+    return 0;
+
+err_no_memory:
+    weft_error(WEFT_ERR_NO_MEMORY, "weft-store: new connection (%zu open)", s->nconns);
+    return -1;
+}
+
+static void accept_all(weft_store_server_t *s)
+{
+    for (;;) {
+        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return;
+            /* Out of descriptors or memory: stop accepting rather than spin on the listener;
+             * ranks that have not joined time out. */
+            weft_error_errno(WEFT_ERR_SYSTEM, errno, "weft-store: accept");
+            s->accept_failed = 1;
+            return;
+        }
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        if (conn_add(s, fd) != 0)
+            close(fd); /* the client sees the close and retries */
+    }
+}
+
+/* Free dead connections and the GETs they left pending. */
+static void reap_dead(weft_store_server_t *s)
+{
+    pending_get_t **pp = &s->pending;
+    while (*pp != NULL) {
+        pending_get_t *p = *pp;
+        if (p->conn->dead) {
+            *pp = p->next;
+            free(p);
+        } else {
+            pp = &p->next;
+        }
+    }
+    size_t kept = 0;
+    for (size_t i = 0; i < s->nconns; i++) {
+        conn_t *c = s->conns[i];
+        if (!c->dead) {
+            s->conns[kept++] = c;
+            continue;
+        }
+        if (c->rank >= 0)
+            s->nlive--;
+        conn_free(c);
+    }
+    s->nconns = kept;
+}
+
+static int server_done(const weft_store_server_t *s)
+{
+    if (s->closing == WEFT_STORE_STOP_NOW)
+        return 1;
+    if (s->closing != WEFT_STORE_STOP_DRAIN)
+        return 0;
+    return (s->nseen == s->nranks && s->nlive == 0) || weft_now_ns() >= s->deadline_ns;
+}
+
+static void *server_main(void *arg)
+{
+    weft_store_server_t *s = arg;
+    pthread_setname_np(pthread_self(), "weft-store");
+    while (!server_done(s)) {
+        size_t need = 2 + s->nconns;
+        if (need > s->pfds_cap) {
+            struct pollfd *p = realloc(s->pfds, need * sizeof *p);
+            if (p == NULL) {
+                weft_error(WEFT_ERR_NO_MEMORY, "weft-store: poll set of %zu", need);
+                break;
+            }
+            s->pfds = p;
+            s->pfds_cap = need;
+        }
+        s->pfds[0] = (struct pollfd){.fd = s->wake_fd, .events = POLLIN};
+        s->pfds[1] = (struct pollfd){.fd = s->accept_failed ? -1 : s->listen_fd, .events = POLLIN};
+        size_t npoll = s->nconns;
+        for (size_t i = 0; i < npoll; i++) {
+            conn_t *c = s->conns[i];
+            s->pfds[2 + i] = (struct pollfd){
+                .fd = c->fd, .events = (short)(POLLIN | (c->out_head != NULL ? POLLOUT : 0))};
+        }
+        int timeout_ms =
+            s->closing == WEFT_STORE_STOP_DRAIN ? weft_store_proto_ms_left(s->deadline_ns) : -1;
+        int n = poll(s->pfds, 2 + npoll, timeout_ms);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            weft_error_errno(WEFT_ERR_SYSTEM, errno, "weft-store: poll");
+            break;
+        }
+        if (s->pfds[0].revents & POLLIN) {
+            uint64_t v;
+            if (read(s->wake_fd, &v, sizeof v) == (ssize_t)sizeof v)
+                s->closing = v >= WEFT_STORE_STOP_NOW ? WEFT_STORE_STOP_NOW : WEFT_STORE_STOP_DRAIN;
+        }
+        for (size_t i = 0; i < npoll; i++) {
+            conn_t *c = s->conns[i];
+            short re = s->pfds[2 + i].revents;
+            if (re & (POLLIN | POLLHUP | POLLERR))
+                conn_read(s, c);
+            if ((re & (POLLOUT | POLLHUP | POLLERR)) || c->out_head != NULL)
+                conn_flush(c);
+        }
+        if (s->pfds[1].revents & POLLIN)
+            accept_all(s);
+        reap_dead(s);
+    }
+    /* Whoever is still connected sees the connection close and fails with PEER_LOST. */
+    for (size_t i = 0; i < s->nconns; i++)
+        s->conns[i]->dead = 1;
+    reap_dead(s);
+    return NULL;
+}
+
+static void server_free(weft_store_server_t *s)
+{
+    kv_entry_t *e = s->kv;
+    while (e != NULL) {
+        kv_entry_t *next = e->next;
+        free(e->body);
+        free(e);
+        e = next;
+    }
+    free(s->conns);
+    free(s->pfds);
+    free(s->seen);
+    free(s);
+}
+
+/* Bind and listen on the first address of the list that accepts the bind. EADDRINUSE (another
+ * store still holds the port) is retried until the deadline. */
+static weft_status_t server_listen(const struct addrinfo *list, const char *addr, int port,
+                                   int nranks, uint64_t deadline_ns, int *fd_out)
+{
+    uint64_t backoff_ns = STORE_BACKOFF_MIN_NS;
+    for (;;) {
+        int last_err = 0;
+        int in_use = 0;
+        for (const struct addrinfo *ai = list; ai != NULL; ai = ai->ai_next) {
+            int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                            ai->ai_protocol);
+            if (fd < 0) {
+                last_err = errno;
+                continue;
+            }
+            int one = 1;
+            int backlog = nranks > SOMAXCONN - 16 ? SOMAXCONN : nranks + 16;
+            if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
+                bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, backlog) == 0) {
+                *fd_out = fd;
+                return WEFT_SUCCESS;
+            }
+            last_err = errno;
+            in_use |= errno == EADDRINUSE;
+            close(fd);
+        }
+        if (!in_use || weft_now_ns() >= deadline_ns)
+            return weft_error_errno(WEFT_ERR_SYSTEM, last_err,
+                                    "weft_store_open: cannot listen on %s port %d", addr, port);
+        weft_store_proto_backoff(&backoff_ns, deadline_ns);
+    }
+}
+
+weft_status_t weft_store_server_start(const struct addrinfo *list, const char *addr, int port,
+                                      int nranks, uint32_t generation, uint64_t deadline_ns,
+                                      weft_store_server_t **server_out)
+{
+    weft_status_t status;
+    weft_store_server_t *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return weft_error(WEFT_ERR_NO_MEMORY, "weft_store_open: server state");
+    s->nranks = nranks;
+    s->generation = generation;
+    s->deadline_ns = deadline_ns;
+    s->seen = calloc((size_t)nranks, 1);
+    if (s->seen == NULL) {
+        status = weft_error(WEFT_ERR_NO_MEMORY, "weft_store_open: nranks %d", nranks);
+        goto err_free_server;
+    }
+    status = server_listen(list, addr, port, nranks, deadline_ns, &s->listen_fd);
+    if (status != WEFT_SUCCESS)
+        goto err_free_server;
+    s->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (s->wake_fd < 0) {
+        status = weft_error_errno(WEFT_ERR_SYSTEM, errno, "weft_store_open: eventfd");
+        goto err_close_listen;
+    }
+    /* The server thread takes no signals: they belong to the application's threads. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&s->thread, NULL, server_main, s);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        status = weft_error_errno(WEFT_ERR_SYSTEM, rc, "weft_store_open: pthread_create");
+        goto err_close_wake;
+    }
+    *server_out = s;
+    return WEFT_SUCCESS;
+
+err_close_wake:
+    close(s->wake_fd);
+err_close_listen:
+    close(s->listen_fd);
+err_free_server:
+    server_free(s);
+    return status;
+}
+
+void weft_store_server_stop(weft_store_server_t *s, weft_store_stop_t how)
+{
+    uint64_t v = (uint64_t)how; /* the eventfd's counter: the server reads it as the request */
+    while (write(s->wake_fd, &v, sizeof v) < 0 && errno == EINTR)
+        continue;
+    pthread_join(s->thread, NULL);
+    close(s->wake_fd);
+    close(s->listen_fd);
+    server_free(s);
+}
