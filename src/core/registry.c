@@ -133,6 +133,8 @@ struct weft_registry {
     uint64_t stop_deadline_ns;
 
     weft_flag_t acked_all; /* min over peers of acked[]; futex-wakeable */
+    _Atomic uint64_t map_epoch;   /* registrar: bumped (release) after every peer map */
+    _Atomic uint64_t reads_epoch; /* operations: bumped (release) after their remote reads */
     weft_registry_stats_t stats;
 };
 
@@ -409,6 +411,7 @@ static void handle_reg(weft_registry_t *reg, int peer, const weft_ctrl_msg_t *ms
         return;
     }
     reg->maps.data[reg->maps.n++] = (peer_map_t){msg->addr, msg->bytes};
+    atomic_fetch_add_explicit(&reg->map_epoch, 1, memory_order_release);
     atomic_fetch_add(&reg->stats.peer_mappings, 1);
     weft_ctrl_msg_t ack = {.type = WEFT_CTRL_REG_ACK, .ticket = msg->ticket};
     outbox_push(reg, peer, &ack, -1);
@@ -420,6 +423,7 @@ static void handle_unreg(weft_registry_t *reg, int peer, const weft_ctrl_msg_t *
         peer_map_t *m = &reg->maps.data[i];
         if (m->addr == msg->addr && m->bytes == msg->bytes &&
             weft_window_owner(&reg->win, m->addr) == peer) {
+            (void)atomic_load_explicit(&reg->reads_epoch, memory_order_acquire);
             weft_status_t st = reg->mem->unmap((void *)m->addr, m->bytes);
             if (st != WEFT_SUCCESS)
                 weft_comm_set_async_error(reg->comm, st);
@@ -825,6 +829,16 @@ weft_status_t weft_registry_acquire(weft_registry_t *reg, const void *ptr, size_
         *waited_ns_out = weft_now_ns() - t0 + 1;
     *state_out = WEFT_BUF_READY;
     return WEFT_SUCCESS;
+}
+
+void weft_registry_observe_mappings(weft_registry_t *reg)
+{
+    (void)atomic_load_explicit(&reg->map_epoch, memory_order_acquire);
+}
+
+void weft_registry_reads_done(weft_registry_t *reg)
+{
+    atomic_fetch_add_explicit(&reg->reads_epoch, 1, memory_order_release);
 }
 
 const weft_registry_stats_t *weft_registry_stats(const weft_registry_t *reg)

@@ -80,6 +80,17 @@ weft_status_t weft_registry_acquire(weft_registry_t *reg, const void *ptr, size_
                                     void *arg,
                                     weft_buf_state_t *state_out, uint64_t *waited_ns_out);
 
+/* Memory-model edges between the registrar's mappings and the threads that use them. The
+ * protocol already orders them across processes (a peer posts a buffer only after we
+ * acknowledged its mapping; it frees one only after we signalled that we stopped reading), but
+ * those edges pass through another process, invisible to the C memory model and to
+ * ThreadSanitizer. So: the registrar release-increments an epoch after every map and acquires
+ * the readers' epoch before every unmap; an operation acquires the mapping epoch before its
+ * first remote read (weft_registry_observe_mappings) and releases the readers' epoch after its
+ * last one (weft_registry_reads_done). Each is one atomic access. */
+void weft_registry_observe_mappings(weft_registry_t *reg);
+void weft_registry_reads_done(weft_registry_t *reg);
+
 /* Counters of this registry. */
 const weft_registry_stats_t *weft_registry_stats(const weft_registry_t *reg);
 

@@ -42,8 +42,11 @@
  * Plain C in every case, and the results are bit-identical (integer and IEEE float32/float64
  * operations only, none that could be contracted into an FMA). The wider vectors matter for the
  * 16-bit conversions (about 1.7x for bfloat16, 2.7x for float16) and for data already in cache;
- * streaming float32/float64/integer reductions are bound by memory bandwidth either way. */
-#if defined(__x86_64__) && defined(__GLIBC__) && defined(__has_attribute)
+ * streaming float32/float64/integer reductions are bound by memory bandwidth either way.
+ * Not under ThreadSanitizer: its runtime is not ready when the dynamic loader runs the ifunc
+ * resolvers of a shared library, and the instrumented resolvers crash. */
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(__has_attribute) && \
+    !defined(__SANITIZE_THREAD__)
 #if __has_attribute(target_clones)
 #define KERNEL __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #endif

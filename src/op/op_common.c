@@ -25,6 +25,7 @@ weft_status_t weft_op_begin(struct weft_comm *comm, const char *call, weft_op_t 
 weft_status_t weft_op_end(weft_op_t *op, weft_status_t st, int inline_payload)
 {
     struct weft_comm *comm = op->comm;
+    weft_registry_reads_done(comm->registry);
     switch (st) {
     case WEFT_SUCCESS:
         if (inline_payload)
@@ -114,6 +115,7 @@ weft_status_t weft_op_exchange(weft_op_t *op, const weft_op_desc_t *desc,
     weft_status_t st = weft_hs_wait_posted(comm, op->seq, &op->wait);
     if (st != WEFT_SUCCESS)
         return st;
+    weft_registry_observe_mappings(comm->registry);
     int common;
     st = weft_hs_check_match(comm, op->seq, desc, pair_send, pair_recv, op->call, &common);
     if (st == WEFT_ERR_MISMATCH && !common && pair_only_out)

@@ -1,5 +1,6 @@
 /*
- * test_bootstrap.c - the rendezvous store (src/core/bootstrap.c) across forked processes.
+ * test_bootstrap.c - the rendezvous store (src/core/bootstrap.c, client; store_server.c, server)
+ * across forked processes.
  *
  * Each scenario forks one process per rank; the processes open a store on a port the parent
  * found free (bound to port 0, then released) and check their results exactly. Payloads are
