@@ -2,11 +2,10 @@
  * comm.c - communicator creation and teardown, health checks, staging scratch.
  *
  * Creation (collective), in order, each step undone in reverse on failure:
- *   rendezvous store -> job secret -> control-socket mesh -> shadow window -> registry and
- *   registrar thread -> control block and staging scratch (registered) -> exchange of control
- *   block addresses and NUMA nodes -> wait until our registrations are acknowledged -> barrier
- *   -> executor -> store closed.
- * After the final barrier every rank's control block is mapped in every rank.
+ *   rendezvous store -> job secret -> control-socket mesh -> control blocks shared over it ->
+ *   shadow window -> registry and registrar thread -> staging scratch (registered) -> exchange
+ *   of NUMA nodes -> wait until our registrations are acknowledged -> barrier -> executor ->
+ *   store closed.
  *
  * Thread safety: async_error and aborted are atomics written by any thread; everything else is
  * used by the communicator's user thread only.
@@ -99,9 +98,7 @@ static void model_from_config(weft_cost_model_t *m, const weft_env_t *cfg)
 }
 
 typedef struct rank_info {
-    uint64_t block;
     int32_t numa;
-    int32_t pad;
 } rank_info_t;
 
 static weft_status_t resolve_config(const weft_config_t *cfg, weft_config_t *out)
@@ -196,40 +193,38 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **c
     st = weft_ctrl_connect(store, cfg.rank, cfg.nranks, secret, deadline, fds);
     if (st != WEFT_SUCCESS)
         goto err_close_store;
+    comm->blocks = calloc((size_t)cfg.nranks, sizeof *comm->blocks);
+    comm->peer_tier = calloc((size_t)cfg.nranks, sizeof *comm->peer_tier);
+    if (!comm->blocks || !comm->peer_tier) {
+        st = weft_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: calloc");
+        goto err_close_fds;
+    }
+    st = weft_ctrlblk_share(fds, cfg.rank, cfg.nranks, comm->layout.bytes, deadline,
+                            comm->blocks);
+    if (st != WEFT_SUCCESS)
+        goto err_close_fds;
     size_t slice = env->window_slice_bytes ? env->window_slice_bytes : HOST_SLICE_DEFAULT;
     st = weft_window_reserve(store, comm->mem, cfg.rank, cfg.nranks, slice, &comm->window);
     if (st != WEFT_SUCCESS)
-        goto err_close_fds;
+        goto err_unmap_blocks;
     st = weft_registry_create(comm, &comm->window, cfg.rank, cfg.nranks, cfg.registration, fds,
                               &comm->registry);
     if (st != WEFT_SUCCESS)
         goto err_release_window;
 
-    /* Control block and staging scratch: internal, registered at once. They stay allocated
-     * until weft_registry_destroy unmaps everything. */
-    void *block;
-    st = weft_registry_alloc(comm->registry, comm->layout.bytes, 1, &block);
-    if (st != WEFT_SUCCESS)
-        goto err_destroy_registry;
+    /* Staging scratch: internal, registered at once; weft_registry_destroy unmaps it. */
     comm->staging_bytes = env->staging_bytes ? env->staging_bytes : 4096;
     st = weft_registry_alloc(comm->registry, comm->staging_bytes, 1, &comm->staging);
     if (st != WEFT_SUCCESS)
         goto err_destroy_registry;
 
-    comm->blocks = calloc((size_t)cfg.nranks, sizeof *comm->blocks);
-    comm->peer_tier = calloc((size_t)cfg.nranks, sizeof *comm->peer_tier);
-    if (!comm->blocks || !comm->peer_tier) {
-        st = weft_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: calloc");
-        goto err_destroy_registry;
-    }
     unsigned cpu = 0, node = 0;
     (void)getcpu(&cpu, &node);
-    rank_info_t mine = {.block = (uint64_t)(uintptr_t)block, .numa = (int32_t)node};
-    st = weft_store_allgather(store, "blocks", &mine, sizeof mine, infos);
+    rank_info_t mine = {.numa = (int32_t)node};
+    st = weft_store_allgather(store, "ranks", &mine, sizeof mine, infos);
     if (st != WEFT_SUCCESS)
         goto err_destroy_registry;
     for (int r = 0; r < cfg.nranks; r++) {
-        comm->blocks[r] = (uint8_t *)(uintptr_t)infos[r].block;
         comm->peer_tier[r] = r == cfg.rank                ? WEFT_TIER_SELF
                              : infos[r].numa == mine.numa ? WEFT_TIER_PEER
                                                           : WEFT_TIER_REMOTE_NUMA;
@@ -237,11 +232,10 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **c
     weft_wait_ctx_t ctx = {comm, deadline, "weft_comm_init"};
     int ready;
     st = weft_comm_acquire(comm, comm->staging, comm->staging_bytes, &ctx, &ready);
-    if (st == WEFT_SUCCESS)
-        st = weft_comm_acquire(comm, block, comm->layout.bytes, &ctx, &ready);
     if (st != WEFT_SUCCESS)
         goto err_destroy_registry;
-    /* Our registrations are acknowledged: after this barrier every block is mapped everywhere. */
+    /* Our registrations are acknowledged: after this barrier every staging scratch is mapped
+     * everywhere. */
     st = weft_store_barrier(store, "ready");
     if (st != WEFT_SUCCESS)
         goto err_destroy_registry;
@@ -260,6 +254,8 @@ err_destroy_registry:
     comm->registry = NULL;
 err_release_window:
     weft_window_release(&comm->window);
+err_unmap_blocks:
+    weft_ctrlblk_unmap(comm->blocks, cfg.nranks, comm->layout.bytes);
 err_close_fds:
     for (int i = 0; i < cfg.nranks; i++) {
         if (fds[i] >= 0)
@@ -282,8 +278,8 @@ err_free:
 weft_status_t weft_comm_teardown(struct weft_comm *comm)
 {
     weft_status_t st = WEFT_SUCCESS;
-    if (!atomic_load(&comm->aborted) &&
-        atomic_load(&comm->async_error) == WEFT_SUCCESS) {
+    int healthy = !atomic_load(&comm->aborted) && atomic_load(&comm->async_error) == WEFT_SUCCESS;
+    if (healthy) {
         /* The last handshake is a barrier: after it nobody touches another rank's memory. */
         uint32_t seq = ++comm->seq;
         weft_wait_ctx_t ctx = weft_comm_wait_ctx(comm, "weft_comm_destroy");
@@ -295,10 +291,15 @@ weft_status_t weft_comm_teardown(struct weft_comm *comm)
         st = weft_hs_wait_posted(comm, seq, &ctx);
         if (st == WEFT_SUCCESS)
             st = weft_hs_check_match(comm, seq, &desc, NULL, NULL, "weft_comm_destroy", NULL);
+        healthy = st == WEFT_SUCCESS;
     }
     comm->exec_ops->destroy(comm->exec);
-    weft_registry_destroy(comm->registry, weft_deadline_after_s(comm->timeout_s < 5 ? comm->timeout_s : 5));
+    /* Healthy peers are destroying too: give the closing BYEs a few seconds. After an error
+     * nobody is waited for. */
+    double bye_s = comm->timeout_s < 5 ? comm->timeout_s : 5;
+    weft_registry_destroy(comm->registry, healthy ? weft_deadline_after_s(bye_s) : weft_now_ns());
     weft_window_release(&comm->window);
+    weft_ctrlblk_unmap(comm->blocks, comm->nranks, comm->layout.bytes);
     weft_plan_fini(&comm->plan);
     free(comm->blocks);
     free(comm->peer_tier);

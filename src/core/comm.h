@@ -1,8 +1,8 @@
 /*
  * comm.h - the communicator (internal view) and its control blocks.
  *
- * Each rank owns a control block: a registered allocation mapped at the same address on every
- * rank, into which its peers write. It holds, for every sender p, two handshake slots (indexed
+ * Each rank owns a control block: host memory shared with every peer at communicator creation
+ * (ctrlblk.c), into which its peers write. It holds, for every sender p, two handshake slots (indexed
  * by the operation's sequence number modulo 2) and one "done" and one "phase" signal line.
  * Every flag sits on its own cache line, written by exactly one rank.
  *
@@ -120,7 +120,7 @@ struct weft_comm {
     weft_registry_t *registry;
 
     weft_ctrlblk_layout_t layout;
-    uint8_t **blocks; /* every rank's control block, mapped at the same address everywhere */
+    uint8_t **blocks; /* every rank's control block (host memory), mapped in this process */
     uint32_t seq;     /* sequence number of the last operation started */
 
     void *staging; /* registered scratch for the staged path */
@@ -158,6 +158,13 @@ weft_status_t weft_comm_check(void *arg);
 weft_wait_ctx_t weft_comm_wait_ctx(struct weft_comm *comm, const char *what);
 
 /* ---- handshake (handshake.c) ---------------------------------------------------------------- */
+
+/* Create this rank's control block (host memory, zeroed), share it with every peer over the
+ * control sockets socks (init only, before the registrar owns them) and map every rank's block:
+ * blocks_out[r] for r < nranks. On failure nothing stays mapped. */
+weft_status_t weft_ctrlblk_share(const int *socks, int rank, int nranks, size_t bytes,
+                                 uint64_t deadline_ns, uint8_t **blocks_out);
+void weft_ctrlblk_unmap(uint8_t **blocks, int nranks, size_t bytes);
 
 /* Compute the control block layout for nranks. */
 weft_ctrlblk_layout_t weft_ctrlblk_layout(int nranks);

@@ -260,3 +260,44 @@ weft_status_t weft_ctrl_recv(int sock, weft_ctrl_msg_t *msg, int *fd_out)
     }
     return WEFT_SUCCESS;
 }
+
+weft_status_t weft_ctrl_exchange_fd(const int *socks, int rank, int nranks, int fd, size_t bytes,
+                                    uint64_t deadline_ns, int *peer_fds_out)
+{
+    weft_ctrl_msg_t msg = {.type = WEFT_CTRL_BLOCK, .bytes = bytes, .handle_bytes = bytes};
+    weft_status_t st = WEFT_SUCCESS;
+    for (int p = 0; p < nranks; p++)
+        peer_fds_out[p] = -1;
+    for (int p = 0; p < nranks && st == WEFT_SUCCESS; p++) {
+        if (p == rank)
+            continue;
+        st = weft_ctrl_send(socks[p], &msg, fd); /* one small message: never a full socket */
+        if (st != WEFT_SUCCESS)
+            st = weft_error(WEFT_ERR_PEER_LOST, "weft_comm_init: sending the control block to "
+                                                "rank %d failed",
+                            p);
+    }
+    for (int p = 0; p < nranks && st == WEFT_SUCCESS; p++) {
+        if (p == rank)
+            continue;
+        st = wait_fd(socks[p], POLLIN, deadline_ns, "control block exchange");
+        if (st != WEFT_SUCCESS)
+            break;
+        weft_ctrl_msg_t in;
+        st = weft_ctrl_recv(socks[p], &in, &peer_fds_out[p]);
+        if (st == WEFT_SUCCESS && (in.type != WEFT_CTRL_BLOCK || in.bytes != bytes ||
+                                   peer_fds_out[p] < 0))
+            st = WEFT_ERR_PEER_LOST;
+        if (st != WEFT_SUCCESS)
+            st = weft_error(WEFT_ERR_PEER_LOST,
+                            "weft_comm_init: rank %d sent no valid control block", p);
+    }
+    if (st != WEFT_SUCCESS) {
+        for (int p = 0; p < nranks; p++) {
+            if (peer_fds_out[p] >= 0)
+                close(peer_fds_out[p]);
+            peer_fds_out[p] = -1;
+        }
+    }
+    return st;
+}

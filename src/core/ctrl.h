@@ -25,7 +25,8 @@ typedef enum {
     WEFT_CTRL_REG_ACK,   /* ticket is mapped */
     WEFT_CTRL_UNREG,     /* unmap [addr, addr + bytes); ack with UNREG_ACK */
     WEFT_CTRL_UNREG_ACK, /* ticket is unmapped */
-    WEFT_CTRL_BYE        /* the sender is closing in order (destroy): its EOF is not a loss */
+    WEFT_CTRL_BYE,       /* the sender is closing in order (destroy): its EOF is not a loss */
+    WEFT_CTRL_BLOCK      /* init only: the attached descriptor is the sender's control block */
 } weft_ctrl_type_t;
 
 typedef struct weft_ctrl_msg {
@@ -43,6 +44,12 @@ typedef struct weft_ctrl_msg {
 weft_status_t weft_ctrl_connect(weft_store_t *store, int rank, int nranks,
                                 const uint8_t secret[WEFT_CTRL_SECRET_BYTES],
                                 uint64_t deadline_ns, int *fds_out);
+
+/* Init only: send fd (bytes long) to every peer as a WEFT_CTRL_BLOCK message and receive every
+ * peer's; peer_fds_out has nranks entries, [rank] = -1, the others owned by the caller on
+ * success (on failure everything received is closed). Blocks until done or deadline_ns. */
+weft_status_t weft_ctrl_exchange_fd(const int *socks, int rank, int nranks, int fd, size_t bytes,
+                                    uint64_t deadline_ns, int *peer_fds_out);
 
 /* Send one message, with fd attached if fd >= 0 (the caller keeps its own fd). Non-blocking:
  * returns WEFT_ERR_TIMEOUT if the socket buffer is full (the caller polls POLLOUT and retries),

@@ -476,10 +476,14 @@ static void receive_from(weft_registry_t *reg, int peer)
     }
 }
 
-static int outboxes_empty(const weft_registry_t *reg)
+/* Ready to close: everything queued was sent, and every peer still connected said BYE (so it is
+ * stopping too, and our EOF cannot look like a loss to it). */
+static int ready_to_close(const weft_registry_t *reg)
 {
     for (int p = 0; p < reg->nranks; p++) {
-        if (!reg->closed[p] && reg->out[p].head < reg->out[p].n)
+        if (p == reg->rank || reg->closed[p])
+            continue;
+        if (reg->out[p].head < reg->out[p].n || !reg->bye[p])
             return 0;
     }
     return 1;
@@ -507,7 +511,7 @@ static void *registrar_main(void *arg)
                 if (p != reg->rank && !reg->closed[p])
                     flush_outbox(reg, p);
             }
-            if (outboxes_empty(reg))
+            if (ready_to_close(reg))
                 break;
             uint64_t now = weft_now_ns();
             if (now >= reg->stop_deadline_ns)

@@ -45,8 +45,9 @@ weft_status_t weft_registry_create(struct weft_comm *comm, const weft_window_t *
                                    int nranks, weft_registration_t mode, int *ctrl_fds,
                                    weft_registry_t **reg_out);
 
-/* Stop the registrar: send BYE to every peer (bounded by deadline_ns), join the thread, unmap
- * every peer segment and every own allocation, close the sockets, free. NULL is a no-op. */
+/* Stop the registrar: send BYE to every peer and wait for theirs (bounded by deadline_ns), join
+ * the thread, unmap every peer segment and every own allocation, close the sockets, free.
+ * NULL is a no-op. */
 void weft_registry_destroy(weft_registry_t *reg, uint64_t deadline_ns);
 
 /* Close every control socket at once (abort): never blocks; peers see the loss. */

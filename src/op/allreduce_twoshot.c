@@ -18,10 +18,12 @@
 
 #define CHUNK_GRANULE 64
 
-/* Byte range of rank r's chunk out of bytes. */
+/* Byte range of rank r's chunk out of bytes: ceil(bytes / nranks) rounded up to the granule,
+ * so the chunks cover every byte (the last ones may be short or empty). */
 static void chunk_of(uint64_t bytes, int nranks, int r, uint64_t *lo, uint64_t *hi)
 {
-    uint64_t per = (bytes / (uint64_t)nranks + CHUNK_GRANULE - 1) / CHUNK_GRANULE * CHUNK_GRANULE;
+    uint64_t share = (bytes + (uint64_t)nranks - 1) / (uint64_t)nranks;
+    uint64_t per = (share + CHUNK_GRANULE - 1) / CHUNK_GRANULE * CHUNK_GRANULE;
     *lo = (uint64_t)r * per < bytes ? (uint64_t)r * per : bytes;
     *hi = *lo + per < bytes ? *lo + per : bytes;
 }

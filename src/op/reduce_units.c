@@ -23,7 +23,9 @@ weft_status_t weft_reduce_run(struct weft_op *op, weft_reduce_job_t *job, size_t
 {
     uint64_t bytes = (uint64_t)count * job->esize;
     int n = op->comm->nranks;
-    uint64_t per = (bytes / (uint64_t)n + REDUCE_GRANULE - 1) / REDUCE_GRANULE * REDUCE_GRANULE;
+    /* ceil(bytes / n) rounded up to the granule: at most n slices cover every byte. */
+    uint64_t share = (bytes + (uint64_t)n - 1) / (uint64_t)n;
+    uint64_t per = (share + REDUCE_GRANULE - 1) / REDUCE_GRANULE * REDUCE_GRANULE;
     if (per == 0)
         per = REDUCE_GRANULE;
     job->nslices = 0;
