@@ -65,7 +65,7 @@ weft_status_t weft_all_reduce(weft_comm_t comm, const void *sendbuf, void *recvb
     size_t bytes = count * weft_dtype_size(dtype);
     if (sendbuf != recvbuf && overlaps(sendbuf, bytes, recvbuf, bytes))
         return INVALID("%s: sendbuf and recvbuf overlap without being equal (in place)", call);
-    return weft_select_all_reduce(comm, sendbuf, recvbuf, count, dtype, op);
+    return weft_select_all_reduce(comm, sendbuf, recvbuf, count, dtype, op, stream);
 }
 
 weft_status_t weft_all_gather(weft_comm_t comm, const void *sendbuf, void *recvbuf,
@@ -82,7 +82,7 @@ weft_status_t weft_all_gather(weft_comm_t comm, const void *sendbuf, void *recvb
     const uint8_t *inplace = (const uint8_t *)recvbuf + (size_t)comm->rank * bytes;
     if (sendbuf != inplace && overlaps(sendbuf, bytes, recvbuf, bytes * (size_t)comm->nranks))
         return INVALID("%s: sendbuf overlaps recvbuf but is not recvbuf + rank * sendcount", call);
-    return weft_select_all_gather(comm, sendbuf, recvbuf, sendcount, dtype);
+    return weft_select_all_gather(comm, sendbuf, recvbuf, sendcount, dtype, stream);
 }
 
 weft_status_t weft_reduce_scatter(weft_comm_t comm, const void *sendbuf, void *recvbuf,
@@ -103,7 +103,7 @@ weft_status_t weft_reduce_scatter(weft_comm_t comm, const void *sendbuf, void *r
     if ((const uint8_t *)recvbuf != inplace &&
         overlaps(sendbuf, bytes * (size_t)comm->nranks, recvbuf, bytes))
         return INVALID("%s: recvbuf overlaps sendbuf but is not sendbuf + rank * recvcount", call);
-    return weft_select_reduce_scatter(comm, sendbuf, recvbuf, recvcount, dtype, op);
+    return weft_select_reduce_scatter(comm, sendbuf, recvbuf, recvcount, dtype, op, stream);
 }
 
 weft_status_t weft_broadcast(weft_comm_t comm, const void *sendbuf, void *recvbuf, size_t count,
@@ -123,7 +123,7 @@ weft_status_t weft_broadcast(weft_comm_t comm, const void *sendbuf, void *recvbu
     size_t bytes = count * weft_dtype_size(dtype);
     if (is_root && sendbuf != recvbuf && overlaps(sendbuf, bytes, recvbuf, bytes))
         return INVALID("%s: sendbuf and recvbuf overlap without being equal (in place)", call);
-    return weft_select_broadcast(comm, sendbuf, recvbuf, count, dtype, root);
+    return weft_select_broadcast(comm, sendbuf, recvbuf, count, dtype, root, stream);
 }
 
 weft_status_t weft_all_to_all(weft_comm_t comm, const void *sendbuf, void *recvbuf, size_t count,
@@ -139,7 +139,7 @@ weft_status_t weft_all_to_all(weft_comm_t comm, const void *sendbuf, void *recvb
     size_t total = count * weft_dtype_size(dtype) * (size_t)comm->nranks;
     if (overlaps(sendbuf, total, recvbuf, total))
         return INVALID("%s: sendbuf and recvbuf overlap (all-to-all is not in place)", call);
-    return weft_select_all_to_all(comm, sendbuf, recvbuf, count, dtype);
+    return weft_select_all_to_all(comm, sendbuf, recvbuf, count, dtype, stream);
 }
 
 /* The byte extent [0, *extent_out) the blocks (counts, displs) cover; checks overflow. */
@@ -197,7 +197,7 @@ weft_status_t weft_all_to_allv(weft_comm_t comm, const void *sendbuf, const size
         }
     }
     return weft_select_all_to_allv(comm, sendbuf, sendcounts, sdispls, recvbuf, recvcounts,
-                                   rdispls, dtype);
+                                   rdispls, dtype, stream);
 }
 
 weft_status_t weft_barrier(weft_comm_t comm, void *stream)
@@ -205,5 +205,5 @@ weft_status_t weft_barrier(weft_comm_t comm, void *stream)
     weft_status_t st = check_common("weft_barrier", comm, stream, WEFT_INT8, 0, 1);
     if (st != WEFT_SUCCESS)
         return st;
-    return weft_select_barrier(comm);
+    return weft_select_barrier(comm, stream);
 }

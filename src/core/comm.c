@@ -21,12 +21,15 @@
 #include <unistd.h>
 
 #include "core/bootstrap.h"
+#include "core/comm_cuda.h"
 #include "core/ctrl.h"
+#include "exec/exec_cuda.h"
 #include "util/clock.h"
 #include "util/config.h"
 #include "util/log.h"
 
 #define HOST_SLICE_DEFAULT (64ull << 30)
+#define CUDA_SLICE_DEFAULT (256ull << 30)
 
 static _Atomic uint32_t comm_generation;
 
@@ -34,6 +37,7 @@ void weft_comm_set_async_error(struct weft_comm *comm, weft_status_t status)
 {
     int expected = WEFT_SUCCESS;
     atomic_compare_exchange_strong(&comm->async_error, &expected, (int)status);
+    weft_cuda_abort(comm); /* kernels waiting on a dead peer give up at once */
 }
 
 weft_status_t weft_comm_check(void *arg)
@@ -62,6 +66,7 @@ weft_wait_ctx_t weft_comm_wait_ctx(struct weft_comm *comm, const char *what)
 void weft_comm_mark_aborted(struct weft_comm *comm)
 {
     atomic_store(&comm->aborted, 1);
+    weft_cuda_abort(comm);
     weft_registry_shutdown_sockets(comm->registry);
 }
 
@@ -139,10 +144,8 @@ static weft_status_t resolve_config(const weft_config_t *cfg, weft_config_t *out
         return weft_error(WEFT_ERR_INVALID_ARGUMENT,
                           "weft_comm_init: host_workers %d is not in [1, 256]",
                           out->host_workers);
-    if (out->backend == WEFT_BACKEND_CUDA)
-        return weft_error(WEFT_ERR_UNSUPPORTED,
-                          "weft_comm_init: the CUDA backend is not built into this library");
-    out->backend = WEFT_BACKEND_HOST;
+    if (out->backend == WEFT_BACKEND_AUTO)
+        out->backend = weft_cuda_available() ? WEFT_BACKEND_CUDA : WEFT_BACKEND_HOST;
     return WEFT_SUCCESS;
 }
 
@@ -172,6 +175,10 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **c
     comm->inline_bytes = env->inline_bytes < WEFT_INLINE_MAX ? env->inline_bytes : WEFT_INLINE_MAX;
     comm->allreduce_twoshot_bytes = env->allreduce_twoshot_bytes;
     comm->mem = &weft_mem_host_ops;
+#ifdef WEFT_HAVE_CUDA
+    if (cfg.backend == WEFT_BACKEND_CUDA)
+        comm->mem = &weft_mem_cuda_ops;
+#endif
     comm->exec_ops = &weft_exec_host_ops;
     comm->layout = weft_ctrlblk_layout(cfg.nranks);
     model_from_config(&comm->model, env);
@@ -203,7 +210,14 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **c
                             comm->blocks);
     if (st != WEFT_SUCCESS)
         goto err_close_fds;
-    size_t slice = env->window_slice_bytes ? env->window_slice_bytes : HOST_SLICE_DEFAULT;
+    if (cfg.backend == WEFT_BACKEND_CUDA) {
+        st = weft_cuda_select_device(env->local_rank >= 0 ? env->local_rank : cfg.rank);
+        if (st != WEFT_SUCCESS)
+            goto err_unmap_blocks;
+    }
+    size_t slice = env->window_slice_bytes          ? env->window_slice_bytes
+                   : cfg.backend == WEFT_BACKEND_CUDA ? CUDA_SLICE_DEFAULT
+                                                      : HOST_SLICE_DEFAULT;
     st = weft_window_reserve(store, comm->mem, cfg.rank, cfg.nranks, slice, &comm->window);
     if (st != WEFT_SUCCESS)
         goto err_unmap_blocks;
@@ -232,6 +246,12 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **c
     weft_wait_ctx_t ctx = {comm, deadline, "weft_comm_init"};
     int ready;
     st = weft_comm_acquire(comm, comm->staging, comm->staging_bytes, &ctx, &ready);
+    if (st == WEFT_SUCCESS && cfg.backend == WEFT_BACKEND_CUDA) {
+        st = weft_cuda_comm_setup(comm, store);
+        if (st == WEFT_SUCCESS)
+            st = weft_comm_acquire(comm, weft_cuda_ctl(comm), sizeof(weft_cuda_ctl_t), &ctx,
+                                   &ready);
+    }
     if (st != WEFT_SUCCESS)
         goto err_destroy_registry;
     /* Our registrations are acknowledged: after this barrier every staging scratch is mapped
@@ -250,6 +270,7 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **c
     return WEFT_SUCCESS;
 
 err_destroy_registry:
+    weft_cuda_comm_teardown(comm);
     weft_registry_destroy(comm->registry, weft_now_ns());
     comm->registry = NULL;
 err_release_window:
@@ -279,6 +300,13 @@ weft_status_t weft_comm_teardown(struct weft_comm *comm)
 {
     weft_status_t st = WEFT_SUCCESS;
     int healthy = !atomic_load(&comm->aborted) && atomic_load(&comm->async_error) == WEFT_SUCCESS;
+    if (comm->backend == WEFT_BACKEND_CUDA) {
+        /* Kernels may still read peers' memory: let them finish (their waits have deadlines)
+         * before anyone unmaps anything. */
+        weft_status_t synced = weft_cuda_synchronize();
+        if (synced != WEFT_SUCCESS)
+            healthy = 0;
+    }
     if (healthy) {
         /* The last handshake is a barrier: after it nobody touches another rank's memory. */
         uint32_t seq = ++comm->seq;
@@ -294,6 +322,7 @@ weft_status_t weft_comm_teardown(struct weft_comm *comm)
         healthy = st == WEFT_SUCCESS;
     }
     comm->exec_ops->destroy(comm->exec);
+    weft_cuda_comm_teardown(comm);
     /* Healthy peers are destroying too: give the closing BYEs a few seconds. After an error
      * nobody is waited for. */
     double bye_s = comm->timeout_s < 5 ? comm->timeout_s : 5;

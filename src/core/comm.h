@@ -19,13 +19,13 @@
 #include "core/registry.h"
 #include "core/window.h"
 #include "exec/exec.h"
+#include "exec/work.h"
 #include "mem/mem.h"
 #include "model/cost_model.h"
 #include "model/partition.h"
 #include "util/wait.h"
 #include "weft.h"
 
-#define WEFT_MAX_RANKS 256
 #define WEFT_INLINE_MAX 256 /* payload bytes a handshake slot carries */
 #define WEFT_CACHELINE 64
 
@@ -132,6 +132,7 @@ struct weft_comm {
     weft_plan_t plan;
     weft_tier_t *peer_tier; /* nranks entries */
     weft_wait_policy_t wait_policy;
+    struct weft_cuda_state *cuda; /* CUDA backend only (comm_cuda.c) */
 
     _Atomic int async_error; /* first fatal error (weft_status_t): of a background thread, or a
                                 timeout or internal error of an operation */

@@ -493,6 +493,11 @@ static void *registrar_main(void *arg)
 {
     weft_registry_t *reg = arg;
     pthread_setname_np(pthread_self(), "weft-registrar");
+    weft_status_t attached = reg->mem->attach_thread();
+    if (attached != WEFT_SUCCESS) {
+        weft_comm_set_async_error(reg->comm, attached);
+        return NULL;
+    }
     struct pollfd *pfds = calloc((size_t)reg->nranks + 1, sizeof *pfds);
     int *who = calloc((size_t)reg->nranks + 1, sizeof *who);
     if (!pfds || !who) {

@@ -31,6 +31,10 @@ typedef struct weft_mem_seg {
 typedef struct weft_mem_ops {
     const char *name;
 
+    /* Make the calling thread able to use the provider (cuda: the device's primary context is
+     * current). Called by every thread that maps or exports before its first call. */
+    weft_status_t (*attach_thread)(void);
+
     /* Granularity of sizes and addresses (host: the page size; cuda: the minimum VMM
      * granularity, usually 2 MiB). */
     size_t (*granularity)(void);
@@ -60,5 +64,6 @@ typedef struct weft_mem_ops {
 } weft_mem_ops_t;
 
 extern const weft_mem_ops_t weft_mem_host_ops;
+extern const weft_mem_ops_t weft_mem_cuda_ops; /* defined only in builds with CUDA */
 
 #endif /* WEFT_MEM_MEM_H */

@@ -20,6 +20,8 @@
 #define MAP_FIXED_NOREPLACE 0x100000
 #endif
 
+static weft_status_t host_attach_thread(void) { return WEFT_SUCCESS; }
+
 static size_t host_granularity(void) { return (size_t)sysconf(_SC_PAGESIZE); }
 
 static weft_status_t host_reserve(void *hint, size_t bytes, int exact, void **addr_out)
@@ -128,6 +130,7 @@ static weft_status_t host_import(int fd, size_t bytes, weft_mem_seg_t *seg_out)
 
 const weft_mem_ops_t weft_mem_host_ops = {
     .name = "host",
+    .attach_thread = host_attach_thread,
     .granularity = host_granularity,
     .reserve = host_reserve,
     .release = host_release,

@@ -5,14 +5,13 @@
  * In place (sendbuf == recvbuf + rank * count) our own block is already where it belongs, and
  * peers read only that block while we write the others.
  */
-#include "op/copy_units.h"
 #include "op/op.h"
 
 weft_status_t weft_allgather_mesh(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
-                                  size_t count, weft_dtype_t dtype)
+                                  size_t count, weft_dtype_t dtype, void *stream)
 {
     weft_op_t op;
-    weft_status_t st = weft_op_begin(comm, "weft_all_gather", &op);
+    weft_status_t st = weft_op_begin(comm, "weft_all_gather", stream, &op);
     if (st != WEFT_SUCCESS)
         return st;
     size_t bytes = count * weft_dtype_size(dtype);
@@ -26,14 +25,13 @@ weft_status_t weft_allgather_mesh(struct weft_comm *comm, const void *sendbuf, v
     if (st != WEFT_SUCCESS)
         return weft_op_end(&op, st, 0);
 
-    weft_copy_job_t job;
-    weft_slice_t slices[WEFT_MAX_RANKS];
+    weft_work_t work = {.kind = WEFT_WORK_COPY, .nslices = comm->nranks};
     for (int r = 0; r < comm->nranks; r++) {
-        job.dst[r] = (uint8_t *)recvbuf + (size_t)r * bytes;
-        job.src[r] = r == comm->rank ? sendbuf : (const uint8_t *)(uintptr_t)weft_op_peer(&op, r)->src;
-        int copy = job.src[r] != job.dst[r];
-        slices[r] = (weft_slice_t){.peer = r, .tier = comm->peer_tier[r], .bytes = copy ? bytes : 0};
+        work.dst[r] = (uint8_t *)recvbuf + (size_t)r * bytes;
+        work.src[r] = r == comm->rank ? sendbuf : (const uint8_t *)(uintptr_t)weft_op_peer(&op, r)->src;
+        int copy = work.src[r] != work.dst[r];
+        work.slices[r] =
+            (weft_slice_t){.peer = r, .tier = comm->peer_tier[r], .bytes = copy ? bytes : 0};
     }
-    st = weft_op_move(&op, slices, (size_t)comm->nranks, WEFT_COPY_GRANULE, weft_copy_unit, &job);
-    return weft_op_end(&op, weft_op_complete(&op, WEFT_SIGNAL_DONE, st), 0);
+    return weft_op_end(&op, weft_op_execute(&op, &work, WEFT_SYNC_DONE, st), 0);
 }

@@ -10,13 +10,9 @@
  * reads; in phase 2 it overwrites the other chunks only after every peer finished phase 1.
  * Chunk boundaries are multiples of 64 bytes, the same on every rank.
  */
-#include <string.h>
-
 #include "op/op.h"
-#include "op/reduce_units.h"
-#include "util/log.h"
 
-#define CHUNK_GRANULE 64
+#define CHUNK_GRANULE WEFT_WORK_GRANULE
 
 /* Byte range of rank r's chunk out of bytes: ceil(bytes / nranks) rounded up to the granule,
  * so the chunks cover every byte (the last ones may be short or empty). */
@@ -28,23 +24,12 @@ static void chunk_of(uint64_t bytes, int nranks, int r, uint64_t *lo, uint64_t *
     *hi = *lo + per < bytes ? *lo + per : bytes;
 }
 
-typedef struct gather_ctx {
-    uint8_t *dst;              /* the output */
-    const uint8_t **chunk_src; /* per rank: address of its reduced chunk */
-    const uint64_t *chunk_lo;  /* per rank: the chunk's offset in the output */
-} gather_ctx_t;
-
-static void gather_unit(void *arg, uint32_t slice, uint64_t offset, uint64_t bytes)
-{
-    gather_ctx_t *g = arg;
-    memcpy(g->dst + g->chunk_lo[slice] + offset, g->chunk_src[slice] + offset, bytes);
-}
-
 weft_status_t weft_allreduce_twoshot(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
-                                     size_t count, weft_dtype_t dtype, weft_redop_t redop)
+                                     size_t count, weft_dtype_t dtype, weft_redop_t redop,
+                                     void *stream)
 {
     weft_op_t op;
-    weft_status_t st = weft_op_begin(comm, "weft_all_reduce", &op);
+    weft_status_t st = weft_op_begin(comm, "weft_all_reduce", stream, &op);
     if (st != WEFT_SUCCESS)
         return st;
     int n = comm->nranks, me = comm->rank;
@@ -64,13 +49,13 @@ weft_status_t weft_allreduce_twoshot(struct weft_comm *comm, const void *sendbuf
     if (!src_ready || !out_ready) {
         uint8_t *stage;
         st = weft_op_stage(&op, (src_ready ? 0 : bytes) + (out_ready ? 0 : hi - lo), &stage);
-        if (st != WEFT_SUCCESS)
-            return weft_op_end(&op, st, 0);
-        if (!src_ready) {
-            memcpy(stage, sendbuf, bytes);
+        if (st == WEFT_SUCCESS && !src_ready) {
+            st = weft_op_local_copy(&op, stage, sendbuf, bytes);
             src = stage;
             stage += bytes;
         }
+        if (st != WEFT_SUCCESS)
+            return weft_op_end(&op, st, 0);
         if (!out_ready)
             mychunk = stage;
     }
@@ -81,32 +66,29 @@ weft_status_t weft_allreduce_twoshot(struct weft_comm *comm, const void *sendbuf
     if (st != WEFT_SUCCESS)
         return weft_op_end(&op, st, 0);
 
-    /* Phase 1: reduce our chunk. */
-    weft_reduce_job_t job = {.dst = mychunk, .nsrcs = n, .dtype = dtype, .op = redop,
-                             .esize = esize, .avg_divisor = n};
+    /* Phase 1: reduce our chunk, then the phase signal. */
+    const void *srcs[WEFT_MAX_RANKS];
     for (int r = 0; r < n; r++) {
         const uint8_t *base = r == me ? src : (const uint8_t *)(uintptr_t)weft_op_peer(&op, r)->src;
-        job.srcs[r] = base + lo;
+        srcs[r] = base + lo;
     }
-    st = weft_reduce_run(&op, &job, (hi - lo) / esize);
-    st = weft_op_complete(&op, WEFT_SIGNAL_PHASE, st);
+    weft_work_t work;
+    weft_work_reduce(&work, mychunk, srcs, n, (hi - lo) / esize, dtype, redop, n, n);
+    st = weft_op_execute(&op, &work, WEFT_SYNC_PHASE, st);
     if (st != WEFT_SUCCESS)
         return weft_op_end(&op, st, 0);
 
     /* Phase 2: gather every chunk (ours too when it sits in the staging scratch). */
-    const uint8_t *chunk_src[WEFT_MAX_RANKS];
-    uint64_t chunk_lo[WEFT_MAX_RANKS];
-    weft_slice_t slices[WEFT_MAX_RANKS];
+    work = (weft_work_t){.kind = WEFT_WORK_COPY, .nslices = n};
     for (int r = 0; r < n; r++) {
         uint64_t rlo, rhi;
         chunk_of(bytes, n, r, &rlo, &rhi);
-        chunk_lo[r] = rlo;
-        chunk_src[r] = r == me ? mychunk : (const uint8_t *)(uintptr_t)weft_op_peer(&op, r)->aux;
-        int copy = r != me || mychunk != (uint8_t *)recvbuf + lo;
-        slices[r] = (weft_slice_t){.peer = r, .tier = comm->peer_tier[r],
-                                   .bytes = copy ? rhi - rlo : 0};
+        work.dst[r] = (uint8_t *)recvbuf + rlo;
+        work.src[r] = r == me ? mychunk : (const uint8_t *)(uintptr_t)weft_op_peer(&op, r)->aux;
+        int copy = work.src[r] != work.dst[r];
+        work.slices[r] = (weft_slice_t){.peer = r, .tier = comm->peer_tier[r],
+                                        .bytes = copy ? rhi - rlo : 0};
     }
-    gather_ctx_t g = {recvbuf, chunk_src, chunk_lo};
-    st = weft_op_move(&op, slices, (size_t)n, CHUNK_GRANULE, gather_unit, &g);
-    return weft_op_end(&op, weft_op_complete(&op, WEFT_SIGNAL_DONE, st), 0);
+    st = weft_op_execute(&op, &work, WEFT_SYNC_CONTINUE | WEFT_SYNC_DONE, WEFT_SUCCESS);
+    return weft_op_end(&op, st, 0);
 }

@@ -7,18 +7,18 @@
  * p). Only the two ranks of a pair can see such a mismatch, so the operation still completes,
  * without moving data on those ranks, and the closing signal carries the verdict to everyone.
  */
-#include "op/copy_units.h"
 #include "op/op.h"
 #include "util/log.h"
 
 weft_status_t weft_alltoallv_mesh(struct weft_comm *comm, const void *sendbuf,
                                   const size_t *sendcounts, const size_t *sdispls, void *recvbuf,
                                   const size_t *recvcounts, const size_t *rdispls,
-                                  weft_dtype_t dtype, weft_coll_t coll, size_t count)
+                                  weft_dtype_t dtype, weft_coll_t coll, size_t count,
+                                  void *stream)
 {
     const char *call = coll == WEFT_COLL_ALL_TO_ALL ? "weft_all_to_all" : "weft_all_to_allv";
     weft_op_t op;
-    weft_status_t st = weft_op_begin(comm, call, &op);
+    weft_status_t st = weft_op_begin(comm, call, stream, &op);
     if (st != WEFT_SUCCESS)
         return st;
     int n = comm->nranks, me = comm->rank;
@@ -49,17 +49,15 @@ weft_status_t weft_alltoallv_mesh(struct weft_comm *comm, const void *sendbuf,
     if (st != WEFT_SUCCESS && !pair_only)
         return weft_op_end(&op, st, 0);
 
-    if (st == WEFT_SUCCESS) {
-        weft_copy_job_t job;
-        weft_slice_t slices[WEFT_MAX_RANKS];
-        for (int p = 0; p < n; p++) {
-            job.dst[p] = (uint8_t *)recvbuf + rdispls[p] * esize;
-            job.src[p] = p == me ? (const uint8_t *)sendbuf + sdispls[p] * esize
-                                 : (const uint8_t *)(uintptr_t)weft_op_peer(&op, p)->src;
-            slices[p] = (weft_slice_t){.peer = p, .tier = comm->peer_tier[p],
-                                       .bytes = (uint64_t)recvcounts[p] * esize};
-        }
-        st = weft_op_move(&op, slices, (size_t)n, WEFT_COPY_GRANULE, weft_copy_unit, &job);
+    weft_work_t work = {.kind = WEFT_WORK_COPY, .nslices = n};
+    for (int p = 0; p < n; p++) {
+        work.dst[p] = (uint8_t *)recvbuf + rdispls[p] * esize;
+        work.src[p] = p == me ? (const uint8_t *)sendbuf + sdispls[p] * esize
+                              : (const uint8_t *)(uintptr_t)weft_op_peer(&op, p)->src;
+        work.slices[p] = (weft_slice_t){.peer = p, .tier = comm->peer_tier[p],
+                                        .bytes = (uint64_t)recvcounts[p] * esize};
     }
-    return weft_op_end(&op, weft_op_complete(&op, WEFT_SIGNAL_DONE, st), 0);
+    /* On a pair-count mismatch nothing moves, but the closing signal still runs: it tells every
+     * rank, not only the pair that saw it. */
+    return weft_op_end(&op, weft_op_execute(&op, &work, WEFT_SYNC_DONE, st), 0);
 }

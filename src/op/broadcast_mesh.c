@@ -3,16 +3,15 @@
  * directly, the copy split over the workers.
  *
  * Only the root needs the closing signal (its input must stay untouched until every rank has
- * read it); the others return as soon as their copy is done.
+ * read it); on the host the others return as soon as their copy is done.
  */
-#include "op/copy_units.h"
 #include "op/op.h"
 
 weft_status_t weft_broadcast_mesh(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
-                                  size_t count, weft_dtype_t dtype, int root)
+                                  size_t count, weft_dtype_t dtype, int root, void *stream)
 {
     weft_op_t op;
-    weft_status_t st = weft_op_begin(comm, "weft_broadcast", &op);
+    weft_status_t st = weft_op_begin(comm, "weft_broadcast", stream, &op);
     if (st != WEFT_SUCCESS)
         return st;
     size_t bytes = count * weft_dtype_size(dtype);
@@ -23,21 +22,17 @@ weft_status_t weft_broadcast_mesh(struct weft_comm *comm, const void *sendbuf, v
         if (st != WEFT_SUCCESS)
             return weft_op_end(&op, st, 0);
     }
-    weft_op_desc_t desc = {.coll = WEFT_COLL_BROADCAST, .dtype = dtype, .root = root,
+    weft_op_desc_t desc = {.coll = WEFT_COLL_BROADCAST, .dtype = dtype, .root = (int16_t)root,
                            .count = count, .src = (uint64_t)(uintptr_t)src};
     st = weft_op_exchange(&op, &desc, NULL, NULL, NULL, NULL, 0, NULL);
     if (st != WEFT_SUCCESS)
         return weft_op_end(&op, st, 0);
 
-    weft_copy_job_t job;
-    job.src[0] = is_root ? sendbuf : (const uint8_t *)(uintptr_t)weft_op_peer(&op, root)->src;
-    job.dst[0] = recvbuf;
-    weft_slice_t slice = {.peer = root, .tier = comm->peer_tier[root],
-                          .bytes = job.src[0] != job.dst[0] ? bytes : 0};
-    st = weft_op_move(&op, &slice, 1, WEFT_COPY_GRANULE, weft_copy_unit, &job);
-    if (!is_root) {
-        weft_hs_signal(comm, WEFT_SIGNAL_DONE, op.seq, st);
-        return weft_op_end(&op, st, 0);
-    }
-    return weft_op_end(&op, weft_op_complete(&op, WEFT_SIGNAL_DONE, st), 0);
+    weft_work_t work = {.kind = WEFT_WORK_COPY, .nslices = 1};
+    work.src[0] = is_root ? sendbuf : (const uint8_t *)(uintptr_t)weft_op_peer(&op, root)->src;
+    work.dst[0] = recvbuf;
+    work.slices[0] = (weft_slice_t){.peer = root, .tier = comm->peer_tier[root],
+                                    .bytes = work.src[0] != work.dst[0] ? bytes : 0};
+    unsigned sync = is_root ? WEFT_SYNC_DONE : WEFT_SYNC_DONE_NOWAIT;
+    return weft_op_end(&op, weft_op_execute(&op, &work, sync, st), 0);
 }

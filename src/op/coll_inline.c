@@ -24,7 +24,7 @@ static weft_status_t inline_exchange(struct weft_comm *comm, const char *call, w
                                      weft_op_desc_t *desc, const void *data, size_t stride,
                                      size_t bytes)
 {
-    weft_status_t st = weft_op_begin(comm, call, op);
+    weft_status_t st = weft_op_begin(comm, call, NULL, op);
     if (st != WEFT_SUCCESS)
         return st;
     desc->flags = WEFT_DESC_INLINE;

@@ -6,12 +6,19 @@
  *   weft_op_source      make the data peers will read remotely readable: zero-copy when it is
  *                       registered memory, else copied into the staging scratch
  *   weft_op_exchange    post a descriptor to every peer, wait for theirs, detect mismatches
- *   weft_op_move        copy or reduce, split over the workers by the partitioner
- *   weft_op_complete    closing signal: wait until no peer still reads our buffers
+ *   weft_op_execute     copy or reduce (a weft_work_t), split over the workers by the
+ *                       partitioner, then the closing signal: wait until no peer still reads
+ *                       our buffers
  *   weft_op_end         statistics, and marking the communicator unusable on fatal errors
  *
  * Data always moves by pull: a rank reads peers' memory and writes only its own, so only the
  * sources of an operation need to be registered.
+ *
+ * Backends: the handshake always runs on the host (it carries pointers and returns mismatches
+ * as statuses). On the host backend weft_op_execute runs the work on the CPU workers and the
+ * signals through the host control blocks; on the CUDA backend it launches one kernel on the
+ * caller's stream that waits for the peers' device-side "ready" flags, moves the data and runs
+ * the closing signal on the device (stream-ordered and graph-capturable).
  */
 #ifndef WEFT_OP_OP_H
 #define WEFT_OP_OP_H
@@ -20,6 +27,7 @@
 #include <stdint.h>
 
 #include "core/comm.h"
+#include "exec/work.h"
 #include "model/partition.h"
 #include "weft.h"
 
@@ -27,13 +35,14 @@ typedef struct weft_op {
     struct weft_comm *comm;
     uint32_t seq;
     weft_wait_ctx_t wait;
-    const char *call;   /* API function name, for messages */
-    int staged; /* some source went through the staging scratch */
+    const char *call; /* API function name, for messages */
+    void *stream;     /* cudaStream_t on the CUDA backend, NULL on the host */
+    int staged;       /* some source went through the staging scratch */
 } weft_op_t;
 
 /* Start an operation: fails with the stored status if an earlier error made the communicator
  * unusable (aborted, a peer lost, a timeout, an internal error). */
-weft_status_t weft_op_begin(struct weft_comm *comm, const char *call, weft_op_t *op);
+weft_status_t weft_op_begin(struct weft_comm *comm, const char *call, void *stream, weft_op_t *op);
 
 /* Finish: count the operation (zero-copy, staged or inline); on WEFT_ERR_PEER_LOST / TIMEOUT /
  * ABORTED / INTERNAL store the status so every later call returns it. Returns st. */
@@ -77,17 +86,16 @@ static inline const void *weft_op_peer_data(const weft_op_t *op, int peer)
     return weft_slot(op->comm, op->comm->rank, peer, op->seq)->u.in.data;
 }
 
-/* Work of one unit: bytes at offset inside slice number `slice`. */
-typedef void (*weft_unit_fn)(void *ctx, uint32_t slice, uint64_t offset, uint64_t bytes);
+/* Run work (its slices cut and assigned by the partitioner), then the signals of sync
+ * (WEFT_SYNC_*, exec/work.h). mine is
+ * this rank's verdict so far: on WEFT_SUCCESS the work runs; otherwise only the signals, which
+ * carry it to the peers. Returns mine if it is an error, else the first error a peer
+ * reported, else the work's status. */
+weft_status_t weft_op_execute(weft_op_t *op, const weft_work_t *work, unsigned sync,
+                              weft_status_t mine);
 
-/* Run fn over every slice: whole slices in order with one worker, else cut and assigned by
- * the partitioner (cuts on multiples of granule bytes) and run by the executor. */
-weft_status_t weft_op_move(weft_op_t *op, const weft_slice_t *slices, size_t nslices,
-                           uint64_t granule, weft_unit_fn fn, void *ctx);
-
-/* Signal `kind` (done or phase) with my status, wait for every peer's; returns my status if it
- * is an error, else the first error a peer reported, else WEFT_SUCCESS. */
-weft_status_t weft_op_complete(weft_op_t *op, weft_signal_kind_t kind, weft_status_t mine);
+/* dst <- src locally, in stream order (staging copies). */
+weft_status_t weft_op_local_copy(weft_op_t *op, void *dst, const void *src, size_t bytes);
 
 /* ---- algorithms -------------------------------------------------------------------------- */
 
@@ -106,20 +114,27 @@ weft_status_t weft_inline_broadcast(struct weft_comm *comm, const void *sendbuf,
 weft_status_t weft_inline_all_to_all(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
                                      size_t count, weft_dtype_t dtype);
 
+/* Mesh algorithms, on both backends (stream: see weft_op_t). */
 weft_status_t weft_allreduce_oneshot(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
-                                     size_t count, weft_dtype_t dtype, weft_redop_t op);
+                                     size_t count, weft_dtype_t dtype, weft_redop_t op,
+                                     void *stream);
 weft_status_t weft_allreduce_twoshot(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
-                                     size_t count, weft_dtype_t dtype, weft_redop_t op);
+                                     size_t count, weft_dtype_t dtype, weft_redop_t op,
+                                     void *stream);
 weft_status_t weft_allgather_mesh(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
-                                  size_t count, weft_dtype_t dtype);
+                                  size_t count, weft_dtype_t dtype, void *stream);
 weft_status_t weft_reduce_scatter_mesh(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
-                                       size_t recvcount, weft_dtype_t dtype, weft_redop_t op);
+                                       size_t recvcount, weft_dtype_t dtype, weft_redop_t op,
+                                       void *stream);
 weft_status_t weft_broadcast_mesh(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
-                                  size_t count, weft_dtype_t dtype, int root);
+                                  size_t count, weft_dtype_t dtype, int root, void *stream);
 /* all_to_all is all_to_allv with uniform counts (counts/displacements arrays of nranks). */
 weft_status_t weft_alltoallv_mesh(struct weft_comm *comm, const void *sendbuf,
                                   const size_t *sendcounts, const size_t *sdispls, void *recvbuf,
                                   const size_t *recvcounts, const size_t *rdispls,
-                                  weft_dtype_t dtype, weft_coll_t coll, size_t count);
+                                  weft_dtype_t dtype, weft_coll_t coll, size_t count,
+                                  void *stream);
+/* A barrier through the device-side flags, in stream order (CUDA backend). */
+weft_status_t weft_barrier_stream(struct weft_comm *comm, void *stream);
 
 #endif /* WEFT_OP_OP_H */

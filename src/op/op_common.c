@@ -6,10 +6,11 @@
  */
 #include <string.h>
 
+#include "core/comm_cuda.h"
 #include "op/op.h"
 #include "util/log.h"
 
-weft_status_t weft_op_begin(struct weft_comm *comm, const char *call, weft_op_t *op)
+weft_status_t weft_op_begin(struct weft_comm *comm, const char *call, void *stream, weft_op_t *op)
 {
     if (atomic_load_explicit(&comm->aborted, memory_order_relaxed))
         return weft_error(WEFT_ERR_ABORTED, "%s: the communicator was aborted", call);
@@ -17,7 +18,12 @@ weft_status_t weft_op_begin(struct weft_comm *comm, const char *call, weft_op_t 
     if (err != WEFT_SUCCESS)
         return weft_error((weft_status_t)err, "%s: the communicator failed earlier: %s", call,
                           weft_status_string((weft_status_t)err));
-    *op = (weft_op_t){.comm = comm, .seq = ++comm->seq, .call = call};
+    if (comm->backend == WEFT_BACKEND_CUDA) {
+        weft_status_t st = weft_cuda_check(comm, call);
+        if (st != WEFT_SUCCESS)
+            return st;
+    }
+    *op = (weft_op_t){.comm = comm, .seq = ++comm->seq, .call = call, .stream = stream};
     op->wait = weft_comm_wait_ctx(comm, call);
     return WEFT_SUCCESS;
 }
@@ -86,10 +92,15 @@ weft_status_t weft_op_source(weft_op_t *op, const void *ptr, size_t bytes, int f
         return st;
     if (ready) /* a private copy of registered memory is not the staged path */
         op->staged = staged;
-    memcpy(base, ptr, bytes);
+    st = weft_op_local_copy(op, base, ptr, bytes);
+    if (st != WEFT_SUCCESS)
+        return st;
     *remote_out = base;
     return WEFT_SUCCESS;
 }
+
+static weft_status_t host_signal(weft_op_t *op, weft_signal_kind_t kind, weft_status_t mine,
+                                 int nowait);
 
 weft_status_t weft_op_exchange(weft_op_t *op, const weft_op_desc_t *desc,
                                const uint64_t *src_per_peer, const uint64_t *pair_send,
@@ -118,15 +129,27 @@ weft_status_t weft_op_exchange(weft_op_t *op, const weft_op_desc_t *desc,
     weft_registry_observe_mappings(comm->registry);
     int common;
     st = weft_hs_check_match(comm, op->seq, desc, pair_send, pair_recv, op->call, &common);
+    if (pair_send && comm->backend == WEFT_BACKEND_CUDA && (st == WEFT_SUCCESS || !common)) {
+        /* A pair-count verdict must reach every rank before any of them launches a kernel
+         * that would wait for the others: agree through the host closing signal. */
+        return host_signal(op, WEFT_SIGNAL_DONE, st, 0);
+    }
     if (st == WEFT_ERR_MISMATCH && !common && pair_only_out)
         *pair_only_out = 1;
     return st;
 }
 
+weft_status_t weft_op_local_copy(weft_op_t *op, void *dst, const void *src, size_t bytes)
+{
+    if (op->comm->backend == WEFT_BACKEND_CUDA)
+        return weft_cuda_local_copy(dst, src, bytes, op->stream);
+    memcpy(dst, src, bytes);
+    return WEFT_SUCCESS;
+}
+
 typedef struct move_ctx {
     const weft_plan_t *plan;
-    weft_unit_fn fn;
-    void *ctx;
+    const weft_work_t *work;
 } move_ctx_t;
 
 static void run_worker_units(void *arg, int worker)
@@ -135,34 +158,37 @@ static void run_worker_units(void *arg, int worker)
     const weft_plan_t *plan = m->plan;
     for (size_t u = plan->worker_begin[worker]; u < plan->worker_begin[worker + 1]; u++) {
         const weft_unit_t *unit = &plan->units[u];
-        m->fn(m->ctx, unit->slice, unit->offset, unit->bytes);
+        weft_work_host_unit(m->work, unit->slice, unit->offset, unit->bytes);
     }
 }
 
-weft_status_t weft_op_move(weft_op_t *op, const weft_slice_t *slices, size_t nslices,
-                           uint64_t granule, weft_unit_fn fn, void *ctx)
+/* Run the work on the CPU workers: whole slices in order with one worker. */
+static weft_status_t host_move(struct weft_comm *comm, const weft_work_t *work)
 {
-    struct weft_comm *comm = op->comm;
     int nworkers = comm->exec_ops->nworkers(comm->exec);
     if (nworkers == 1) {
-        for (size_t i = 0; i < nslices; i++) {
-            if (slices[i].bytes > 0)
-                fn(ctx, (uint32_t)i, 0, slices[i].bytes);
+        for (int i = 0; i < work->nslices; i++) {
+            if (work->slices[i].bytes > 0)
+                weft_work_host_unit(work, (uint32_t)i, 0, work->slices[i].bytes);
         }
         return WEFT_SUCCESS;
     }
-    weft_status_t st =
-        weft_partition(&comm->model, slices, nslices, nworkers, granule, &comm->plan);
+    weft_status_t st = weft_partition(&comm->model, work->slices, (size_t)work->nslices, nworkers,
+                                      WEFT_WORK_GRANULE, &comm->plan);
     if (st != WEFT_SUCCESS)
         return st;
-    move_ctx_t m = {&comm->plan, fn, ctx};
+    move_ctx_t m = {&comm->plan, work};
     comm->exec_ops->run(comm->exec, run_worker_units, &m);
     return WEFT_SUCCESS;
 }
 
-weft_status_t weft_op_complete(weft_op_t *op, weft_signal_kind_t kind, weft_status_t mine)
+/* Signal `kind` with my status to every peer; unless nowait, wait for theirs. */
+static weft_status_t host_signal(weft_op_t *op, weft_signal_kind_t kind, weft_status_t mine,
+                                 int nowait)
 {
     weft_hs_signal(op->comm, kind, op->seq, mine);
+    if (nowait)
+        return mine;
     weft_status_t theirs;
     weft_status_t st = weft_hs_wait_signal(op->comm, kind, op->seq, &op->wait, &theirs);
     if (st != WEFT_SUCCESS)
@@ -172,4 +198,20 @@ weft_status_t weft_op_complete(weft_op_t *op, weft_signal_kind_t kind, weft_stat
     if (theirs != WEFT_SUCCESS)
         return weft_error(theirs, "%s: a peer reported: %s", op->call, weft_status_string(theirs));
     return WEFT_SUCCESS;
+}
+
+weft_status_t weft_op_execute(weft_op_t *op, const weft_work_t *work, unsigned sync,
+                              weft_status_t mine)
+{
+    struct weft_comm *comm = op->comm;
+    if (comm->backend == WEFT_BACKEND_CUDA)
+        return weft_cuda_execute(comm, work, sync, mine, op->stream);
+    weft_status_t st = mine;
+    if (st == WEFT_SUCCESS && work)
+        st = host_move(comm, work);
+    if (sync & WEFT_SYNC_PHASE)
+        st = host_signal(op, WEFT_SIGNAL_PHASE, st, 0);
+    if (sync & (WEFT_SYNC_DONE | WEFT_SYNC_DONE_NOWAIT))
+        st = host_signal(op, WEFT_SIGNAL_DONE, st, (sync & WEFT_SYNC_DONE_NOWAIT) != 0);
+    return st;
 }

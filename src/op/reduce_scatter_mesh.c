@@ -6,17 +6,16 @@
  * which no peer reads.
  */
 #include "op/op.h"
-#include "op/reduce_units.h"
 
 weft_status_t weft_reduce_scatter_mesh(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
-                                       size_t recvcount, weft_dtype_t dtype, weft_redop_t redop)
+                                       size_t recvcount, weft_dtype_t dtype, weft_redop_t redop,
+                                       void *stream)
 {
     weft_op_t op;
-    weft_status_t st = weft_op_begin(comm, "weft_reduce_scatter", &op);
+    weft_status_t st = weft_op_begin(comm, "weft_reduce_scatter", stream, &op);
     if (st != WEFT_SUCCESS)
         return st;
-    size_t esize = weft_dtype_size(dtype);
-    size_t block = recvcount * esize;
+    size_t block = recvcount * weft_dtype_size(dtype);
     const void *src;
     st = weft_op_source(&op, sendbuf, block * (size_t)comm->nranks, 0, &src);
     if (st != WEFT_SUCCESS)
@@ -27,14 +26,15 @@ weft_status_t weft_reduce_scatter_mesh(struct weft_comm *comm, const void *sendb
     if (st != WEFT_SUCCESS)
         return weft_op_end(&op, st, 0);
 
-    weft_reduce_job_t job = {.dst = recvbuf, .nsrcs = comm->nranks, .dtype = dtype, .op = redop,
-                             .esize = esize, .avg_divisor = comm->nranks};
+    const void *srcs[WEFT_MAX_RANKS];
     size_t mine = (size_t)comm->rank * block;
     for (int r = 0; r < comm->nranks; r++) {
         const uint8_t *base =
             r == comm->rank ? sendbuf : (const uint8_t *)(uintptr_t)weft_op_peer(&op, r)->src;
-        job.srcs[r] = base + mine;
+        srcs[r] = base + mine;
     }
-    st = weft_reduce_run(&op, &job, recvcount);
-    return weft_op_end(&op, weft_op_complete(&op, WEFT_SIGNAL_DONE, st), 0);
+    weft_work_t work;
+    weft_work_reduce(&work, recvbuf, srcs, comm->nranks, recvcount, dtype, redop, comm->nranks,
+                     comm->nranks);
+    return weft_op_end(&op, weft_op_execute(&op, &work, WEFT_SYNC_DONE, st), 0);
 }

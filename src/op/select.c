@@ -1,8 +1,9 @@
 /*
  * select.c - choosing the algorithm of each collective on the host backend.
  *
- * Payloads that fit the handshake slot take the flag path (coll_inline.c); everything but
- * all-reduce has one mesh algorithm. All-reduce: two-shot reads 2(n-1)S/n bytes remotely per
+ * On the host backend, payloads that fit the handshake slot take the flag path
+ * (coll_inline.c); the CUDA backend never does (the data lives on the device, in stream order).
+ * Everything but all-reduce has one mesh algorithm. All-reduce: two-shot reads 2(n-1)S/n bytes remotely per
  * rank against (n-1)S for one-shot, at the price of a second synchronisation; with two ranks
  * both read S, so one-shot always wins there. From three ranks up, two-shot takes over at
  * WEFT_ALLREDUCE_TWOSHOT_BYTES (default 2 MiB, measured:
@@ -12,46 +13,53 @@
 #include "op/op.h"
 #include "op/select.h"
 
+/* The flag path: the host backend and a payload per pair that fits the handshake slot. */
+static int use_inline(const struct weft_comm *comm, size_t pair_bytes)
+{
+    return comm->backend == WEFT_BACKEND_HOST && weft_inline_fits(comm, pair_bytes);
+}
+
 weft_status_t weft_select_all_reduce(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
-                                     size_t count, weft_dtype_t dtype, weft_redop_t op)
+                                     size_t count, weft_dtype_t dtype, weft_redop_t op,
+                                     void *stream)
 {
     size_t bytes = count * weft_dtype_size(dtype);
-    if (weft_inline_fits(comm, bytes))
+    if (use_inline(comm, bytes))
         return weft_inline_all_reduce(comm, sendbuf, recvbuf, count, dtype, op);
     if (comm->nranks > 2 && bytes >= comm->allreduce_twoshot_bytes)
-        return weft_allreduce_twoshot(comm, sendbuf, recvbuf, count, dtype, op);
-    return weft_allreduce_oneshot(comm, sendbuf, recvbuf, count, dtype, op);
+        return weft_allreduce_twoshot(comm, sendbuf, recvbuf, count, dtype, op, stream);
+    return weft_allreduce_oneshot(comm, sendbuf, recvbuf, count, dtype, op, stream);
 }
 
 weft_status_t weft_select_all_gather(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
-                                     size_t count, weft_dtype_t dtype)
+                                     size_t count, weft_dtype_t dtype, void *stream)
 {
-    if (weft_inline_fits(comm, count * weft_dtype_size(dtype)))
+    if (use_inline(comm, count * weft_dtype_size(dtype)))
         return weft_inline_all_gather(comm, sendbuf, recvbuf, count, dtype);
-    return weft_allgather_mesh(comm, sendbuf, recvbuf, count, dtype);
+    return weft_allgather_mesh(comm, sendbuf, recvbuf, count, dtype, stream);
 }
 
 weft_status_t weft_select_reduce_scatter(struct weft_comm *comm, const void *sendbuf,
                                          void *recvbuf, size_t recvcount, weft_dtype_t dtype,
-                                         weft_redop_t op)
+                                         weft_redop_t op, void *stream)
 {
-    if (weft_inline_fits(comm, recvcount * weft_dtype_size(dtype)))
+    if (use_inline(comm, recvcount * weft_dtype_size(dtype)))
         return weft_inline_reduce_scatter(comm, sendbuf, recvbuf, recvcount, dtype, op);
-    return weft_reduce_scatter_mesh(comm, sendbuf, recvbuf, recvcount, dtype, op);
+    return weft_reduce_scatter_mesh(comm, sendbuf, recvbuf, recvcount, dtype, op, stream);
 }
 
 weft_status_t weft_select_broadcast(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
-                                    size_t count, weft_dtype_t dtype, int root)
+                                    size_t count, weft_dtype_t dtype, int root, void *stream)
 {
-    if (weft_inline_fits(comm, count * weft_dtype_size(dtype)))
+    if (use_inline(comm, count * weft_dtype_size(dtype)))
         return weft_inline_broadcast(comm, sendbuf, recvbuf, count, dtype, root);
-    return weft_broadcast_mesh(comm, sendbuf, recvbuf, count, dtype, root);
+    return weft_broadcast_mesh(comm, sendbuf, recvbuf, count, dtype, root, stream);
 }
 
 weft_status_t weft_select_all_to_all(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
-                                     size_t count, weft_dtype_t dtype)
+                                     size_t count, weft_dtype_t dtype, void *stream)
 {
-    if (weft_inline_fits(comm, count * weft_dtype_size(dtype)))
+    if (use_inline(comm, count * weft_dtype_size(dtype)))
         return weft_inline_all_to_all(comm, sendbuf, recvbuf, count, dtype);
     size_t counts[WEFT_MAX_RANKS], displs[WEFT_MAX_RANKS];
     for (int p = 0; p < comm->nranks; p++) {
@@ -59,16 +67,21 @@ weft_status_t weft_select_all_to_all(struct weft_comm *comm, const void *sendbuf
         displs[p] = (size_t)p * count;
     }
     return weft_alltoallv_mesh(comm, sendbuf, counts, displs, recvbuf, counts, displs, dtype,
-                               WEFT_COLL_ALL_TO_ALL, count);
+                               WEFT_COLL_ALL_TO_ALL, count, stream);
 }
 
 weft_status_t weft_select_all_to_allv(struct weft_comm *comm, const void *sendbuf,
                                       const size_t *sendcounts, const size_t *sdispls,
                                       void *recvbuf, const size_t *recvcounts,
-                                      const size_t *rdispls, weft_dtype_t dtype)
+                                      const size_t *rdispls, weft_dtype_t dtype, void *stream)
 {
     return weft_alltoallv_mesh(comm, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls,
-                               dtype, WEFT_COLL_ALL_TO_ALLV, 0);
+                               dtype, WEFT_COLL_ALL_TO_ALLV, 0, stream);
 }
 
-weft_status_t weft_select_barrier(struct weft_comm *comm) { return weft_inline_barrier(comm); }
+weft_status_t weft_select_barrier(struct weft_comm *comm, void *stream)
+{
+    if (comm->backend == WEFT_BACKEND_CUDA)
+        return weft_barrier_stream(comm, stream);
+    return weft_inline_barrier(comm);
+}

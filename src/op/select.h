@@ -1,6 +1,7 @@
 /*
  * select.h - the op layer's entry points used by the API: each picks an algorithm (select.c).
- * Arguments must have been checked (api/); count > 0.
+ * Arguments must have been checked (api/); count > 0. stream: a cudaStream_t on the CUDA
+ * backend, NULL on the host.
  */
 #ifndef WEFT_OP_SELECT_H
 #define WEFT_OP_SELECT_H
@@ -12,20 +13,21 @@
 struct weft_comm;
 
 weft_status_t weft_select_all_reduce(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
-                                     size_t count, weft_dtype_t dtype, weft_redop_t op);
+                                     size_t count, weft_dtype_t dtype, weft_redop_t op,
+                                     void *stream);
 weft_status_t weft_select_all_gather(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
-                                     size_t count, weft_dtype_t dtype);
+                                     size_t count, weft_dtype_t dtype, void *stream);
 weft_status_t weft_select_reduce_scatter(struct weft_comm *comm, const void *sendbuf,
                                          void *recvbuf, size_t recvcount, weft_dtype_t dtype,
-                                         weft_redop_t op);
+                                         weft_redop_t op, void *stream);
 weft_status_t weft_select_broadcast(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
-                                    size_t count, weft_dtype_t dtype, int root);
+                                    size_t count, weft_dtype_t dtype, int root, void *stream);
 weft_status_t weft_select_all_to_all(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
-                                     size_t count, weft_dtype_t dtype);
+                                     size_t count, weft_dtype_t dtype, void *stream);
 weft_status_t weft_select_all_to_allv(struct weft_comm *comm, const void *sendbuf,
                                       const size_t *sendcounts, const size_t *sdispls,
                                       void *recvbuf, const size_t *recvcounts,
-                                      const size_t *rdispls, weft_dtype_t dtype);
-weft_status_t weft_select_barrier(struct weft_comm *comm);
+                                      const size_t *rdispls, weft_dtype_t dtype, void *stream);
+weft_status_t weft_select_barrier(struct weft_comm *comm, void *stream);
 
 #endif /* WEFT_OP_SELECT_H */

@@ -89,6 +89,12 @@ static const cfg_row_t rows[] = {
      "partitioner: remote slices are cut into units of this size"},
     {"WEFT_PART_FANOUT", NULL, "2", "workers", CFG_INT, OFF(part_fanout), NULL,
      "partitioner: at most this many workers target one peer"},
+    {"WEFT_CUDA_MAX_BLOCKS", NULL, "32", "blocks", CFG_INT, OFF(cuda_max_blocks), NULL,
+     "CUDA: thread blocks per launch and rank (also capped so every rank on a GPU co-resides)"},
+    {"WEFT_CUDA_UNIT_BYTES", NULL, "1M", "bytes", CFG_BYTES, OFF(cuda_unit_bytes), NULL,
+     "CUDA: partitioner unit size (grows when a launch would hold too many units)"},
+    {"WEFT_CUDA_FANOUT", NULL, "0", "blocks", CFG_INT, OFF(cuda_fanout), NULL,
+     "CUDA: at most this many blocks read one peer at once (0: no cap)"},
     {"WEFT_RUN_GRACE_S", NULL, "30", "s", CFG_DOUBLE, OFF(run_grace_s), NULL,
      "weftrun: after a rank fails, how long the others get to exit before they are killed"},
 };

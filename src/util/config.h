@@ -48,6 +48,11 @@ typedef struct weft_env {
     uint64_t part_unit_bytes; /* WEFT_PART_UNIT_BYTES: unit size S_t */
     int part_fanout;          /* WEFT_PART_FANOUT: workers per peer at once, H_t */
 
+    /* CUDA backend */
+    int cuda_max_blocks;       /* WEFT_CUDA_MAX_BLOCKS: thread blocks per launch and rank */
+    uint64_t cuda_unit_bytes;  /* WEFT_CUDA_UNIT_BYTES: partitioner unit size on the GPU */
+    int cuda_fanout;           /* WEFT_CUDA_FANOUT: blocks per peer at once (0: no cap) */
+
     /* launcher */
     double run_grace_s; /* WEFT_RUN_GRACE_S: weftrun's wait for survivors after a rank dies */
 } weft_env_t;

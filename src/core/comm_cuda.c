@@ -1,0 +1,260 @@
+/*
+ * comm_cuda.c - the CUDA backend's device state and launches (see comm_cuda.h, exec_cuda.h).
+ *
+ * Built only with CUDA (the build drops files named *_cuda.c otherwise; comm_nocuda.c holds
+ * the stubs then). Uses the CUDA runtime's C API; kernels live in exec_cuda.cu.
+ *
+ * Thread safety: the communicator's user thread only, except weft_cuda_abort (any thread: one
+ * store into mapped host memory).
+ */
+#include "core/comm_cuda.h"
+
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/bootstrap.h"
+#include "core/comm.h"
+#include "core/registry.h"
+#include "exec/exec_cuda.h"
+#include "util/config.h"
+#include "util/log.h"
+
+struct weft_cuda_state {
+    int device;
+    int nblocks;                 /* blocks per launch at most */
+    weft_cuda_ctl_t *ctl[WEFT_CUDA_MAX_RANKS];
+    volatile int32_t *words;     /* mapped pinned host memory: [0] status, [16] abort */
+    int32_t *dev_words;          /* the same, as a device pointer */
+    weft_cuda_params_t params;   /* scratch for launches */
+    weft_cost_model_t model;     /* the GPU's partitioning parameters */
+};
+
+#define STATUS_WORD 0
+#define ABORT_WORD 16 /* another cache line */
+
+static weft_status_t cuda_error(cudaError_t err, const char *what)
+{
+    return weft_error(WEFT_ERR_CUDA, "%s: %s: %s", what, cudaGetErrorName(err),
+                      cudaGetErrorString(err));
+}
+
+int weft_cuda_available(void)
+{
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+weft_status_t weft_cuda_select_device(int local_rank)
+{
+    int n = 0;
+    cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess || n == 0)
+        return weft_error(WEFT_ERR_UNSUPPORTED, "weft_comm_init: the CUDA backend needs a GPU (%s)",
+                          err != cudaSuccess ? cudaGetErrorString(err) : "no device");
+    err = cudaSetDevice((local_rank < 0 ? 0 : local_rank) % n);
+    if (err == cudaSuccess)
+        err = cudaFree(NULL); /* create the primary context now, not inside a later call */
+    if (err != cudaSuccess)
+        return cuda_error(err, "weft_comm_init: cudaSetDevice");
+    return WEFT_SUCCESS;
+}
+
+typedef struct cuda_rank_info {
+    uint64_t ctl;
+    int32_t device;
+    int32_t sms;
+} cuda_rank_info_t;
+
+weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store)
+{
+    const weft_env_t *env = weft_config_get();
+    if (comm->nranks > WEFT_CUDA_MAX_RANKS)
+        return weft_error(WEFT_ERR_UNSUPPORTED,
+                          "weft_comm_init: the CUDA backend supports up to %d ranks, not %d",
+                          WEFT_CUDA_MAX_RANKS, comm->nranks);
+    struct weft_cuda_state *cs = calloc(1, sizeof *cs);
+    cuda_rank_info_t *infos = calloc((size_t)comm->nranks, sizeof *infos);
+    if (!cs || !infos) {
+        free(cs);
+        free(infos);
+        return weft_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: calloc");
+    }
+    comm->cuda = cs;
+    weft_status_t st;
+    cudaError_t err = cudaGetDevice(&cs->device);
+    int sms = 0;
+    if (err == cudaSuccess)
+        err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, cs->device);
+    if (err != cudaSuccess) {
+        st = cuda_error(err, "weft_comm_init: cudaGetDevice");
+        goto out;
+    }
+    void *words;
+    err = cudaHostAlloc(&words, 128, cudaHostAllocMapped | cudaHostAllocPortable);
+    if (err != cudaSuccess) {
+        st = cuda_error(err, "weft_comm_init: cudaHostAlloc");
+        goto out;
+    }
+    memset(words, 0, 128);
+    cs->words = words;
+    err = cudaHostGetDevicePointer((void **)&cs->dev_words, words, 0);
+    if (err != cudaSuccess) {
+        st = cuda_error(err, "weft_comm_init: cudaHostGetDevicePointer");
+        goto out;
+    }
+    void *ctl;
+    st = weft_registry_alloc(comm->registry, sizeof(weft_cuda_ctl_t), 1, &ctl);
+    if (st != WEFT_SUCCESS)
+        goto out;
+    err = cudaMemset(ctl, 0, sizeof(weft_cuda_ctl_t));
+    if (err == cudaSuccess)
+        err = cudaDeviceSynchronize();
+    if (err != cudaSuccess) {
+        st = cuda_error(err, "weft_comm_init: clearing the device control block");
+        goto out;
+    }
+    cuda_rank_info_t mine = {.ctl = (uint64_t)(uintptr_t)ctl, .device = cs->device, .sms = sms};
+    st = weft_store_allgather(store, "cuda", &mine, sizeof mine, infos);
+    if (st != WEFT_SUCCESS)
+        goto out;
+    int sharing = 0; /* ranks on this GPU (MPS): their kernels must all be resident at once */
+    for (int r = 0; r < comm->nranks; r++) {
+        cs->ctl[r] = (weft_cuda_ctl_t *)(uintptr_t)infos[r].ctl;
+        sharing += infos[r].device == cs->device;
+    }
+    int fit = sms / (sharing > 0 ? sharing : 1);
+    cs->nblocks = env->cuda_max_blocks < fit ? env->cuda_max_blocks : fit;
+    if (cs->nblocks > WEFT_CUDA_MAX_BLOCKS)
+        cs->nblocks = WEFT_CUDA_MAX_BLOCKS;
+    if (cs->nblocks < 1)
+        cs->nblocks = 1;
+    uint64_t unit = env->cuda_unit_bytes ? env->cuda_unit_bytes : (1u << 20);
+    int fanout = env->cuda_fanout > 0 ? env->cuda_fanout : cs->nblocks;
+    for (int t = 0; t < WEFT_NUM_TIERS; t++) {
+        cs->model.tier[t] = comm->model.tier[t];
+        cs->model.tier[t].unit_bytes = unit;
+        cs->model.tier[t].fanout = fanout;
+    }
+    WEFT_LOG_INFO("CUDA backend: device %d, %d SMs shared by %d rank(s), %d blocks per launch",
+                  cs->device, sms, sharing, cs->nblocks);
+out:
+    free(infos);
+    return st;
+}
+
+void weft_cuda_comm_teardown(struct weft_comm *comm)
+{
+    struct weft_cuda_state *cs = comm->cuda;
+    if (!cs)
+        return;
+    if (cs->words)
+        cudaFreeHost((void *)cs->words);
+    free(cs);
+    comm->cuda = NULL;
+}
+
+void *weft_cuda_ctl(struct weft_comm *comm)
+{
+    return comm->cuda ? comm->cuda->ctl[comm->rank] : NULL;
+}
+
+weft_status_t weft_cuda_synchronize(void)
+{
+    cudaError_t err = cudaDeviceSynchronize();
+    if (err != cudaSuccess)
+        return cuda_error(err, "weft_comm_destroy: cudaDeviceSynchronize");
+    return WEFT_SUCCESS;
+}
+
+weft_status_t weft_cuda_check(struct weft_comm *comm, const char *call)
+{
+    int32_t st = comm->cuda->words[STATUS_WORD];
+    if (st == 0)
+        return WEFT_SUCCESS;
+    weft_comm_set_async_error(comm, (weft_status_t)st);
+    return weft_error((weft_status_t)st, "%s: an earlier kernel failed: %s", call,
+                      weft_status_string((weft_status_t)st));
+}
+
+void weft_cuda_abort(struct weft_comm *comm)
+{
+    if (comm->cuda && comm->cuda->words)
+        comm->cuda->words[ABORT_WORD] = 1;
+}
+
+weft_status_t weft_cuda_local_copy(void *dst, const void *src, size_t bytes, void *stream)
+{
+    cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, (cudaStream_t)stream);
+    if (err != cudaSuccess)
+        return cuda_error(err, "cudaMemcpyAsync (staging)");
+    return WEFT_SUCCESS;
+}
+
+weft_status_t weft_cuda_execute(struct weft_comm *comm, const weft_work_t *work, unsigned sync,
+                                weft_status_t mine, void *stream)
+{
+    if (mine != WEFT_SUCCESS)
+        return mine; /* every rank knows it (the handshake agreed): nobody launches */
+    struct weft_cuda_state *cs = comm->cuda;
+    weft_cuda_params_t *p = &cs->params;
+    p->kind = work ? (int32_t)work->kind : -1;
+    p->sync = sync;
+    p->rank = comm->rank;
+    p->nranks = comm->nranks;
+    p->timeout_ns = (uint64_t)(comm->timeout_s * 1e9);
+    p->status = cs->dev_words + STATUS_WORD;
+    p->abort = cs->dev_words + ABORT_WORD;
+    for (int r = 0; r < comm->nranks; r++)
+        p->ctl[r] = cs->ctl[r];
+    int nblocks = 1;
+    p->block_begin[0] = p->block_begin[1] = 0;
+    if (work) {
+        p->dtype = work->dtype;
+        p->redop = work->op;
+        p->avg_divisor = work->avg_divisor;
+        p->nsrcs = work->nsrcs;
+        for (int i = 0; i < work->nslices; i++) {
+            p->src[i] = work->src[i];
+            p->dst[i] = work->dst[i];
+            p->off[i] = work->off[i];
+        }
+        if (work->kind == WEFT_WORK_REDUCE) {
+            for (int r = 0; r < work->nsrcs; r++)
+                p->src[r] = work->src[r];
+            p->dst[0] = work->dst[0];
+        }
+        /* Cut and assign; coarser units until the launch holds them. */
+        weft_cost_model_t model = cs->model;
+        weft_status_t st;
+        for (;;) {
+            st = weft_partition(&model, work->slices, (size_t)work->nslices, cs->nblocks,
+                                WEFT_WORK_GRANULE, &comm->plan);
+            if (st != WEFT_SUCCESS)
+                return st;
+            if (comm->plan.nunits <= WEFT_CUDA_MAX_UNITS)
+                break;
+            for (int t = 0; t < WEFT_NUM_TIERS; t++)
+                model.tier[t].unit_bytes *= 2;
+        }
+        const weft_plan_t *plan = &comm->plan;
+        for (size_t u = 0; u < plan->nunits; u++)
+            p->units[u] = (weft_cuda_unit_t){.slice = plan->units[u].slice,
+                                             .offset = plan->units[u].offset,
+                                             .bytes = plan->units[u].bytes};
+        /* Launch only blocks that have work (at least one: the signals need it). */
+        nblocks = 0;
+        for (int b = 0; b < plan->nworkers; b++) {
+            if (plan->worker_begin[b + 1] > plan->worker_begin[b]) {
+                p->block_begin[nblocks] = (uint16_t)plan->worker_begin[b];
+                p->block_begin[nblocks + 1] = (uint16_t)plan->worker_begin[b + 1];
+                nblocks++;
+            }
+        }
+        if (nblocks == 0) {
+            nblocks = 1;
+            p->block_begin[0] = p->block_begin[1] = 0;
+        }
+    }
+    return weft_cuda_launch(p, nblocks, stream);
+}

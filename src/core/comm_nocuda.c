@@ -1,0 +1,49 @@
+/*
+ * comm_nocuda.c - the CUDA backend's entry points in a library built without CUDA: named stubs
+ * that say so (comm_cuda.c replaces this file's contents when CUDA is built).
+ */
+#include "core/comm_cuda.h"
+
+#ifndef WEFT_HAVE_CUDA
+
+#include "util/log.h"
+
+static weft_status_t not_built(const char *call)
+{
+    return weft_error(WEFT_ERR_UNSUPPORTED, "%s: this library was built without CUDA", call);
+}
+
+int weft_cuda_available(void) { return 0; }
+
+weft_status_t weft_cuda_select_device(int local_rank) { return not_built("weft_comm_init"); }
+
+weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store)
+{
+    return not_built("weft_comm_init");
+}
+
+void *weft_cuda_ctl(struct weft_comm *comm) { return NULL; }
+
+weft_status_t weft_cuda_synchronize(void) { return not_built("weft_comm_destroy"); }
+
+void weft_cuda_comm_teardown(struct weft_comm *comm) {}
+
+weft_status_t weft_cuda_check(struct weft_comm *comm, const char *call)
+{
+    return not_built(call);
+}
+
+weft_status_t weft_cuda_execute(struct weft_comm *comm, const weft_work_t *work, unsigned sync,
+                                weft_status_t mine, void *stream)
+{
+    return not_built("a collective");
+}
+
+weft_status_t weft_cuda_local_copy(void *dst, const void *src, size_t bytes, void *stream)
+{
+    return not_built("a collective");
+}
+
+void weft_cuda_abort(struct weft_comm *comm) {}
+
+#endif /* WEFT_HAVE_CUDA */

@@ -1,0 +1,171 @@
+/*
+ * exec_cuda.cu - the collective kernel and its launcher (see exec_cuda.h for the protocol).
+ *
+ * One kernel serves every collective: the host describes the step as a work item (copy or
+ * reduce slices, cut into units by the partitioner and assigned to blocks) plus the signals to
+ * run around it. Data movement uses the vectorised primitives of reduce_cuda.cuh.
+ *
+ * Memory ordering: flags are written with st.release.sys after a system-scope fence and read
+ * with ld.acquire.sys; a block's other threads are ordered after the polling thread's acquire
+ * by __syncthreads. Block completion is counted with a device-scope atomic after a fence, so the
+ * last block sees every block's writes before it signals "done" to the peers.
+ */
+#include <cuda_runtime.h>
+#include <stdio.h>
+
+#include "exec/exec_cuda.h"
+#include "exec/reduce_cuda.cuh"
+extern "C" {
+#include "util/log.h"
+}
+
+#define POLLS_PER_CHECK 256
+
+static __device__ __forceinline__ uint32_t flag_load(const uint32_t *p)
+{
+    uint32_t v;
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+static __device__ __forceinline__ void flag_store(uint32_t *p, uint32_t v)
+{
+    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+static __device__ __forceinline__ uint64_t globaltimer_ns()
+{
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+/* Record the first error in the mapped status word. */
+static __device__ void report(const weft_cuda_params_t &p, int32_t status)
+{
+    atomicCAS(p.status, 0, status);
+    __threadfence_system();
+}
+
+/* Wait until *flag reached seq (wrap-safe). Returns 0, or the status that ended the wait. */
+static __device__ int32_t wait_flag(const weft_cuda_params_t &p, const uint32_t *flag,
+                                    uint32_t seq)
+{
+    uint64_t deadline = 0;
+    for (unsigned polls = 0;; polls++) {
+        if ((int32_t)(flag_load(flag) - seq) >= 0)
+            return 0;
+        if (polls % POLLS_PER_CHECK != POLLS_PER_CHECK - 1)
+            continue;
+        if (*(volatile const int32_t *)p.abort)
+            return WEFT_ERR_PEER_LOST;
+        if (*(volatile const int32_t *)p.status)
+            return *(volatile const int32_t *)p.status;
+        uint64_t now = globaltimer_ns();
+        if (deadline == 0)
+            deadline = now + p.timeout_ns;
+        else if (now > deadline)
+            return WEFT_ERR_TIMEOUT;
+    }
+}
+
+/* Threads 0..n-1 of the block: set flags[me] = seq in every peer's block (kind selects the
+ * flag array), then wait for every peer's. Returns the status that ended a wait, or 0. */
+static __device__ int32_t exchange(const weft_cuda_params_t &p, int kind, uint32_t seq,
+                                   int post)
+{
+    __shared__ int32_t failed;
+    int t = threadIdx.x;
+    if (t == 0)
+        failed = 0;
+    __syncthreads();
+    if (t < p.nranks && t != p.rank) {
+        weft_cuda_ctl_t *peer = p.ctl[t], *me = p.ctl[p.rank];
+        weft_cuda_flag_t *out = kind == 0 ? peer->ready : kind == 1 ? peer->phase : peer->done;
+        weft_cuda_flag_t *in = kind == 0 ? me->ready : kind == 1 ? me->phase : me->done;
+        if (post) {
+            __threadfence_system();
+            flag_store(&out[p.rank].v, seq);
+        }
+        int32_t st = wait_flag(p, &in[t].v, seq);
+        if (st != 0) {
+            report(p, st);
+            atomicExch(&failed, st);
+        }
+    }
+    __syncthreads();
+    return failed;
+}
+
+static __device__ void run_units(const weft_cuda_params_t &p)
+{
+    size_t tid = threadIdx.x, nthreads = blockDim.x;
+    for (int u = p.block_begin[blockIdx.x]; u < p.block_begin[blockIdx.x + 1]; u++) {
+        const weft_cuda_unit_t &unit = p.units[u];
+        if (p.kind == WEFT_WORK_COPY) {
+            weft_dev_copy(p.dst[unit.slice] + unit.offset, p.src[unit.slice] + unit.offset,
+                          unit.bytes, tid, nthreads);
+            continue;
+        }
+        uint64_t off = p.off[unit.slice] + unit.offset;
+        const void *srcs[WEFT_CUDA_MAX_RANKS];
+        for (int r = 0; r < p.nsrcs; r++)
+            srcs[r] = p.src[r] + off;
+        size_t esize = p.dtype == WEFT_INT8 || p.dtype == WEFT_UINT8           ? 1
+                       : p.dtype == WEFT_FLOAT16 || p.dtype == WEFT_BFLOAT16 ? 2
+                       : p.dtype == WEFT_INT64 || p.dtype == WEFT_UINT64 ||
+                               p.dtype == WEFT_FLOAT64
+                           ? 8
+                           : 4;
+        weft_dev_reduce(p.dst[0] + off, srcs, p.nsrcs, unit.bytes / esize, p.dtype, p.redop,
+                        p.avg_divisor, tid, nthreads);
+    }
+}
+
+__global__ void __launch_bounds__(WEFT_CUDA_THREADS)
+    weft_cuda_collective(const __grid_constant__ weft_cuda_params_t p)
+{
+    __shared__ uint32_t seq;
+    __shared__ int last;
+    weft_cuda_ctl_t *me = p.ctl[p.rank];
+    if (threadIdx.x == 0)
+        seq = *(volatile uint32_t *)&me->seq.v + 1;
+    __syncthreads();
+
+    int32_t st = 0;
+    if (!(p.sync & WEFT_SYNC_CONTINUE))
+        st = exchange(p, 0, seq, blockIdx.x == 0);
+    if (st == 0 && p.kind >= 0)
+        run_units(p);
+
+    /* The last block to finish runs the closing signal. */
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        last = atomicAdd(&me->arrive.v, 1) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last)
+        return;
+    __threadfence_system();
+    if (st == 0 && (p.sync & WEFT_SYNC_PHASE))
+        st = exchange(p, 1, seq, 1);
+    if (st == 0 && (p.sync & (WEFT_SYNC_DONE | WEFT_SYNC_DONE_NOWAIT)))
+        st = exchange(p, 2, seq, 1);
+    if (threadIdx.x == 0) {
+        me->arrive.v = 0;
+        if (!(p.sync & WEFT_SYNC_PHASE)) /* the operation is over: the next one is seq + 1 */
+            *(volatile uint32_t *)&me->seq.v = seq;
+    }
+}
+
+extern "C" weft_status_t weft_cuda_launch(const weft_cuda_params_t *params, int nblocks,
+                                          void *stream)
+{
+    weft_cuda_collective<<<nblocks, WEFT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(*params);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess)
+        return weft_error(WEFT_ERR_CUDA, "kernel launch (%d blocks): %s: %s", nblocks,
+                          cudaGetErrorName(err), cudaGetErrorString(err));
+    return WEFT_SUCCESS;
+}

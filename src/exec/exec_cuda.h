@@ -1,0 +1,83 @@
+/*
+ * exec_cuda.h - the CUDA executor: one kernel launch runs a work item (work.h) on the caller's
+ * stream together with its device-side synchronisation with the peers. C interface to the
+ * kernels of exec_cuda.cu (extern "C" launchers returning a status).
+ *
+ * Device control block (one per rank, registered device memory at the same address on every
+ * rank): the operation counter and block-arrival counter, used by this rank only, and the
+ * ready / phase / done flags that every peer writes with system-scope release stores and this
+ * rank polls with acquire loads. Flags hold operation numbers, which only grow, so graph
+ * replays stay correct: the counter lives in device memory and every launch reads it.
+ *
+ * A launch: every block reads seq = counter + 1; unless WEFT_SYNC_CONTINUE, block 0 sets
+ * ready[me] = seq in every peer's block and every block waits until all peers' ready flags
+ * reached seq (their inputs are complete in their stream order); the blocks run their units;
+ * the last block to arrive runs the phase or done signal (set the flag in every peer, wait for
+ * every peer's), resets the arrival counter and, when the operation is over, stores seq into
+ * the counter. Every wait polls a deadline (%globaltimer) and the host's abort word; on either
+ * it stores a status into the mapped status word (first one wins) and the kernel ends. So all
+ * ranks' kernels must be co-resident: blocks per launch are bounded (WEFT_CUDA_MAX_BLOCKS).
+ */
+#ifndef WEFT_EXEC_EXEC_CUDA_H
+#define WEFT_EXEC_EXEC_CUDA_H
+
+#include <stdint.h>
+
+#include "exec/work.h"
+#include "weft.h"
+
+#define WEFT_CUDA_MAX_RANKS 16
+#define WEFT_CUDA_MAX_UNITS 256
+#define WEFT_CUDA_MAX_BLOCKS 128
+#define WEFT_CUDA_THREADS 512
+
+typedef struct weft_cuda_flag {
+    uint32_t v;
+    uint32_t pad[15]; /* one flag per 64-byte line */
+} weft_cuda_flag_t;
+
+typedef struct weft_cuda_ctl {
+    weft_cuda_flag_t seq;    /* last finished operation (this rank only) */
+    weft_cuda_flag_t arrive; /* blocks of the current launch that finished (this rank only) */
+    weft_cuda_flag_t ready[WEFT_CUDA_MAX_RANKS];
+    weft_cuda_flag_t phase[WEFT_CUDA_MAX_RANKS];
+    weft_cuda_flag_t done[WEFT_CUDA_MAX_RANKS];
+} weft_cuda_ctl_t;
+
+typedef struct weft_cuda_unit {
+    uint32_t slice;
+    uint32_t pad;
+    uint64_t offset;
+    uint64_t bytes;
+} weft_cuda_unit_t;
+
+/* Everything a launch needs, passed by value as the kernel's parameter. */
+typedef struct weft_cuda_params {
+    int32_t kind;     /* weft_work_kind_t, or -1: no work */
+    uint32_t sync;    /* WEFT_SYNC_* */
+    int32_t rank, nranks;
+    int32_t dtype, redop, avg_divisor, nsrcs;
+    uint64_t timeout_ns;
+    weft_cuda_ctl_t *ctl[WEFT_CUDA_MAX_RANKS]; /* every rank's control block */
+    int32_t *status;      /* mapped host word: first error, 0 while healthy */
+    const int32_t *abort; /* mapped host word: non-zero once the host gave up */
+    const uint8_t *src[WEFT_CUDA_MAX_RANKS];
+    uint8_t *dst[WEFT_CUDA_MAX_RANKS];
+    uint64_t off[WEFT_CUDA_MAX_RANKS];
+    uint16_t block_begin[WEFT_CUDA_MAX_BLOCKS + 1]; /* units of block b: [begin[b], begin[b+1]) */
+    weft_cuda_unit_t units[WEFT_CUDA_MAX_UNITS];
+} weft_cuda_params_t;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Launch one collective step with nblocks blocks on stream (a cudaStream_t). Statuses:
+ * WEFT_ERR_CUDA when the launch fails (with the CUDA error in the message). */
+weft_status_t weft_cuda_launch(const weft_cuda_params_t *params, int nblocks, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* WEFT_EXEC_EXEC_CUDA_H */

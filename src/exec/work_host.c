@@ -1,0 +1,48 @@
+/*
+ * work_host.c - running work units on the CPU (see work.h).
+ */
+#include <string.h>
+
+#include "exec/reduce_host.h"
+#include "exec/work.h"
+
+void weft_work_reduce(weft_work_t *work, void *dst, const void *const *srcs, int nsrcs,
+                      size_t count, weft_dtype_t dtype, weft_redop_t op, int avg_divisor,
+                      int nslices)
+{
+    uint64_t bytes = (uint64_t)count * weft_dtype_size(dtype);
+    /* ceil(bytes / nslices) rounded up to the granule: at most nslices slices cover it all. */
+    uint64_t share = (bytes + (uint64_t)nslices - 1) / (uint64_t)nslices;
+    uint64_t per = (share + WEFT_WORK_GRANULE - 1) / WEFT_WORK_GRANULE * WEFT_WORK_GRANULE;
+    work->kind = WEFT_WORK_REDUCE;
+    work->dst[0] = dst;
+    work->nsrcs = nsrcs;
+    work->dtype = dtype;
+    work->op = op;
+    work->avg_divisor = avg_divisor;
+    for (int r = 0; r < nsrcs; r++)
+        work->src[r] = srcs[r];
+    work->nslices = 0;
+    for (uint64_t off = 0; off < bytes; off += per) {
+        int i = work->nslices++;
+        work->off[i] = off;
+        work->slices[i] = (weft_slice_t){
+            .peer = i, .tier = WEFT_TIER_PEER, .bytes = bytes - off < per ? bytes - off : per};
+    }
+}
+
+void weft_work_host_unit(const weft_work_t *work, uint32_t slice, uint64_t offset,
+                         uint64_t bytes)
+{
+    if (work->kind == WEFT_WORK_COPY) {
+        memcpy(work->dst[slice] + offset, work->src[slice] + offset, bytes);
+        return;
+    }
+    uint64_t off = work->off[slice] + offset;
+    const void *srcs[WEFT_MAX_RANKS];
+    for (int r = 0; r < work->nsrcs; r++)
+        srcs[r] = work->src[r] + off;
+    size_t esize = weft_dtype_size(work->dtype);
+    weft_reduce_host(work->dst[0] + off, srcs, work->nsrcs, bytes / esize, work->dtype, work->op,
+                     work->avg_divisor);
+}
