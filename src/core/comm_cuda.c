@@ -28,6 +28,7 @@ struct weft_cuda_state {
     int32_t *dev_words;          /* the same, as a device pointer */
     weft_cuda_params_t params;   /* scratch for launches */
     weft_cost_model_t model;     /* the GPU's partitioning parameters */
+    int copy_engine;             /* copies through cudaMemcpyAsync (WEFT_CUDA_COPY_ENGINE) */
 };
 
 #define STATUS_WORD 0
@@ -129,6 +130,7 @@ weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store)
         cs->nblocks = WEFT_CUDA_MAX_BLOCKS;
     if (cs->nblocks < 1)
         cs->nblocks = 1;
+    cs->copy_engine = env->cuda_copy_engine != 0;
     uint64_t unit = env->cuda_unit_bytes ? env->cuda_unit_bytes : (1u << 20);
     int fanout = env->cuda_fanout > 0 ? env->cuda_fanout : cs->nblocks;
     for (int t = 0; t < WEFT_NUM_TIERS; t++) {
@@ -191,14 +193,11 @@ weft_status_t weft_cuda_local_copy(void *dst, const void *src, size_t bytes, voi
     return WEFT_SUCCESS;
 }
 
-weft_status_t weft_cuda_execute(struct weft_comm *comm, const weft_work_t *work, unsigned sync,
-                                weft_status_t mine, void *stream)
+/* The parameters every launch shares. */
+static void fill_common(struct weft_comm *comm, weft_cuda_params_t *p, unsigned sync)
 {
-    if (mine != WEFT_SUCCESS)
-        return mine; /* every rank knows it (the handshake agreed): nobody launches */
     struct weft_cuda_state *cs = comm->cuda;
-    weft_cuda_params_t *p = &cs->params;
-    p->kind = work ? (int32_t)work->kind : -1;
+    p->kind = -1;
     p->sync = sync;
     p->rank = comm->rank;
     p->nranks = comm->nranks;
@@ -207,29 +206,60 @@ weft_status_t weft_cuda_execute(struct weft_comm *comm, const weft_work_t *work,
     p->abort = cs->dev_words + ABORT_WORD;
     for (int r = 0; r < comm->nranks; r++)
         p->ctl[r] = cs->ctl[r];
-    int nblocks = 1;
     p->block_begin[0] = p->block_begin[1] = 0;
+}
+
+/* Copies on the copy engines: a one-block kernel waits for the peers' ready flags, the
+ * engines copy every slice, a second one-block kernel runs the closing signal. */
+static weft_status_t execute_copy_engine(struct weft_comm *comm, const weft_work_t *work,
+                                         unsigned sync, void *stream)
+{
+    weft_cuda_params_t *p = &comm->cuda->params;
+    fill_common(comm, p, (sync & WEFT_SYNC_CONTINUE) | WEFT_SYNC_KEEP_SEQ);
+    weft_status_t st = weft_cuda_launch(p, 1, stream);
+    for (int i = 0; st == WEFT_SUCCESS && i < work->nslices; i++) {
+        if (work->slices[i].bytes == 0)
+            continue;
+        cudaError_t err = cudaMemcpyAsync(work->dst[i], work->src[i], work->slices[i].bytes,
+                                          cudaMemcpyDefault, (cudaStream_t)stream);
+        if (err != cudaSuccess)
+            st = cuda_error(err, "cudaMemcpyAsync (copy engine)");
+    }
+    if (st != WEFT_SUCCESS)
+        return st;
+    fill_common(comm, p, (sync & ~(unsigned)WEFT_SYNC_KEEP_SEQ) | WEFT_SYNC_CONTINUE);
+    return weft_cuda_launch(p, 1, stream);
+}
+
+weft_status_t weft_cuda_execute(struct weft_comm *comm, const weft_work_t *work, unsigned sync,
+                                weft_status_t mine, void *stream)
+{
+    if (mine != WEFT_SUCCESS)
+        return mine; /* every rank knows it (the handshake agreed): nobody launches */
+    struct weft_cuda_state *cs = comm->cuda;
+    if (work && work->kind == WEFT_WORK_COPY && cs->copy_engine)
+        return execute_copy_engine(comm, work, sync, stream);
+    weft_cuda_params_t *p = &cs->params;
+    fill_common(comm, p, sync);
+    int nblocks = 1;
     if (work) {
+        p->kind = (int32_t)work->kind;
         p->dtype = work->dtype;
         p->redop = work->op;
         p->avg_divisor = work->avg_divisor;
         p->nsrcs = work->nsrcs;
-        for (int i = 0; i < work->nslices; i++) {
+        int nptr = work->kind == WEFT_WORK_REDUCE ? work->nsrcs : work->nslices;
+        for (int i = 0; i < nptr; i++)
             p->src[i] = work->src[i];
+        for (int i = 0; i < work->nslices; i++) {
             p->dst[i] = work->dst[i];
             p->off[i] = work->off[i];
         }
-        if (work->kind == WEFT_WORK_REDUCE) {
-            for (int r = 0; r < work->nsrcs; r++)
-                p->src[r] = work->src[r];
-            p->dst[0] = work->dst[0];
-        }
         /* Cut and assign; coarser units until the launch holds them. */
         weft_cost_model_t model = cs->model;
-        weft_status_t st;
         for (;;) {
-            st = weft_partition(&model, work->slices, (size_t)work->nslices, cs->nblocks,
-                                WEFT_WORK_GRANULE, &comm->plan);
+            weft_status_t st = weft_partition(&model, work->slices, (size_t)work->nslices,
+                                              cs->nblocks, WEFT_WORK_GRANULE, &comm->plan);
             if (st != WEFT_SUCCESS)
                 return st;
             if (comm->plan.nunits <= WEFT_CUDA_MAX_UNITS)
@@ -242,7 +272,8 @@ weft_status_t weft_cuda_execute(struct weft_comm *comm, const weft_work_t *work,
             p->units[u] = (weft_cuda_unit_t){.slice = plan->units[u].slice,
                                              .offset = plan->units[u].offset,
                                              .bytes = plan->units[u].bytes};
-        /* Launch only blocks that have work (at least one: the signals need it). */
+        /* Launch only blocks that have work (at least one: the signals need it). Units are
+         * grouped by worker, so the kept blocks' ranges stay contiguous. */
         nblocks = 0;
         for (int b = 0; b < plan->nworkers; b++) {
             if (plan->worker_begin[b + 1] > plan->worker_begin[b]) {

@@ -154,7 +154,8 @@ __global__ void __launch_bounds__(WEFT_CUDA_THREADS)
         st = exchange(p, 2, seq, 1);
     if (threadIdx.x == 0) {
         me->arrive.v = 0;
-        if (!(p.sync & WEFT_SYNC_PHASE)) /* the operation is over: the next one is seq + 1 */
+        /* The operation is over unless a phase or another launch of it follows. */
+        if (!(p.sync & (WEFT_SYNC_PHASE | WEFT_SYNC_KEEP_SEQ)))
             *(volatile uint32_t *)&me->seq.v = seq;
     }
 }

@@ -44,8 +44,10 @@ enum {
     WEFT_SYNC_DONE = 0x2,        /* after the work: closing signal to and from every peer */
     WEFT_SYNC_DONE_NOWAIT = 0x4, /* after the work: closing signal to every peer, no wait
                                     (host; the CUDA backend waits as for WEFT_SYNC_DONE) */
-    WEFT_SYNC_CONTINUE = 0x8     /* second step of an operation whose first step's phase signal
+    WEFT_SYNC_CONTINUE = 0x8,    /* second step of an operation whose first step's phase signal
                                     already synchronised: no device-side entry wait */
+    WEFT_SYNC_KEEP_SEQ = 0x10    /* CUDA: the operation goes on after this launch (its entry
+                                    step before copy-engine copies): keep the counter */
 };
 
 /* Set up a REDUCE over count elements: dst[0] = dst, src[r] = srcs[r] for r < nsrcs, the range

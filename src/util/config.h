@@ -52,6 +52,7 @@ typedef struct weft_env {
     int cuda_max_blocks;       /* WEFT_CUDA_MAX_BLOCKS: thread blocks per launch and rank */
     uint64_t cuda_unit_bytes;  /* WEFT_CUDA_UNIT_BYTES: partitioner unit size on the GPU */
     int cuda_fanout;           /* WEFT_CUDA_FANOUT: blocks per peer at once (0: no cap) */
+    int cuda_copy_engine;      /* WEFT_CUDA_COPY_ENGINE: pure copies on the copy engines */
 
     /* launcher */
     double run_grace_s; /* WEFT_RUN_GRACE_S: weftrun's wait for survivors after a rank dies */

@@ -1,0 +1,221 @@
+/*
+ * harness.h - shared helpers of the multi-process tests (tests/mp), written against the public
+ * API (weft.h) only.
+ *
+ * A test program runs as every rank of a job launched by `weftrun -n N`. All ranks walk the same
+ * list of cases in the same order (lockstep); a case's data are a pure function of
+ * (seed, case number, rank, element index), so every rank regenerates its peers' inputs and
+ * computes exact expected values locally, without trusting the library under test.
+ *
+ * Inputs are "verifiable" (the nccl-tests idea): small integers for SUM/PROD/AVG, chosen so that
+ * every partial result is exact in every dtype (float16 and bfloat16 included), and random
+ * finite values of the full range for MAX/MIN. Results are compared bit for bit, outputs are
+ * poisoned (0xA5) before every call and every buffer carries guard zones (0x5A) that are checked
+ * afterwards.
+ *
+ * Buffers come in three kinds: registered (the pointer weft_malloc returned), interior (a
+ * non-zero, element-aligned offset inside a larger weft_malloc allocation) and unregistered
+ * (plain malloc). Communicators are opened once per registration mode (roa, jit, staged), one
+ * after another, in the same order on every rank.
+ *
+ * Failures print one line each, prefixed "FAIL <test> rank=R n=N seed=S reg=M case=K (...)",
+ * so that `WEFT_TEST_SEED=S` reproduces the run. A status that leaves the communicator unusable
+ * ends the program (exit 1); anything else is counted and the run goes on.
+ *
+ * Environment read by the harness (test-only variables, not part of weft's configuration table):
+ *   WEFT_TEST_SEED   seed to use instead of one drawn from time and pid on rank 0
+ *   WEFT_TEST_QUICK  1: smaller grid (sanitizer builds)
+ *
+ * Thread safety: an mp_ctx_t belongs to the thread that runs the test (the main thread).
+ */
+#ifndef WEFT_TESTS_MP_HARNESS_H
+#define WEFT_TESTS_MP_HARNESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "weft.h"
+
+#define MP_PRINTF(a, b) __attribute__((format(printf, a, b)))
+
+/* The large count of the grid (1M + 3 elements), run for a representative subset of cases. */
+#define MP_LARGE_COUNT ((size_t)1048579)
+
+/* Counts at or above which a case also checks which path (zero-copy or staged) the stats show. */
+#define MP_PATH_CHECK_BYTES ((size_t)4096)
+
+#define MP_NUM_REG_MODES 3
+
+typedef enum { MP_BUF_REGISTERED, MP_BUF_INTERIOR, MP_BUF_UNREGISTERED } mp_buf_kind_t;
+#define MP_NUM_BUF_KINDS 3
+
+typedef struct mp_ctx {
+    const char *test;        /* program name: the first word of every message */
+    weft_comm_t comm;        /* the open communicator, NULL when none is open */
+    weft_registration_t reg; /* registration mode of comm */
+    int rank, nranks;
+    uint64_t seed;       /* the same on every rank */
+    int quick;           /* WEFT_TEST_QUICK */
+    uint64_t case_id;    /* number of the current case, the same on every rank */
+    char where[320];     /* description of the current case, for messages */
+    uint64_t checks;     /* checks made by this rank */
+    uint64_t failures;   /* checks failed on this rank */
+    unsigned fail_lines; /* FAIL lines printed (printing stops after a limit) */
+    double start_s;      /* mp_now_s() at mp_init */
+} mp_ctx_t;
+
+/* A buffer with guard zones. ptr is what the test hands to weft; bytes is its usable size. */
+typedef struct mp_buf {
+    mp_buf_kind_t kind;
+    void *alloc;        /* what weft_malloc or malloc returned (NULL if nothing) */
+    size_t alloc_bytes; /* size of that allocation */
+    unsigned char *ptr; /* alloc + front */
+    size_t bytes;       /* usable bytes at ptr */
+    size_t front, back; /* guard zone sizes before and after [ptr, ptr + bytes) */
+} mp_buf_t;
+
+/* ---------------------------------------------------------------------------------------------
+ * Set-up, communicators and reports
+ * ------------------------------------------------------------------------------------------- */
+
+/* Start a test: line-buffer stdout, read the test variables, create a communicator with a NULL
+ * config (from the environment that weftrun sets), agree on the seed (rank 0 draws it, or takes
+ * WEFT_TEST_SEED, and broadcasts it), then destroy that communicator. Exits 1 on failure. */
+void mp_init(mp_ctx_t *ctx, const char *test);
+
+/* Open ctx->comm on the host backend in registration mode reg (other fields: the defaults).
+ * Exits 1 if weft_comm_init fails or the communicator reports another rank, size or backend. */
+void mp_comm_open(mp_ctx_t *ctx, weft_registration_t reg);
+
+/* Like mp_comm_open with a caller-filled config (from weft_config_default). */
+void mp_comm_open_cfg(mp_ctx_t *ctx, const weft_config_t *cfg);
+
+/* Destroy ctx->comm (collective); a failure is counted. No-op if none is open. */
+void mp_comm_close(mp_ctx_t *ctx);
+
+/* Finish: close the communicator if open, print the summary line of this rank
+ * ("PASS <test> rank=R ..." or "FAIL <test> rank=R ... k of m checks failed") and return the
+ * process exit status (0 when nothing failed). */
+int mp_finish(mp_ctx_t *ctx);
+
+/* Begin a case: increment ctx->case_id (data of the case derive from it) and describe it. */
+void mp_case(mp_ctx_t *ctx, const char *fmt, ...) MP_PRINTF(2, 3);
+
+/* Count a check; if cond is false count a failure and print the message. Returns cond. */
+int mp_check(mp_ctx_t *ctx, int cond, const char *fmt, ...) MP_PRINTF(3, 4);
+
+/* Count and print a failure. */
+void mp_fail(mp_ctx_t *ctx, const char *fmt, ...) MP_PRINTF(2, 3);
+
+/* Print a failure and end the process with status 1 after aborting and destroying the
+ * communicator (peers then see WEFT_ERR_PEER_LOST and stop too). */
+void mp_fatal(mp_ctx_t *ctx, const char *fmt, ...) MP_PRINTF(2, 3) __attribute__((noreturn));
+
+/* Check that a call succeeded. Returns 1 on success. A failure is counted; if the status leaves
+ * the communicator unusable (anything but INVALID_ARGUMENT or UNSUPPORTED) the run ends. */
+int mp_ok(mp_ctx_t *ctx, weft_status_t st, const char *call);
+
+/* Check that st == want and, for a failure status, that weft_last_error() is non-empty and
+ * contains name (e.g. "weft_all_reduce"). Returns 1 if all holds. */
+int mp_expect_status(mp_ctx_t *ctx, weft_status_t st, weft_status_t want, const char *name,
+                     const char *what);
+
+/* Print a line on rank 0 only (progress and informational notes, prefixed with the test). */
+void mp_note(const mp_ctx_t *ctx, const char *fmt, ...) MP_PRINTF(2, 3);
+
+/* ---------------------------------------------------------------------------------------------
+ * Names, sizes, time
+ * ------------------------------------------------------------------------------------------- */
+const char *mp_dtype_name(weft_dtype_t dt);
+const char *mp_op_name(weft_redop_t op);
+const char *mp_reg_name(weft_registration_t reg);
+const char *mp_buf_kind_name(mp_buf_kind_t kind);
+
+/* Element size from the harness's own table (not weft_dtype_size, which is under test). */
+size_t mp_dtype_bytes(weft_dtype_t dt);
+
+double mp_now_s(void);       /* CLOCK_MONOTONIC, seconds (comparable across processes) */
+void mp_sleep_ms(double ms); /* sleeps at least ms milliseconds */
+
+/* 64-bit mix of (seed, a, b, c): the source of every random choice of the tests. */
+uint64_t mp_hash(uint64_t seed, uint64_t a, uint64_t b, uint64_t c);
+
+/* ---------------------------------------------------------------------------------------------
+ * The grid
+ * ------------------------------------------------------------------------------------------- */
+
+/* Fill out[] (capacity 8) with the small counts of the grid for ctx->nranks, without
+ * duplicates: {0, 1, n-1, n+1, 4099}, or {0, 1, n+1, 4099} in quick mode. Returns how many. */
+size_t mp_counts(const mp_ctx_t *ctx, size_t *out);
+
+/* Whether grid point `combo` runs with buffer kind `kind` under ctx->reg. The buffer kinds of
+ * one mode split the combos between them (and so do the modes of one buffer kind), so that each
+ * mode and each buffer kind sees every combo; quick mode keeps every other one. */
+int mp_selected(const mp_ctx_t *ctx, unsigned combo, mp_buf_kind_t kind);
+
+/* ---------------------------------------------------------------------------------------------
+ * Buffers
+ * ------------------------------------------------------------------------------------------- */
+
+/* Allocate a buffer of the given kind with `bytes` usable bytes (0 allowed: ptr is then still a
+ * valid, non-NULL pointer), guard zones filled with 0x5A and the payload poisoned with 0xA5.
+ * Exits 1 if the allocation fails. */
+void mp_buf_alloc(mp_ctx_t *ctx, mp_buf_t *b, mp_buf_kind_t kind, size_t bytes);
+
+/* Check the guard zones (a failure names `name`), then free. */
+void mp_buf_free(mp_ctx_t *ctx, mp_buf_t *b, const char *name);
+
+/* Check that the guard zones are intact. */
+void mp_buf_check_guards(mp_ctx_t *ctx, const mp_buf_t *b, const char *name);
+
+/* Check that bytes at p are all poison (0xA5): memory the call must not have written. */
+void mp_check_poison(mp_ctx_t *ctx, const char *what, const void *p, size_t bytes);
+
+/* ---------------------------------------------------------------------------------------------
+ * Data: reductions. Element i of rank r's input is a function of (seed, case, dtype, op, r, i).
+ * ------------------------------------------------------------------------------------------- */
+
+/* Write rank's input elements first .. first+count-1 to dst. */
+void mp_red_fill(const mp_ctx_t *ctx, weft_dtype_t dt, weft_redop_t op, int rank, size_t first,
+                 size_t count, void *dst);
+
+/* Check that got holds rank's input elements first .. first+count-1 (an input left untouched). */
+void mp_red_check_input(mp_ctx_t *ctx, const char *what, const void *got, weft_dtype_t dt,
+                        weft_redop_t op, int rank, size_t first, size_t count);
+
+/* Check that got holds the reduction over all ranks of elements first .. first+count-1. */
+void mp_red_check_result(mp_ctx_t *ctx, const char *what, const void *got, weft_dtype_t dt,
+                         weft_redop_t op, size_t first, size_t count);
+
+/* ---------------------------------------------------------------------------------------------
+ * Data: movement (gather, broadcast, all-to-all). Element `index` of rank r is random bytes,
+ * a function of (seed, case, r, index). Indices need not be dense (e.g. (peer << 32) + i).
+ * ------------------------------------------------------------------------------------------- */
+void mp_raw_fill(const mp_ctx_t *ctx, weft_dtype_t dt, int rank, uint64_t first, size_t count,
+                 void *dst);
+void mp_raw_check(mp_ctx_t *ctx, const char *what, const void *got, weft_dtype_t dt, int rank,
+                  uint64_t first, size_t count);
+
+/* ---------------------------------------------------------------------------------------------
+ * Statistics
+ * ------------------------------------------------------------------------------------------- */
+
+/* weft_get_stats on ctx->comm; exits 1 if it fails. */
+void mp_stats(mp_ctx_t *ctx, weft_stats_t *out);
+
+/* Whether a collective on buffers of this kind should take the zero-copy path under ctx->reg:
+ * weft_malloc memory (registered or interior) in roa or jit mode. */
+int mp_expect_zero_copy(const mp_ctx_t *ctx, mp_buf_kind_t kind);
+
+/* Check the path one collective took from the stats before and after it: zero_copy_ops grew and
+ * staged_ops did not, or the reverse. Only checked when nranks > 1 and bytes >=
+ * MP_PATH_CHECK_BYTES (smaller payloads may travel inline with the handshake). The path is
+ * decided by the buffers peers read (weft.h): mp_check_path assumes this rank's buffers of kind
+ * are read; mp_check_path_expect takes the expectation itself (a broadcast's non-root ranks
+ * have nothing read remotely: always zero-copy). */
+void mp_check_path(mp_ctx_t *ctx, const weft_stats_t *before, const weft_stats_t *after,
+                   mp_buf_kind_t kind, size_t bytes);
+void mp_check_path_expect(mp_ctx_t *ctx, const weft_stats_t *before, const weft_stats_t *after,
+                          int zero_copy, mp_buf_kind_t kind, size_t bytes);
+
+#endif /* WEFT_TESTS_MP_HARNESS_H */
