@@ -34,22 +34,15 @@
 
 #include "core/comm.h"
 #include "core/ctrl.h"
+#include "core/heap.h"
 #include "util/clock.h"
 #include "util/log.h"
 
-typedef struct alloc_rec {
+typedef struct pending {
     uintptr_t addr;
     size_t bytes;
-    weft_mem_seg_t seg; /* jit: kept until the first acquire; otherwise seg.fd == -1 */
-    uint32_t ticket;    /* 0: not registered */
-    int internal;
-} alloc_rec_t;
-
-typedef struct range {
-    uintptr_t addr;
-    size_t bytes;
-    uint32_t ticket; /* pending frees: the UNREG ticket to wait for */
-} range_t;
+    uint32_t ticket; /* the UNREG ticket every peer must acknowledge first */
+} pending_t;
 
 typedef struct job {
     uint32_t type; /* WEFT_CTRL_REG, WEFT_CTRL_UNREG, WEFT_CTRL_BYE */
@@ -103,6 +96,8 @@ static int vec_reserve(void **data, size_t *cap, size_t need, size_t elem)
 #define VEC_RESERVE(v, need)                                                                       \
     vec_reserve((void **)&(v).data, &(v).cap, (need), sizeof *(v).data)
 
+#define CHUNK_MAX_BYTES (1ull << 30) /* chunks grow geometrically up to this size */
+
 struct weft_registry {
     struct weft_comm *comm;
     weft_window_t win;
@@ -112,9 +107,8 @@ struct weft_registry {
     size_t gran;
 
     pthread_mutex_t mu;
-    VEC(alloc_rec_t) allocs; /* sorted by addr */
-    VEC(range_t) free;       /* sorted by addr, coalesced */
-    VEC(range_t) pending;    /* freed, waiting for UNREG acks */
+    weft_heap_t heap;        /* chunks and allocations of this rank's slice */
+    VEC(pending_t) pending;  /* released chunks waiting for UNREG acks */
     VEC(job_t) jobs;         /* FIFO, consumed whole by the registrar */
     uint32_t next_ticket;    /* last ticket issued */
 
@@ -138,85 +132,20 @@ struct weft_registry {
     weft_registry_stats_t stats;
 };
 
-/* ---- slice allocator (under mu) -------------------------------------------------------------- */
+/* ---- slice bookkeeping (under mu) ---------------------------------------------------------- */
 
-static int range_take(weft_registry_t *reg, size_t bytes, uintptr_t *addr_out)
-{
-    for (size_t i = 0; i < reg->free.n; i++) {
-        range_t *r = &reg->free.data[i];
-        if (r->bytes < bytes)
-            continue;
-        *addr_out = r->addr;
-        r->addr += bytes;
-        r->bytes -= bytes;
-        if (r->bytes == 0) {
-            memmove(r, r + 1, (reg->free.n - i - 1) * sizeof *r);
-            reg->free.n--;
-        }
-        return 0;
-    }
-    return -1;
-}
-
-/* Return [addr, addr + bytes) to the free list, coalescing with neighbours. */
-static int range_give(weft_registry_t *reg, uintptr_t addr, size_t bytes)
-{
-    size_t i = 0;
-    while (i < reg->free.n && reg->free.data[i].addr < addr)
-        i++;
-    range_t *prev = i > 0 ? &reg->free.data[i - 1] : NULL;
-    range_t *next = i < reg->free.n ? &reg->free.data[i] : NULL;
-    if (prev && prev->addr + prev->bytes == addr) {
-        prev->bytes += bytes;
-        if (next && addr + bytes == next->addr) {
-            prev->bytes += next->bytes;
-            memmove(next, next + 1, (reg->free.n - i - 1) * sizeof *next);
-            reg->free.n--;
-        }
-        return 0;
-    }
-    if (next && addr + bytes == next->addr) {
-        next->addr = addr;
-        next->bytes += bytes;
-        return 0;
-    }
-    if (VEC_RESERVE(reg->free, reg->free.n + 1) != 0)
-        return -1;
-    memmove(&reg->free.data[i + 1], &reg->free.data[i], (reg->free.n - i) * sizeof(range_t));
-    reg->free.data[i] = (range_t){addr, bytes, 0};
-    reg->free.n++;
-    return 0;
-}
-
-/* Move pending frees whose UNREG every peer acknowledged back to the free list. */
+/* Give ranges of released chunks whose UNREG every peer acknowledged back to the slice. */
 static void reclaim_pending(weft_registry_t *reg)
 {
     uint32_t acked = atomic_load_explicit(&reg->acked_all.value, memory_order_acquire);
     size_t keep = 0;
     for (size_t i = 0; i < reg->pending.n; i++) {
-        range_t r = reg->pending.data[i];
-        if (weft_seq_reached(acked, r.ticket) && range_give(reg, r.addr, r.bytes) == 0)
+        pending_t r = reg->pending.data[i];
+        if (weft_seq_reached(acked, r.ticket) && weft_heap_give_range(&reg->heap, r.addr, r.bytes) == 0)
             continue;
         reg->pending.data[keep++] = r;
     }
     reg->pending.n = keep;
-}
-
-/* Index of the allocation containing addr, or -1. */
-static long find_alloc(const weft_registry_t *reg, uintptr_t addr)
-{
-    size_t lo = 0, hi = reg->allocs.n;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (reg->allocs.data[mid].addr <= addr)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    if (lo == 0)
-        return -1;
-    const alloc_rec_t *a = &reg->allocs.data[lo - 1];
-    return addr - a->addr < a->bytes ? (long)(lo - 1) : -1;
 }
 
 /* ---- jobs (under mu) ------------------------------------------------------------------------- */
@@ -570,8 +499,8 @@ static void *registrar_main(void *arg)
 /* ---- public functions ------------------------------------------------------------------------ */
 
 weft_status_t weft_registry_create(struct weft_comm *comm, const weft_window_t *win, int rank,
-                                   int nranks, weft_registration_t mode, int *ctrl_fds,
-                                   weft_registry_t **reg_out)
+                                   int nranks, weft_registration_t mode, size_t chunk_min_bytes,
+                                   int *ctrl_fds, weft_registry_t **reg_out)
 {
     weft_status_t st;
     weft_registry_t *reg = calloc(1, sizeof *reg);
@@ -597,7 +526,8 @@ weft_status_t weft_registry_create(struct weft_comm *comm, const weft_window_t *
     }
     for (int p = 0; p < nranks; p++)
         reg->socks[p] = -1;
-    if (range_give(reg, weft_window_slice(win, rank), win->slice_bytes) != 0) {
+    if (weft_heap_init(&reg->heap, weft_window_slice(win, rank), win->slice_bytes, reg->gran,
+                       chunk_min_bytes, CHUNK_MAX_BYTES) != 0) {
         st = weft_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: registry free list");
         goto err_free;
     }
@@ -631,7 +561,7 @@ err_free:
     free(reg->closed);
     free(reg->out);
     free(reg->acked);
-    free(reg->free.data);
+    weft_heap_fini(&reg->heap);
     pthread_mutex_destroy(&reg->mu);
     free(reg);
     return st;
@@ -676,17 +606,16 @@ void weft_registry_destroy(weft_registry_t *reg, uint64_t deadline_ns)
     }
     for (size_t i = 0; i < reg->maps.n; i++)
         reg->mem->unmap((void *)reg->maps.data[i].addr, reg->maps.data[i].bytes);
-    for (size_t i = 0; i < reg->allocs.n; i++) {
-        alloc_rec_t *a = &reg->allocs.data[i];
-        reg->mem->unmap((void *)a->addr, a->bytes);
-        reg->mem->destroy(&a->seg);
+    for (size_t i = 0; i < reg->heap.nchunks; i++) {
+        weft_chunk_t *c = reg->heap.chunks[i];
+        reg->mem->unmap((void *)c->addr, c->bytes);
+        reg->mem->destroy(&c->seg);
     }
     close(reg->efd);
     free(reg->jobs.data);
     free(reg->maps.data);
     free(reg->inflight.data);
-    free(reg->allocs.data);
-    free(reg->free.data);
+    weft_heap_fini(&reg->heap);
     free(reg->pending.data);
     free(reg->socks);
     free(reg->bye);
@@ -697,100 +626,113 @@ void weft_registry_destroy(weft_registry_t *reg, uint64_t deadline_ns)
     free(reg);
 }
 
+/* Map a new chunk of bytes in the slice and register it as the mode says (under mu). */
+static weft_status_t add_chunk(weft_registry_t *reg, size_t bytes, int internal,
+                               weft_chunk_t **chunk_out)
+{
+    weft_mem_seg_t seg;
+    weft_status_t st = reg->mem->create(bytes, &seg);
+    if (st != WEFT_SUCCESS)
+        return st;
+    uintptr_t addr;
+    if (weft_heap_take_range(&reg->heap, bytes, &addr) != 0) {
+        st = weft_error(WEFT_ERR_NO_MEMORY,
+                        "weft_malloc: no %zu bytes left in this rank's window slice", bytes);
+        goto err_destroy;
+    }
+    st = reg->mem->map(&seg, (void *)addr);
+    if (st != WEFT_SUCCESS)
+        goto err_give;
+    weft_chunk_t *c = weft_heap_add_chunk(&reg->heap, addr, bytes, seg, 0, internal);
+    if (!c) {
+        st = weft_error(WEFT_ERR_NO_MEMORY, "weft_malloc: chunk table");
+        goto err_unmap;
+    }
+    if (internal || reg->mode == WEFT_REGISTRATION_ROA) {
+        c->ticket = push_job(reg, WEFT_CTRL_REG, addr, bytes, seg);
+        if (c->ticket == 0) {
+            (void)weft_heap_remove_chunk(&reg->heap, c);
+            st = weft_error(WEFT_ERR_NO_MEMORY, "weft_malloc: registration queue");
+            goto err_unmap;
+        }
+        c->seg = (weft_mem_seg_t){.fd = -1}; /* the job owns the segment now */
+    } else if (reg->mode == WEFT_REGISTRATION_STAGED) {
+        reg->mem->destroy(&c->seg); /* never registered: the mapping keeps the memory */
+    }
+    *chunk_out = c;
+    return WEFT_SUCCESS;
+
+err_unmap:
+    reg->mem->unmap((void *)addr, bytes);
+err_give:
+    (void)weft_heap_give_range(&reg->heap, addr, bytes);
+err_destroy:
+    reg->mem->destroy(&seg);
+    return st;
+}
+
+/* Unmap an empty chunk and unregister it; its range is reused once every peer unmapped it. */
+static void release_chunk(weft_registry_t *reg, weft_chunk_t *c)
+{
+    uint32_t registered = c->ticket;
+    weft_status_t st = reg->mem->unmap((void *)c->addr, c->bytes);
+    reg->mem->destroy(&c->seg);
+    weft_range_t r = weft_heap_remove_chunk(&reg->heap, c);
+    if (st != WEFT_SUCCESS)
+        return; /* still mapped here: never reuse the range */
+    if (!registered) {
+        (void)weft_heap_give_range(&reg->heap, r.addr, r.bytes);
+        return;
+    }
+    if (VEC_RESERVE(reg->pending, reg->pending.n + 1) != 0)
+        return; /* no bookkeeping: the range is leaked, never reused unsafely */
+    uint32_t ticket = push_job(reg, WEFT_CTRL_UNREG, r.addr, r.bytes, (weft_mem_seg_t){.fd = -1});
+    if (ticket != 0)
+        reg->pending.data[reg->pending.n++] = (pending_t){r.addr, r.bytes, ticket};
+}
+
 weft_status_t weft_registry_alloc(weft_registry_t *reg, size_t bytes, int internal,
                                    void **ptr_out)
 {
     if (bytes > reg->win.slice_bytes)
         return weft_error(WEFT_ERR_NO_MEMORY, "weft_malloc: %zu bytes exceed the window slice",
                           bytes);
-    size_t size = (bytes + reg->gran - 1) / reg->gran * reg->gran;
-    weft_mem_seg_t seg;
-    weft_status_t st = reg->mem->create(size, &seg);
-    if (st != WEFT_SUCCESS)
-        return st;
-
     pthread_mutex_lock(&reg->mu);
     reclaim_pending(reg);
+    size_t size = weft_heap_alloc_size(&reg->heap, bytes);
     uintptr_t addr;
-    if (VEC_RESERVE(reg->allocs, reg->allocs.n + 1) != 0) {
-        st = weft_error(WEFT_ERR_NO_MEMORY, "weft_malloc: allocation table");
-        goto err_unlock;
+    weft_chunk_t *c;
+    weft_status_t st = WEFT_SUCCESS;
+    if (weft_heap_alloc(&reg->heap, size, internal, &addr, &c) != 0) {
+        st = add_chunk(reg, weft_heap_next_chunk(&reg->heap, size), internal, &c);
+        if (st == WEFT_SUCCESS && weft_heap_alloc(&reg->heap, size, internal, &addr, &c) != 0)
+            st = weft_error(WEFT_ERR_NO_MEMORY, "weft_malloc: allocation table");
     }
-    if (range_take(reg, size, &addr) != 0) {
-        st = weft_error(WEFT_ERR_NO_MEMORY, "weft_malloc: %zu bytes: the window slice is full",
-                        bytes);
-        goto err_unlock;
-    }
-    st = reg->mem->map(&seg, (void *)addr);
-    if (st != WEFT_SUCCESS)
-        goto err_give;
-
-    alloc_rec_t rec = {.addr = addr, .bytes = size, .seg = seg, .ticket = 0, .internal = internal};
-    if (internal || reg->mode == WEFT_REGISTRATION_ROA) {
-        rec.ticket = push_job(reg, WEFT_CTRL_REG, addr, size, seg);
-        if (rec.ticket == 0) {
-            st = weft_error(WEFT_ERR_NO_MEMORY, "weft_malloc: registration queue");
-            goto err_unmap;
-        }
-        rec.seg = (weft_mem_seg_t){.fd = -1}; /* the job owns the segment now */
-    } else if (reg->mode == WEFT_REGISTRATION_STAGED) {
-        reg->mem->destroy(&rec.seg); /* never registered: the mapping keeps the memory */
-    }
-    size_t i = reg->allocs.n;
-    while (i > 0 && reg->allocs.data[i - 1].addr > addr)
-        i--;
-    memmove(&reg->allocs.data[i + 1], &reg->allocs.data[i],
-            (reg->allocs.n - i) * sizeof(alloc_rec_t));
-    reg->allocs.data[i] = rec;
-    reg->allocs.n++;
     pthread_mutex_unlock(&reg->mu);
-    *ptr_out = (void *)addr;
-    return WEFT_SUCCESS;
-
-err_unmap:
-    reg->mem->unmap((void *)addr, size);
-err_give:
-    (void)range_give(reg, addr, size);
-err_unlock:
-    pthread_mutex_unlock(&reg->mu);
-    reg->mem->destroy(&seg);
+    if (st == WEFT_SUCCESS)
+        *ptr_out = (void *)addr;
     return st;
 }
 
 weft_status_t weft_registry_free(weft_registry_t *reg, void *ptr)
 {
     pthread_mutex_lock(&reg->mu);
-    long i = find_alloc(reg, (uintptr_t)ptr);
-    if (i < 0 || reg->allocs.data[i].addr != (uintptr_t)ptr) {
+    weft_chunk_t *c;
+    if (weft_heap_free(&reg->heap, (uintptr_t)ptr, &c) != 0) {
         pthread_mutex_unlock(&reg->mu);
         return weft_error(WEFT_ERR_INVALID_ARGUMENT,
                           "weft_free: ptr %p is not the start of a weft_malloc allocation", ptr);
     }
-    alloc_rec_t rec = reg->allocs.data[i];
-    memmove(&reg->allocs.data[i], &reg->allocs.data[i + 1],
-            (reg->allocs.n - (size_t)i - 1) * sizeof(alloc_rec_t));
-    reg->allocs.n--;
-    weft_status_t st = reg->mem->unmap((void *)rec.addr, rec.bytes);
-    reg->mem->destroy(&rec.seg);
-    if (st == WEFT_SUCCESS) {
-        uint32_t ticket = 0;
-        if (rec.ticket != 0 && VEC_RESERVE(reg->pending, reg->pending.n + 1) == 0)
-            ticket = push_job(reg, WEFT_CTRL_UNREG, rec.addr, rec.bytes,
-                              (weft_mem_seg_t){.fd = -1});
-        if (ticket != 0)
-            reg->pending.data[reg->pending.n++] = (range_t){rec.addr, rec.bytes, ticket};
-        else if (rec.ticket == 0)
-            (void)range_give(reg, rec.addr, rec.bytes);
-        /* else: out of memory for the bookkeeping: the range is leaked, never reused unsafely */
-    }
+    if (weft_heap_should_release(&reg->heap, c))
+        release_chunk(reg, c);
     pthread_mutex_unlock(&reg->mu);
-    return st;
+    return WEFT_SUCCESS;
 }
 
 weft_status_t weft_registry_acquire(weft_registry_t *reg, const void *ptr, size_t bytes,
                                     const weft_wait_policy_t *policy, weft_wait_check_fn check,
-                                    void *arg,
-                                    weft_buf_state_t *state_out, uint64_t *waited_ns_out)
+                                    void *arg, weft_buf_state_t *state_out,
+                                    uint64_t *waited_ns_out)
 {
     *waited_ns_out = 0;
     *state_out = WEFT_BUF_STAGED;
@@ -798,13 +740,8 @@ weft_status_t weft_registry_acquire(weft_registry_t *reg, const void *ptr, size_
     if (weft_window_owner(&reg->win, addr) != reg->rank)
         return WEFT_SUCCESS;
     pthread_mutex_lock(&reg->mu);
-    long i = find_alloc(reg, addr);
-    if (i < 0) {
-        pthread_mutex_unlock(&reg->mu);
-        return WEFT_SUCCESS;
-    }
-    alloc_rec_t *a = &reg->allocs.data[i];
-    if (bytes > a->bytes - (addr - a->addr)) { /* runs past the allocation */
+    weft_chunk_t *a = weft_heap_find_chunk(&reg->heap, addr);
+    if (!a || bytes > a->bytes - (addr - a->addr)) { /* not ours, or runs past the chunk */
         pthread_mutex_unlock(&reg->mu);
         return WEFT_SUCCESS;
     }
@@ -814,7 +751,7 @@ weft_status_t weft_registry_acquire(weft_registry_t *reg, const void *ptr, size_
             pthread_mutex_unlock(&reg->mu);
             return WEFT_SUCCESS; /* staged mode: never registered */
         }
-        /* jit: this first use registers the buffer, so it waits whatever the timing. */
+        /* jit: this first use registers the chunk, so it waits whatever the timing. */
         t0 = weft_now_ns();
         a->ticket = push_job(reg, WEFT_CTRL_REG, a->addr, a->bytes, a->seg);
         if (a->ticket == 0) {

@@ -40,10 +40,13 @@ typedef struct weft_registry_stats {
 } weft_registry_stats_t;
 
 /* Create the registry for this rank's slice and start the registrar thread over the control
- * sockets ctrl_fds (nranks entries, -1 at rank; ownership passes to the registry). */
+ * sockets ctrl_fds (nranks entries, -1 at rank; ownership passes to the registry).
+ * chunk_min_bytes: 0 gives every allocation a segment of its own; otherwise physical memory is
+ * made, mapped and registered in chunks of at least that size, growing geometrically, and
+ * allocations are carved out of them (heap.h): one export per chunk, not per allocation. */
 weft_status_t weft_registry_create(struct weft_comm *comm, const weft_window_t *win, int rank,
-                                   int nranks, weft_registration_t mode, int *ctrl_fds,
-                                   weft_registry_t **reg_out);
+                                   int nranks, weft_registration_t mode, size_t chunk_min_bytes,
+                                   int *ctrl_fds, weft_registry_t **reg_out);
 
 /* Stop the registrar: send BYE to every peer and wait for theirs (bounded by deadline_ns), join
  * the thread, unmap every peer segment and every own allocation, close the sockets, free.
@@ -60,8 +63,9 @@ void weft_registry_shutdown_sockets(weft_registry_t *reg);
 weft_status_t weft_registry_alloc(weft_registry_t *reg, size_t bytes, int internal,
                                    void **ptr_out);
 
-/* Free an allocation made by weft_registry_alloc (ptr must be its start). Returns at once; the
- * address range is reused once every peer acknowledged the unmap.
+/* Free an allocation made by weft_registry_alloc (ptr must be its start). Returns at once. A
+ * chunk left empty is unmapped and unregistered (one empty chunk per class is kept as a spare);
+ * its address range is reused once every peer acknowledged the unmap.
  * WEFT_ERR_INVALID_ARGUMENT if ptr is not the start of a live allocation. */
 weft_status_t weft_registry_free(weft_registry_t *reg, void *ptr);
 
@@ -71,8 +75,8 @@ typedef enum {
     WEFT_BUF_READY = 1   /* [ptr, ptr + bytes) is mapped at the same address on every peer */
 } weft_buf_state_t;
 
-/* Look up [ptr, ptr + bytes) (interior pointers included). If it lies inside one allocation
- * that may be registered, make sure it is (jit registers it now) and wait until every peer
+/* Look up [ptr, ptr + bytes) (interior pointers included). If it lies inside one chunk that may
+ * be registered, make sure it is (jit registers it now) and wait until every peer
  * acknowledged it; *waited_ns_out gets the time spent waiting (0 when it was ready; a jit first
  * use counts from the moment it queued the registration, however fast that was). Returns the
  * state in *state_out. The wait checks check(arg) between sleeps (deadline, peer loss). */
