@@ -19,6 +19,7 @@ for f in include/weft.h lib/libweft.so lib/libweft.a lib/pkgconfig/weft.pc \
 done
 
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
+export WEFT_BACKEND=host # hello.c writes its buffers from the CPU
 # shellcheck disable=SC2046
 cc -std=c11 -Wall -Werror -o "$tmp/hello_pc" "$here/hello.c" $(pkg-config --cflags --libs weft) \
    -Wl,-rpath,"$prefix/lib"

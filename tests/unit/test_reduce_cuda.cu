@@ -3,9 +3,10 @@
  * conversions, weft_dev_reduce for every dtype and reduction op, and weft_dev_copy, compared bit
  * for bit with the host (exec/reduce_host.h, the source bytes).
  *
- * Conversions: every 16-bit pattern widened, and narrowing of every rounding boundary between
- * neighbouring 16-bit values (the midpoint and one float32 ulp either side, both signs) and of a
- * strided sweep over all float32 bit patterns, against weft_half_to_float ... on the host.
+ * Conversions: every 16-bit pattern widened, and narrowing, alone and two at a time, of every
+ * rounding boundary between neighbouring 16-bit values (the midpoint and one float32 ulp either
+ * side, both signs) and of a strided sweep over all float32 bit patterns, against
+ * weft_half_to_float ... on the host.
  * Reductions: a grid of dtype x op x sources {1,2,3,8} x count {0,1,7,4099,2^20+3} x alignment
  * (everything aligned; dst one element off; every source one element off; all one element off,
  * which takes the vector path after a scalar head; only the last source off, which takes the
@@ -38,13 +39,13 @@ extern "C" {
 
 #define SKIP_STATUS 77
 #define MAX_SRCS 8
-#define GUARD 16         /* poisoned elements on each side of a reduction's output */
-#define COPY_GUARD 64    /* poisoned bytes on each side of a copy's output */
-#define POISON 0xa5      /* byte written to outputs before each run */
-#define MAX_REPORTS 100  /* failed checks printed; the rest are only counted */
-#define MAX_BAD_ELEMS 3  /* elements printed per failed run */
+#define GUARD 16        /* poisoned elements on each side of a reduction's output */
+#define COPY_GUARD 64   /* poisoned bytes on each side of a copy's output */
+#define POISON 0xa5     /* byte written to outputs before each run */
+#define MAX_REPORTS 100 /* failed checks printed; the rest are only counted */
+#define MAX_BAD_ELEMS 3 /* elements printed per failed run */
 #define BIG_COUNT (((size_t)1 << 20) + 3)
-#define THREADS 96       /* threads per block of the checking kernels: not a power of two */
+#define THREADS 96 /* threads per block of the checking kernels: not a power of two */
 
 static int failures;
 static size_t nan_pairs_accepted; /* elements where the host took another operand's NaN */
@@ -144,8 +145,8 @@ __global__ void reduce_kernel(void *dst, srcs_arg_t srcs, int nsrcs, size_t coun
     const void *s[MAX_SRCS];
     for (int i = 0; i < nsrcs; i++)
         s[i] = (const char *)srcs.p[i] + begin * esize;
-    weft_dev_reduce((char *)dst + begin * esize, s, nsrcs, end - begin, dtype, op, avg_divisor,
-                    tid, nthreads);
+    weft_dev_reduce((char *)dst + begin * esize, s, nsrcs, end - begin, dtype, op, avg_divisor, tid,
+                    nthreads);
 }
 
 /* Copies for every size 0..nsizes-1 at once: size z from src to dst + z * slot, by a group of
@@ -190,7 +191,8 @@ __global__ void narrow_kernel(uint16_t *out, const uint32_t *in, size_t n, int b
             out[3 * i + 1] = (uint16_t)(bf16 ? weft_dev_float2_to_bf162_nonan(f, g)
                                              : weft_dev_float2_to_half2_nonan(f, g));
             out[3 * i + 2] = (uint16_t)((bf16 ? weft_dev_float2_to_bf162_nonan(g, f)
-                                              : weft_dev_float2_to_half2_nonan(g, f)) >> 16);
+                                              : weft_dev_float2_to_half2_nonan(g, f)) >>
+                                        16);
         }
     }
 }
@@ -219,7 +221,8 @@ static void test_widen(int bf16)
     CUDA_OK(cudaMemcpy(out, d_out, n * sizeof *out, cudaMemcpyDeviceToHost));
     for (size_t i = 0; i < n; i++) {
         float want = bf16 ? weft_bf16_to_float(in[i]) : weft_half_to_float(in[i]);
-        CHECK(out[i] == fbits(want), "device %s_to_float(0x%04x) = 0x%08" PRIx32 ", want 0x%08" PRIx32,
+        CHECK(out[i] == fbits(want),
+              "device %s_to_float(0x%04x) = 0x%08" PRIx32 ", want 0x%08" PRIx32,
               bf16 ? "bf16" : "half", in[i], out[i], fbits(want));
     }
     CUDA_OK(cudaFree(d_in));
@@ -246,7 +249,8 @@ static void test_narrow(int bf16)
         double lo = bf16 ? weft_bf16_to_float((uint16_t)h) : weft_half_to_float((uint16_t)h);
         double hi;
         if (h + 1 < inf)
-            hi = bf16 ? weft_bf16_to_float((uint16_t)(h + 1)) : weft_half_to_float((uint16_t)(h + 1));
+            hi = bf16 ? weft_bf16_to_float((uint16_t)(h + 1))
+                      : weft_half_to_float((uint16_t)(h + 1));
         else
             hi = bf16 ? ldexp(1.0, 128) : 65536.0;
         uint32_t mid = fbits((float)((lo + hi) / 2));
@@ -491,9 +495,9 @@ typedef struct {
 /* Buffers shared by every run. */
 typedef struct {
     pool_t pool;
-    unsigned char *ref;      /* host result of weft_reduce_host */
-    unsigned char *d_out;    /* device output region: guard, dst, guard */
-    unsigned char *h_out;    /* pinned copy of it */
+    unsigned char *ref;   /* host result of weft_reduce_host */
+    unsigned char *d_out; /* device output region: guard, dst, guard */
+    unsigned char *h_out; /* pinned copy of it */
     size_t out_bytes;
 } red_bufs_t;
 
@@ -543,8 +547,8 @@ static void check_output(red_bufs_t *b, const red_case_t *c, size_t dst_off, int
             for (int s = 0; s < c->nsrcs; s++)
                 in[s] = load_elem(b->pool.host[s] + (c->offs[s] + i) * es, es);
             bool nan_pair;
-            uint64_t documented = expected_float(c->dtype, c->op, in, c->nsrcs, c->divisor,
-                                                 &nan_pair);
+            uint64_t documented =
+                expected_float(c->dtype, c->op, in, c->nsrcs, c->divisor, &nan_pair);
             if (nan_pair && got == documented) {
                 nan_pairs_accepted++;
                 continue;
@@ -583,8 +587,7 @@ static void run_reduce(red_bufs_t *b, const red_case_t *c, size_t dst_off, int i
     unsigned blocks_per_group = c->count > 100000 ? 16 : 2;
     size_t split = c->count * 5 / 11; /* an unaligned element for most counts */
     reduce_kernel<<<2 * blocks_per_group, THREADS>>>(dst, srcs, c->nsrcs, c->count, split, es,
-                                                     c->dtype, c->op, c->divisor,
-                                                     blocks_per_group);
+                                                     c->dtype, c->op, c->divisor, blocks_per_group);
     CUDA_OK(cudaGetLastError());
     CUDA_OK(cudaMemcpy(b->h_out, b->d_out, region, cudaMemcpyDeviceToHost));
     check_output(b, c, dst_off, in_place);
@@ -761,26 +764,58 @@ static void test_copy_large(void)
  * Throughput (printed, not asserted)
  * ------------------------------------------------------------------------------------------- */
 
-/* Best time in seconds of reps launches of a grid of as many blocks of 512 threads as fit. */
-static double time_reduce(void *dst, const void *a, const void *b, size_t count, int dtype)
+/* Kernels timed below, the whole grid one group: SUM of two sources through
+ * weft_dev_reduce_typed (dtype known at compile time), and through weft_dev_reduce with the
+ * launch bounds that reduce_cuda.cuh recommends. */
+template <int Dtype>
+__global__ void __launch_bounds__(256) sum2_typed_kernel(void *dst, srcs_arg_t srcs, size_t count)
+{
+    weft_dev_reduce_typed<Dtype, WEFT_SUM>(dst, srcs.p, 2, count, 1,
+                                           (size_t)blockIdx.x * blockDim.x + threadIdx.x,
+                                           (size_t)gridDim.x * blockDim.x);
+}
+
+__global__ void __launch_bounds__(256, 4)
+    sum2_kernel(void *dst, srcs_arg_t srcs, size_t count, int dtype)
+{
+    weft_dev_reduce(dst, srcs.p, 2, count, dtype, WEFT_SUM, 1,
+                    (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x);
+}
+
+/* Blocks of 256 threads that fit on the device at once for kernel k. */
+static unsigned full_grid(const void *k)
 {
     int dev, sms, per_sm;
     CUDA_OK(cudaGetDevice(&dev));
     CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    CUDA_OK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reduce_kernel, 512, 0));
-    unsigned blocks = (unsigned)(sms * (per_sm > 0 ? per_sm : 1));
-    srcs_arg_t srcs;
-    memset(&srcs, 0, sizeof srcs);
-    srcs.p[0] = a;
-    srcs.p[1] = b;
+    CUDA_OK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, 256, 0));
+    return (unsigned)(sms * (per_sm > 0 ? per_sm : 1));
+}
+
+/* GB/s of memory traffic (bytes moved per run) of the best of 5 timed runs after a warm-up;
+ * kind 0: sum2_typed_kernel, 1: sum2_kernel, 2: copy_kernel (count bytes from srcs.p[0]). */
+static double bench(int kind, void *dst, srcs_arg_t srcs, size_t count, int dtype, double bytes)
+{
     cudaEvent_t start, stop;
     CUDA_OK(cudaEventCreate(&start));
     CUDA_OK(cudaEventCreate(&stop));
     float best = 1e30f;
-    for (int r = 0; r < 6; r++) { /* the first run warms up */
+    for (int r = 0; r < 6; r++) {
         CUDA_OK(cudaEventRecord(start));
-        reduce_kernel<<<blocks, 512>>>(dst, srcs, 2, count, count, dtype_sizes[dtype], dtype,
-                                       WEFT_SUM, 1, blocks);
+        if (kind == 2) {
+            copy_kernel<<<full_grid((const void *)copy_kernel), 256>>>(dst, srcs.p[0], count);
+        } else if (kind == 1) {
+            sum2_kernel<<<full_grid((const void *)sum2_kernel), 256>>>(dst, srcs, count, dtype);
+        } else if (dtype == WEFT_FLOAT32) {
+            sum2_typed_kernel<WEFT_FLOAT32>
+                <<<full_grid((const void *)sum2_typed_kernel<WEFT_FLOAT32>), 256>>>(dst, srcs,
+                                                                                    count);
+        } else {
+            sum2_typed_kernel<WEFT_BFLOAT16>
+                <<<full_grid((const void *)sum2_typed_kernel<WEFT_BFLOAT16>), 256>>>(dst, srcs,
+                                                                                     count);
+        }
+        CUDA_OK(cudaGetLastError());
         CUDA_OK(cudaEventRecord(stop));
         CUDA_OK(cudaEventSynchronize(stop));
         float ms;
@@ -790,7 +825,7 @@ static double time_reduce(void *dst, const void *a, const void *b, size_t count,
     }
     CUDA_OK(cudaEventDestroy(start));
     CUDA_OK(cudaEventDestroy(stop));
-    return best * 1e-3;
+    return bytes / (best * 1e-3) * 1e-9;
 }
 
 static void test_throughput(void)
@@ -802,197 +837,34 @@ static void test_throughput(void)
     CUDA_OK(cudaMalloc(&c, bytes));
     CUDA_OK(cudaMemset(a, 0x3f, bytes)); /* finite normal values in every float dtype */
     CUDA_OK(cudaMemset(b, 0x40, bytes));
-    double t = time_reduce(c, a, b, bytes / 4, WEFT_FLOAT32);
-    printf("throughput: float32 sum 2 x 256 MiB   %7.1f GB/s (2 reads + 1 write)\n",
-           3.0 * (double)bytes / t * 1e-9);
-    t = time_reduce(c, a, b, bytes / 2, WEFT_BFLOAT16);
-    printf("throughput: bfloat16 sum 2 x 256 MiB  %7.1f GB/s (2 reads + 1 write)\n",
-           3.0 * (double)bytes / t * 1e-9);
+    srcs_arg_t srcs;
+    memset(&srcs, 0, sizeof srcs);
+    srcs.p[0] = a;
+    srcs.p[1] = b;
+    static const int dtypes[2] = {WEFT_FLOAT32, WEFT_BFLOAT16};
+    for (int i = 0; i < 2; i++) {
+        int dt = dtypes[i];
+        size_t count = bytes / dtype_sizes[dt];
+        printf("throughput: %-8s sum 2 x 256 MiB  %7.1f GB/s weft_dev_reduce_typed, %7.1f GB/s "
+               "weft_dev_reduce (2 reads + 1 write)\n",
+               dtype_names[dt], bench(0, c, srcs, count, dt, 3.0 * (double)bytes),
+               bench(1, c, srcs, count, dt, 3.0 * (double)bytes));
+    }
     CUDA_OK(cudaFree(a));
     CUDA_OK(cudaFree(b));
     CUDA_OK(cudaFree(c));
 
     const size_t big = (size_t)1 << 30;
-    int dev, sms;
-    CUDA_OK(cudaGetDevice(&dev));
-    CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     CUDA_OK(cudaMalloc(&a, big));
     CUDA_OK(cudaMalloc(&b, big));
     CUDA_OK(cudaMemset(a, 0x5a, big));
-    cudaEvent_t start, stop;
-    CUDA_OK(cudaEventCreate(&start));
-    CUDA_OK(cudaEventCreate(&stop));
-    float best = 1e30f;
-    for (int r = 0; r < 6; r++) {
-        CUDA_OK(cudaEventRecord(start));
-        copy_kernel<<<(unsigned)sms * 4, 512>>>(b, a, big);
-        CUDA_OK(cudaEventRecord(stop));
-        CUDA_OK(cudaEventSynchronize(stop));
-        float ms;
-        CUDA_OK(cudaEventElapsedTime(&ms, start, stop));
-        if (r > 0 && ms < best)
-            best = ms;
-    }
-    printf("throughput: copy 1 GiB                %7.1f GB/s (read + write)\n",
-           2.0 * (double)big / (best * 1e-3) * 1e-9);
-    CUDA_OK(cudaEventDestroy(start));
-    CUDA_OK(cudaEventDestroy(stop));
+    srcs.p[0] = a;
+    printf("throughput: copy 1 GiB                 %7.1f GB/s (read + write)\n",
+           bench(2, b, srcs, big, 0, 2.0 * (double)big));
     CUDA_OK(cudaFree(a));
     CUDA_OK(cudaFree(b));
 }
 
-
-/* TEMPORARY exhaustive check (removed before hand-off). */
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-__global__ void tmp_narrow_all(uint16_t *h, uint16_t *b, uint32_t base, size_t n)
-{
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float f = __uint_as_float(base + (uint32_t)i);
-        float g = __uint_as_float(base + (uint32_t)(i ^ 1));
-        h[i] = weft_dev_float_to_half(f);
-        b[i] = weft_dev_float_to_bf16(f);
-        if (f == f && g == g) {
-            uint16_t h1 = (uint16_t)weft_dev_float2_to_half2_nonan(f, g), h2 = (uint16_t)(weft_dev_float2_to_half2_nonan(g, f) >> 16);
-            uint16_t b1 = (uint16_t)weft_dev_float2_to_bf162_nonan(f, g), b2 = (uint16_t)(weft_dev_float2_to_bf162_nonan(g, f) >> 16);
-            if (h1 != h[i] || h2 != h[i]) h[i] ^= 0x5555;
-            if (b1 != b[i] || b2 != b[i]) b[i] ^= 0x5555;
-        }
-    }
-}
-__global__ void tmp_intrin(uint32_t *w, uint16_t *nh, uint16_t *nb, const uint32_t *fin, size_t nf)
-{
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < 65536; i += (size_t)gridDim.x * blockDim.x) {
-        __half_raw r; r.x = (unsigned short)i;
-        w[i] = __float_as_uint(__half2float(__half(r)));
-    }
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < nf; i += (size_t)gridDim.x * blockDim.x) {
-        __half hh = __float2half_rn(__uint_as_float(fin[i]));
-        __nv_bfloat16 bb = __float2bfloat16_rn(__uint_as_float(fin[i]));
-        nh[i] = __half_raw(hh).x;
-        nb[i] = __nv_bfloat16_raw(bb).x;
-    }
-}
-static void tmp_exhaustive(void)
-{
-    const size_t chunk = (size_t)1 << 28;
-    uint16_t *dh, *db, *hh = (uint16_t *)malloc(chunk * 2), *hb = (uint16_t *)malloc(chunk * 2);
-    CUDA_OK(cudaMalloc(&dh, chunk * 2));
-    CUDA_OK(cudaMalloc(&db, chunk * 2));
-    size_t badh = 0, badb = 0;
-    for (uint64_t base = 0; base < (1ull << 32); base += chunk) {
-        tmp_narrow_all<<<1024, 256>>>(dh, db, (uint32_t)base, chunk);
-        CUDA_OK(cudaMemcpy(hh, dh, chunk * 2, cudaMemcpyDeviceToHost));
-        CUDA_OK(cudaMemcpy(hb, db, chunk * 2, cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < chunk; i++) {
-            float f = bitsf((uint32_t)(base + i));
-            if (hh[i] != weft_float_to_half(f) && badh++ < 5) printf("half diff %08x\n", (uint32_t)(base + i));
-            if (hb[i] != weft_float_to_bf16(f) && badb++ < 5) printf("bf16 diff %08x\n", (uint32_t)(base + i));
-        }
-    }
-    printf("exhaustive narrowing: half %zu differences, bf16 %zu differences over 2^32 inputs\n", badh, badb);
-    /* The CUDA intrinsics against the host conversions. */
-    const uint32_t fin[] = {0x7fc00000u, 0x7f800001u, 0xff802000u, 0x7fc12345u, 0xffffffffu, 0x7fa00000u, 0x3f800000u, 0x00000001u, 0x477ff000u, 0x7f7f8000u};
-    size_t nf = sizeof fin / sizeof fin[0];
-    uint32_t *dw, *dfin, w[65536]; uint16_t *dnh, *dnb, nh[16], nb[16];
-    CUDA_OK(cudaMalloc(&dw, 65536 * 4)); CUDA_OK(cudaMalloc(&dfin, sizeof fin)); CUDA_OK(cudaMalloc(&dnh, 32)); CUDA_OK(cudaMalloc(&dnb, 32));
-    CUDA_OK(cudaMemcpy(dfin, fin, sizeof fin, cudaMemcpyHostToDevice));
-    tmp_intrin<<<64, 256>>>(dw, dnh, dnb, dfin, nf);
-    CUDA_OK(cudaMemcpy(w, dw, sizeof w, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(nh, dnh, nf * 2, cudaMemcpyDeviceToHost));
-    CUDA_OK(cudaMemcpy(nb, dnb, nf * 2, cudaMemcpyDeviceToHost));
-    size_t wd = 0, wdn = 0;
-    for (uint32_t i = 0; i < 65536; i++) {
-        if (w[i] != fbits(weft_half_to_float((uint16_t)i))) { wd++; if ((i & 0x7fff) > 0x7c00) wdn++; if (wd < 4) printf("__half2float(%04x) = %08x host %08x\n", i, w[i], fbits(weft_half_to_float((uint16_t)i))); }
-    }
-    printf("__half2float: %zu differences from host, %zu of them NaN inputs\n", wd, wdn);
-    for (size_t i = 0; i < nf; i++)
-        printf("f %08x: __float2half_rn %04x host %04x | __float2bfloat16_rn %04x host %04x\n", fin[i], nh[i], weft_float_to_half(bitsf(fin[i])), nb[i], weft_float_to_bf16(bitsf(fin[i])));
-}
-
-/* TEMPORARY benchmark variants (removed before hand-off). */
-template <int Dt>
-__global__ void tmp_typed(void *dst, srcs_arg_t srcs, size_t count)
-{
-    weft_dev_reduce_typed<Dt, WEFT_SUM>(dst, srcs.p, 2, count, 1, (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x);
-}
-template <int Dt>
-__global__ void __launch_bounds__(256, 4) tmp_typed_lb(void *dst, srcs_arg_t srcs, size_t count)
-{
-    weft_dev_reduce_typed<Dt, WEFT_SUM>(dst, srcs.p, 2, count, 1, (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x);
-}
-__global__ void __launch_bounds__(256, 4) tmp_disp_lb(void *dst, srcs_arg_t srcs, size_t count, int dt)
-{
-    weft_dev_reduce(dst, srcs.p, 2, count, dt, WEFT_SUM, 1, (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x);
-}
-__global__ void tmp_disp(void *dst, srcs_arg_t srcs, size_t count, int dt)
-{
-    weft_dev_reduce(dst, srcs.p, 2, count, dt, WEFT_SUM, 1, (size_t)blockIdx.x * blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x);
-}
-static void tmp_bench(void)
-{
-    const size_t bytes = (size_t)256 << 20;
-    unsigned char *a, *b, *c;
-    CUDA_OK(cudaMalloc(&a, bytes)); CUDA_OK(cudaMalloc(&b, bytes)); CUDA_OK(cudaMalloc(&c, bytes));
-    CUDA_OK(cudaMemset(a, 0x3f, bytes)); CUDA_OK(cudaMemset(b, 0x40, bytes));
-    srcs_arg_t srcs; memset(&srcs, 0, sizeof srcs); srcs.p[0] = a; srcs.p[1] = b;
-    int sms; CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    cudaEvent_t e0, e1; CUDA_OK(cudaEventCreate(&e0)); CUDA_OK(cudaEventCreate(&e1));
-    const int dts[4] = {WEFT_FLOAT32, WEFT_BFLOAT16, WEFT_FLOAT16, WEFT_FLOAT64};
-    const char *names[4] = {"f32", "bf16", "f16", "f64"};
-    for (int v = 0; v < 4; v++) {
-        for (int di = 0; di < 4; di++) {
-            int dt = dts[di];
-            size_t count = bytes / dtype_sizes[dt];
-            for (int bpsm = 1; bpsm <= 16; bpsm *= 2) {
-                unsigned blocks = (unsigned)(sms * bpsm);
-                float best = 1e30f;
-                for (int r = 0; r < 4; r++) {
-                    CUDA_OK(cudaEventRecord(e0));
-                    if (v == 0) tmp_disp<<<blocks, 256>>>(c, srcs, count, dt);
-                    else if (v == 1) tmp_disp_lb<<<blocks, 256>>>(c, srcs, count, dt);
-                    else if (v == 2) {
-                        if (dt == WEFT_FLOAT32) tmp_typed<WEFT_FLOAT32><<<blocks, 256>>>(c, srcs, count);
-                        if (dt == WEFT_BFLOAT16) tmp_typed<WEFT_BFLOAT16><<<blocks, 256>>>(c, srcs, count);
-                        if (dt == WEFT_FLOAT16) tmp_typed<WEFT_FLOAT16><<<blocks, 256>>>(c, srcs, count);
-                        if (dt == WEFT_FLOAT64) tmp_typed<WEFT_FLOAT64><<<blocks, 256>>>(c, srcs, count);
-                    } else {
-                        if (dt == WEFT_FLOAT32) tmp_typed_lb<WEFT_FLOAT32><<<blocks, 256>>>(c, srcs, count);
-                        if (dt == WEFT_BFLOAT16) tmp_typed_lb<WEFT_BFLOAT16><<<blocks, 256>>>(c, srcs, count);
-                        if (dt == WEFT_FLOAT16) tmp_typed_lb<WEFT_FLOAT16><<<blocks, 256>>>(c, srcs, count);
-                        if (dt == WEFT_FLOAT64) tmp_typed_lb<WEFT_FLOAT64><<<blocks, 256>>>(c, srcs, count);
-                    }
-                    CUDA_OK(cudaEventRecord(e1)); CUDA_OK(cudaEventSynchronize(e1));
-                    float ms; CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
-                    if (r > 0 && ms < best) best = ms;
-                }
-                printf("bench variant %d (%s) %s blocks/SM %2d: %7.1f GB/s\n", v, v == 0 ? "dispatch" : v == 1 ? "dispatch lb(256,4)" : v == 2 ? "typed" : "typed lb(256,4)", names[di], bpsm, 3.0 * bytes / (best * 1e-3) * 1e-9);
-            }
-        }
-    }
-    const size_t big = (size_t)1 << 30;
-    CUDA_OK(cudaFree(a)); CUDA_OK(cudaFree(b)); CUDA_OK(cudaMalloc(&a, big)); CUDA_OK(cudaMalloc(&b, big));
-    for (int bpsm = 1; bpsm <= 16; bpsm *= 2) {
-        float best = 1e30f;
-        for (int r = 0; r < 4; r++) {
-            CUDA_OK(cudaEventRecord(e0));
-            copy_kernel<<<sms * bpsm, 256>>>(b, a, big);
-            CUDA_OK(cudaEventRecord(e1)); CUDA_OK(cudaEventSynchronize(e1));
-            float ms; CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
-            if (r > 0 && ms < best) best = ms;
-        }
-        printf("bench copy blocks/SM %2d: %7.1f GB/s\n", bpsm, 2.0 * big / (best * 1e-3) * 1e-9);
-    }
-    float best = 1e30f;
-    for (int r = 0; r < 4; r++) {
-        CUDA_OK(cudaEventRecord(e0));
-        CUDA_OK(cudaMemcpyAsync(b, a, big, cudaMemcpyDeviceToDevice));
-        CUDA_OK(cudaEventRecord(e1)); CUDA_OK(cudaEventSynchronize(e1));
-        float ms; CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
-        if (r > 0 && ms < best) best = ms;
-    }
-    printf("bench cudaMemcpy D2D 1 GiB: %7.1f GB/s\n", 2.0 * big / (best * 1e-3) * 1e-9);
-}
 int main(int argc, char **argv)
 {
     int ndev = 0;
@@ -1007,13 +879,6 @@ int main(int argc, char **argv)
     cudaDeviceProp prop;
     CUDA_OK(cudaGetDeviceProperties(&prop, 0));
     printf("test_reduce_cuda: device 0: %s\n", prop.name);
-    if (argc > 2) {
-        if (argv[2][0] == 'b')
-            tmp_bench();
-        else
-            tmp_exhaustive();
-        return 0;
-    }
 
     test_widen(0);
     test_widen(1);
