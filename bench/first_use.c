@@ -1,0 +1,581 @@
+/*
+ * first_use.c - first-use: the latency of the first collective on a freshly allocated buffer
+ * against the steady state, per registration mode (DESIGN.md, "Registration-on-allocation",
+ * step 3, and "Registration modes"). CUDA backend; built with CUDA only.
+ *
+ *   weftrun -n N first-use [-m MODES] [-s SIZES] [-g GAPS_MS] [-n CALLS] [-r REPEATS]
+ *                          [--tag TEXT] [--json FILE]
+ *
+ * For each registration mode (one communicator each, made with weft_config_default, the CUDA
+ * backend and .registration = the mode), each allocation size and each gap, REPEATS
+ * measurements, each on a fresh buffer, on every rank:
+ *
+ *   barrier; weft_malloc(size); sleep(gap);
+ *   first:      t0; weft_all_reduce(in place, float32, sum, size / 4); cudaStreamSynchronize; t1
+ *   steady:     CALLS times { barrier; the same timed call }  -> this rank's median
+ *   after-gap:  barrier; sleep(gap); the same timed call on the now used buffer
+ *   weft_free
+ *
+ * "barrier" is weft_barrier on the stream followed by cudaStreamSynchronize: it is itself a
+ * collective, so the one before a measurement comes before the allocation. Times are host
+ * clock (CLOCK_MONOTONIC) from before the call to after the stream synchronised. The buffer is
+ * never written by the program: the call's cost does not depend on the values.
+ *
+ * The after-gap call is a control: the same idle time and the same barrier skew as the first
+ * call, on a buffer whose registration is long done. first - after-gap is the cost of first use
+ * itself; after-gap - steady is what the idle gap alone costs (clocks, a sleeping thread).
+ *
+ * Statistics (weft_get_stats, this rank's counters): registrations started between the
+ * allocation and the end of the first call (0 when the allocation came out of memory weft had
+ * already registered), first_use_waits and first_use_wait_ns of the first call, and the waits
+ * of every later call of the measurement (expected 0 in every mode).
+ *
+ * Before measuring, each communicator runs every size once (allocate, 3 calls, free): kernels
+ * are loaded, the staging scratch has grown, and whatever weft keeps after a free is there.
+ *
+ * Reduction: each measurement's per-rank values are all-gathered (weft_all_gather of doubles in
+ * cudaMalloc memory: outside the window, so they register nothing, and after the counters were
+ * read). Per repetition the first, steady, after-gap and wait times are the maxima over ranks,
+ * registrations and waits the sums over ranks. A row gives the medians over repetitions (and
+ * the maximum of the first-call times), the sums of the counts, and the target:
+ *
+ *   roa, gap >= 10 ms:  "yes" if first <= 1.10 x steady and no first-use wait, else "NO";
+ *   jit:                "yes" if every rank's first call waited in every repetition (it paid
+ *                       the registration), else "NO";
+ *   other rows:         "-".
+ *
+ * Output: rank 0 prints a table (lines starting with # are comments) one row at a time, and with
+ * --json FILE writes one JSON object per row and line. Exit status: 0 on success, 1 on a failed
+ * call, 2 on an argument error, 77 without a CUDA device ("SKIP: no CUDA device (<reason>)").
+ *
+ * Thread safety: single-threaded.
+ */
+#include <cuda_runtime_api.h>
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "util/clock.h"
+#include "util/config.h"
+#include "weft.h"
+
+#define MAX_MODES 3
+#define MAX_SIZES 16
+#define MAX_GAPS 16
+#define MAX_REPEATS 100
+#define MAX_CALLS 100000
+#define MAX_GAP_MS 60000
+#define WARMUP_CALLS 3
+#define TARGET_GAP_MS 10
+#define TARGET_RATIO 1.10
+
+/* Per-rank values of one measurement, all-gathered as doubles. */
+enum { V_FIRST_NS, V_STEADY_NS, V_AFTER_GAP_NS, V_REGS, V_WAITS, V_WAIT_NS, V_LATER_WAITS, NVALS };
+
+typedef struct bench {
+    weft_comm_t comm;
+    cudaStream_t stream;
+    int rank, nranks;
+    int calls;
+    uint64_t *call_ns; /* calls entries: the steady calls of one measurement */
+    double *d_mine;    /* device (cudaMalloc): NVALS values of this rank */
+    double *d_all;     /* device (cudaMalloc): nranks * NVALS values */
+    double *h_all;     /* host copy of d_all */
+} bench_t;
+
+/* One row: a (mode, size, gap) over its repetitions, as rank 0 accumulates it. */
+typedef struct row {
+    double first_us[MAX_REPEATS], steady_us[MAX_REPEATS], after_gap_us[MAX_REPEATS];
+    double wait_us[MAX_REPEATS];
+    uint64_t regs, waits, later_waits;
+    int ranks_waited; /* (rank, repetition) pairs whose first call waited */
+} row_t;
+
+static const char *const mode_names[MAX_MODES] = {"roa", "jit", "staged"};
+static int g_rank = -1; /* for messages */
+
+static void fatal(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+static void fatal(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "first-use: rank %d: ", g_rank);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+static void weft_ok(weft_status_t st, const char *what)
+{
+    if (st != WEFT_SUCCESS)
+        fatal("%s: %s: %s", what, weft_status_string(st), weft_last_error());
+}
+
+static void cuda_ok(cudaError_t err, const char *what)
+{
+    if (err != cudaSuccess)
+        fatal("%s: %s: %s", what, cudaGetErrorName(err), cudaGetErrorString(err));
+}
+
+static void sleep_ms(int ms)
+{
+    if (ms <= 0)
+        return;
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* Every rank's stream has reached this point, and so has every rank's host. */
+static void barrier(bench_t *b)
+{
+    weft_ok(weft_barrier(b->comm, b->stream), "weft_barrier");
+    cuda_ok(cudaStreamSynchronize(b->stream), "cudaStreamSynchronize after weft_barrier");
+}
+
+/* One in-place float32 sum all-reduce of buf, host time from the call to the end of the stream
+ * synchronisation. */
+static uint64_t timed_all_reduce(bench_t *b, void *buf, size_t count)
+{
+    uint64_t t0 = weft_now_ns();
+    weft_ok(weft_all_reduce(b->comm, buf, buf, count, WEFT_FLOAT32, WEFT_SUM, b->stream),
+            "weft_all_reduce");
+    cuda_ok(cudaStreamSynchronize(b->stream), "cudaStreamSynchronize after weft_all_reduce");
+    return weft_now_ns() - t0;
+}
+
+static void get_stats(bench_t *b, weft_stats_t *s)
+{
+    weft_ok(weft_get_stats(b->comm, s), "weft_get_stats");
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median of v[0..n) (n >= 1); sorts v. */
+static double median_u64(uint64_t *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_u64);
+    return n % 2 ? (double)v[n / 2] : ((double)v[n / 2 - 1] + (double)v[n / 2]) / 2.0;
+}
+
+/* Median of v[0..n) (n >= 1); v is left unchanged. */
+static double median_double(const double *v, int n)
+{
+    double s[MAX_REPEATS];
+    memcpy(s, v, (size_t)n * sizeof *v);
+    qsort(s, (size_t)n, sizeof *s, cmp_double);
+    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2.0;
+}
+
+/* One measurement on a fresh buffer; out gets this rank's NVALS values. */
+static void measure(bench_t *b, size_t bytes, int gap_ms, double out[NVALS])
+{
+    size_t count = bytes / sizeof(float);
+    weft_stats_t s_alloc, s_first, s_end;
+    barrier(b);
+    get_stats(b, &s_alloc);
+    void *buf = NULL;
+    weft_ok(weft_malloc(b->comm, &buf, bytes), "weft_malloc");
+    sleep_ms(gap_ms);
+    uint64_t first_ns = timed_all_reduce(b, buf, count);
+    get_stats(b, &s_first);
+    for (int i = 0; i < b->calls; i++) {
+        barrier(b);
+        b->call_ns[i] = timed_all_reduce(b, buf, count);
+    }
+    barrier(b);
+    sleep_ms(gap_ms);
+    uint64_t after_gap_ns = timed_all_reduce(b, buf, count);
+    get_stats(b, &s_end);
+    weft_ok(weft_free(b->comm, buf), "weft_free");
+
+    out[V_FIRST_NS] = (double)first_ns;
+    out[V_STEADY_NS] = median_u64(b->call_ns, b->calls);
+    out[V_AFTER_GAP_NS] = (double)after_gap_ns;
+    out[V_REGS] = (double)(s_first.registrations_started - s_alloc.registrations_started);
+    out[V_WAITS] = (double)(s_first.first_use_waits - s_alloc.first_use_waits);
+    out[V_WAIT_NS] = (double)(s_first.first_use_wait_ns - s_alloc.first_use_wait_ns);
+    out[V_LATER_WAITS] = (double)(s_end.first_use_waits - s_first.first_use_waits);
+}
+
+/* Every rank's NVALS values into b->h_all (rank-major). */
+static void gather(bench_t *b, const double mine[NVALS])
+{
+    size_t bytes = NVALS * sizeof(double);
+    cuda_ok(cudaMemcpyAsync(b->d_mine, mine, bytes, cudaMemcpyHostToDevice, b->stream),
+            "cudaMemcpyAsync (values to the device)");
+    weft_ok(weft_all_gather(b->comm, b->d_mine, b->d_all, NVALS, WEFT_FLOAT64, b->stream),
+            "weft_all_gather of the results");
+    cuda_ok(cudaMemcpyAsync(b->h_all, b->d_all, bytes * (size_t)b->nranks,
+                            cudaMemcpyDeviceToHost, b->stream),
+            "cudaMemcpyAsync (results to the host)");
+    cuda_ok(cudaStreamSynchronize(b->stream), "cudaStreamSynchronize after the results");
+}
+
+/* Rank 0: fold one repetition's gathered values into the row. */
+static void accumulate(const bench_t *b, row_t *row, int rep)
+{
+    double first = 0, steady = 0, after = 0, wait = 0;
+    for (int r = 0; r < b->nranks; r++) {
+        const double *v = b->h_all + (size_t)r * NVALS;
+        first = v[V_FIRST_NS] > first ? v[V_FIRST_NS] : first;
+        steady = v[V_STEADY_NS] > steady ? v[V_STEADY_NS] : steady;
+        after = v[V_AFTER_GAP_NS] > after ? v[V_AFTER_GAP_NS] : after;
+        wait = v[V_WAIT_NS] > wait ? v[V_WAIT_NS] : wait;
+        row->regs += (uint64_t)v[V_REGS];
+        row->waits += (uint64_t)v[V_WAITS];
+        row->later_waits += (uint64_t)v[V_LATER_WAITS];
+        row->ranks_waited += v[V_WAITS] > 0;
+    }
+    row->first_us[rep] = first / 1e3;
+    row->steady_us[rep] = steady / 1e3;
+    row->after_gap_us[rep] = after / 1e3;
+    row->wait_us[rep] = wait / 1e3;
+}
+
+/* Write s as a JSON string. */
+static void json_string(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+typedef struct setup {
+    int modes[MAX_MODES], nmodes;
+    size_t sizes[MAX_SIZES];
+    int nsizes;
+    int gaps[MAX_GAPS], ngaps;
+    int calls, repeats;
+    const char *tag;
+    const char *json;
+} setup_t;
+
+/* Rank 0: print and write one finished row. */
+static void report(const bench_t *b, const setup_t *s, FILE *json, const char *device, int mode,
+                   size_t bytes, int gap_ms, const row_t *row)
+{
+    int n = s->repeats;
+    double first = median_double(row->first_us, n), steady = median_double(row->steady_us, n);
+    double after = median_double(row->after_gap_us, n), wait = median_double(row->wait_us, n);
+    double first_max = 0;
+    for (int i = 0; i < n; i++)
+        first_max = row->first_us[i] > first_max ? row->first_us[i] : first_max;
+    double ratio = steady > 0 ? first / steady : 0;
+    const char *target = "-";
+    if (mode == WEFT_REGISTRATION_ROA && gap_ms >= TARGET_GAP_MS)
+        target = ratio <= TARGET_RATIO && row->waits == 0 ? "yes" : "NO";
+    else if (mode == WEFT_REGISTRATION_JIT)
+        target = row->ranks_waited == b->nranks * n ? "yes" : "NO";
+    printf("%6s %10zu %6d %10.1f %10.1f %10.1f %10.1f %7.2f %5llu %5llu %9.1f %6llu %6s\n",
+           mode_names[mode], bytes, gap_ms, first, first_max, steady, after, ratio,
+           (unsigned long long)row->regs, (unsigned long long)row->waits, wait,
+           (unsigned long long)row->later_waits, target);
+    fflush(stdout);
+    if (!json)
+        return;
+    fprintf(json, "{\"bench\":\"first_use\",\"tag\":");
+    json_string(json, s->tag);
+    fprintf(json, ",\"device\":");
+    json_string(json, device);
+    fprintf(json,
+            ",\"mode\":\"%s\",\"bytes\":%zu,\"gap_ms\":%d,\"ranks\":%d,\"repeats\":%d,"
+            "\"calls\":%d,\"first_us\":%.3f,\"first_max_us\":%.3f,\"steady_us\":%.3f,"
+            "\"after_gap_us\":%.3f,\"ratio\":%.4f,\"registrations\":%llu,"
+            "\"first_use_waits\":%llu,\"first_use_wait_us\":%.3f,\"ranks_waited\":%d,"
+            "\"later_waits\":%llu,\"target\":",
+            mode_names[mode], bytes, gap_ms, b->nranks, n, s->calls, first, first_max, steady,
+            after, ratio, (unsigned long long)row->regs, (unsigned long long)row->waits, wait,
+            row->ranks_waited, (unsigned long long)row->later_waits);
+    if (strcmp(target, "-") == 0)
+        fprintf(json, "null");
+    else
+        fprintf(json, "%s", strcmp(target, "yes") == 0 ? "true" : "false");
+    fprintf(json, ",\"first_us_each\":[");
+    for (int i = 0; i < n; i++)
+        fprintf(json, "%s%.3f", i ? "," : "", row->first_us[i]);
+    fprintf(json, "],\"after_gap_us_each\":[");
+    for (int i = 0; i < n; i++)
+        fprintf(json, "%s%.3f", i ? "," : "", row->after_gap_us[i]);
+    fprintf(json, "]}\n");
+    fflush(json);
+}
+
+/* Open the communicator of one mode, its stream and result buffers. */
+static void bench_open(bench_t *b, weft_registration_t mode, int calls)
+{
+    memset(b, 0, sizeof *b);
+    weft_config_t cfg;
+    weft_config_default(&cfg);
+    cfg.backend = WEFT_BACKEND_CUDA;
+    cfg.registration = mode;
+    weft_ok(weft_comm_init(&b->comm, &cfg), "weft_comm_init");
+    b->rank = weft_comm_rank(b->comm);
+    b->nranks = weft_comm_size(b->comm);
+    g_rank = b->rank;
+    b->calls = calls;
+    /* weft_comm_init made the rank's device current on this thread. */
+    cuda_ok(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    cuda_ok(cudaMalloc((void **)&b->d_mine, NVALS * sizeof(double)), "cudaMalloc");
+    cuda_ok(cudaMalloc((void **)&b->d_all, (size_t)b->nranks * NVALS * sizeof(double)),
+            "cudaMalloc");
+    b->h_all = calloc((size_t)b->nranks * NVALS, sizeof(double));
+    b->call_ns = calloc((size_t)calls, sizeof(uint64_t));
+    if (!b->h_all || !b->call_ns)
+        fatal("calloc: out of memory");
+}
+
+static void bench_close(bench_t *b)
+{
+    cuda_ok(cudaStreamSynchronize(b->stream), "cudaStreamSynchronize");
+    weft_ok(weft_comm_destroy(b->comm), "weft_comm_destroy");
+    cuda_ok(cudaFree(b->d_mine), "cudaFree");
+    cuda_ok(cudaFree(b->d_all), "cudaFree");
+    cuda_ok(cudaStreamDestroy(b->stream), "cudaStreamDestroy");
+    free(b->h_all);
+    free(b->call_ns);
+    memset(b, 0, sizeof *b);
+}
+
+/* Every size once: kernels loaded, staging scratch grown, weft's allocator in steady state. */
+static void warm_up(bench_t *b, const setup_t *s)
+{
+    for (int i = 0; i < s->nsizes; i++) {
+        void *buf = NULL;
+        barrier(b);
+        weft_ok(weft_malloc(b->comm, &buf, s->sizes[i]), "weft_malloc (warm-up)");
+        for (int c = 0; c < WARMUP_CALLS; c++) {
+            barrier(b);
+            (void)timed_all_reduce(b, buf, s->sizes[i] / sizeof(float));
+        }
+        weft_ok(weft_free(b->comm, buf), "weft_free (warm-up)");
+    }
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: weftrun -n N first-use [-m MODES] [-s SIZES] [-g GAPS_MS] [-n CALLS]\n"
+            "                              [-r REPEATS] [--tag TEXT] [--json FILE]\n"
+            "  -m, --modes LIST    registration modes: roa,jit,staged (default all three)\n"
+            "  -s, --sizes LIST    allocation sizes, multiples of 4 (default 64K,16M,256M)\n"
+            "  -g, --gaps LIST     ms between weft_malloc and the first call (default "
+            "0,1,10,100)\n"
+            "  -n, --calls N       steady-state calls per measurement (default 20)\n"
+            "  -r, --repeats N     measurements per (mode, size, gap) (default 5)\n"
+            "      --tag TEXT      label printed in the header and written to the JSON\n"
+            "      --json FILE     also write one JSON object per row (rank 0)\n");
+}
+
+static int parse_int(const char *s, int lo, int hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* Split a comma-separated list; calls item(token, ctx) for each. Returns 0 or -1. */
+static int parse_list(const char *text, int (*item)(const char *, void *), void *ctx)
+{
+    char buf[1024];
+    if (strlen(text) >= sizeof buf)
+        return -1;
+    strcpy(buf, text);
+    char *save = NULL;
+    int n = 0;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save), n++) {
+        if (item(tok, ctx) != 0)
+            return -1;
+    }
+    return n > 0 ? 0 : -1;
+}
+
+static int add_mode(const char *tok, void *ctx)
+{
+    setup_t *s = ctx;
+    for (int m = 0; m < MAX_MODES; m++) {
+        if (strcmp(tok, mode_names[m]) == 0) {
+            for (int i = 0; i < s->nmodes; i++) {
+                if (s->modes[i] == m)
+                    return -1;
+            }
+            s->modes[s->nmodes++] = m;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int add_size(const char *tok, void *ctx)
+{
+    setup_t *s = ctx;
+    uint64_t v;
+    if (s->nsizes == MAX_SIZES || weft_parse_bytes(tok, &v) != 0 || v == 0 ||
+        v % sizeof(float) != 0 || v > SIZE_MAX)
+        return -1;
+    s->sizes[s->nsizes++] = (size_t)v;
+    return 0;
+}
+
+static int add_gap(const char *tok, void *ctx)
+{
+    setup_t *s = ctx;
+    if (s->ngaps == MAX_GAPS)
+        return -1;
+    return parse_int(tok, 0, MAX_GAP_MS, &s->gaps[s->ngaps++]);
+}
+
+/* Parse the command line into s. Returns 0, 1 (help printed) or 2 (usage error). */
+static int parse_args(int argc, char **argv, setup_t *s)
+{
+    static const struct option longopts[] = {{"modes", required_argument, NULL, 'm'},
+                                             {"sizes", required_argument, NULL, 's'},
+                                             {"gaps", required_argument, NULL, 'g'},
+                                             {"calls", required_argument, NULL, 'n'},
+                                             {"repeats", required_argument, NULL, 'r'},
+                                             {"tag", required_argument, NULL, 't'},
+                                             {"json", required_argument, NULL, 'j'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
+    memset(s, 0, sizeof *s);
+    s->calls = 20;
+    s->repeats = 5;
+    s->tag = "";
+    const char *modes = "roa,jit,staged", *sizes = "64K,16M,256M", *gaps = "0,1,10,100";
+    int opt;
+    while ((opt = getopt_long(argc, argv, "m:s:g:n:r:h", longopts, NULL)) != -1) {
+        int bad = 0;
+        switch (opt) {
+        case 'm':
+            modes = optarg;
+            break;
+        case 's':
+            sizes = optarg;
+            break;
+        case 'g':
+            gaps = optarg;
+            break;
+        case 'n':
+            bad = parse_int(optarg, 1, MAX_CALLS, &s->calls);
+            break;
+        case 'r':
+            bad = parse_int(optarg, 1, MAX_REPEATS, &s->repeats);
+            break;
+        case 't':
+            s->tag = optarg;
+            break;
+        case 'j':
+            s->json = optarg;
+            break;
+        case 'h':
+            usage(stdout);
+            return 1;
+        default:
+            bad = 1;
+        }
+        if (bad) {
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind != argc || parse_list(modes, add_mode, s) != 0 ||
+        parse_list(sizes, add_size, s) != 0 || parse_list(gaps, add_gap, s) != 0) {
+        usage(stderr);
+        return 2;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    setup_t s;
+    int pa = parse_args(argc, argv, &s);
+    if (pa != 0)
+        return pa == 1 ? 0 : 2;
+
+    int ndev = 0;
+    cudaError_t err = cudaGetDeviceCount(&ndev);
+    if (err != cudaSuccess || ndev < 1) {
+        printf("SKIP: no CUDA device (%s)\n",
+               err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount found none");
+        return 77;
+    }
+
+    FILE *json = NULL;
+    char device[256] = "unknown";
+    for (int m = 0; m < s.nmodes; m++) {
+        bench_t b;
+        bench_open(&b, (weft_registration_t)s.modes[m], s.calls);
+        if (m == 0 && b.rank == 0) {
+            int dev = 0;
+            struct cudaDeviceProp prop;
+            if (cudaGetDevice(&dev) == cudaSuccess &&
+                cudaGetDeviceProperties(&prop, dev) == cudaSuccess)
+                snprintf(device, sizeof device, "%s", prop.name);
+            if (s.json && !(json = fopen(s.json, "w")))
+                fatal("--json %s: %s", s.json, strerror(errno));
+            printf("# first-use: first in-place float32 sum all-reduce on a fresh weft_malloc "
+                   "buffer vs steady state\n"
+                   "# ranks %d, device %s, %d repeats, %d steady calls%s%s\n"
+                   "# times in us: max over ranks, median over repeats (first_max: max over "
+                   "repeats); regs, waits:\n"
+                   "# sums over ranks and repeats; target: roa gap>=%d ms: first <= %.2f x "
+                   "steady and 0 waits;\n"
+                   "# jit: every rank's first call waited\n",
+                   b.nranks, device, s.repeats, s.calls, s.tag[0] ? ", tag " : "", s.tag,
+                   TARGET_GAP_MS, TARGET_RATIO);
+            printf("#%5s %10s %6s %10s %10s %10s %10s %7s %5s %5s %9s %6s %6s\n", "mode",
+                   "bytes", "gap_ms", "first_us", "first_max", "steady_us", "after_gap",
+                   "ratio", "regs", "waits", "wait_us", "later", "target");
+            fflush(stdout);
+        }
+        warm_up(&b, &s);
+        for (int z = 0; z < s.nsizes; z++) {
+            for (int g = 0; g < s.ngaps; g++) {
+                row_t row;
+                memset(&row, 0, sizeof row);
+                for (int rep = 0; rep < s.repeats; rep++) {
+                    double mine[NVALS];
+                    measure(&b, s.sizes[z], s.gaps[g], mine);
+                    gather(&b, mine);
+                    if (b.rank == 0)
+                        accumulate(&b, &row, rep);
+                }
+                if (b.rank == 0)
+                    report(&b, &s, json, device, s.modes[m], s.sizes[z], s.gaps[g], &row);
+            }
+        }
+        bench_close(&b);
+    }
+    if (json && fclose(json) != 0)
+        fatal("--json %s: %s", s.json, strerror(errno));
+    return 0;
+}
