@@ -1,0 +1,1261 @@
+/*
+ * weft_bench.c - weft-bench, the collective benchmark: nccl-tests columns over a size sweep.
+ *
+ * Runs as every rank of a job (`weftrun -n N weft-bench [options]`), written against the public
+ * API (include/weft.h) only. For each selected collective and each size of the sweep it measures
+ * the out-of-place and the in-place form, optionally verifies one call of each exactly, and rank 0
+ * prints one row per size in the nccl-tests layout:
+ *
+ *     size count type redop root | time algbw busbw #wrong | time algbw busbw #wrong
+ *
+ * Design:
+ * - Size is the byte count of the collective's full buffer as nccl-tests define it: the all-reduce
+ *   and broadcast buffer, the gathered output of all-gather, the input of reduce-scatter, the
+ *   whole send (= receive) buffer of all-to-all(v). Sizes of the per-rank collectives are rounded
+ *   down to a multiple of nranks elements. algbw = size / time; busbw = algbw times the
+ *   collective's bus factor (all-reduce 2(n-1)/n; all-gather, reduce-scatter, all-to-all(v)
+ *   (n-1)/n; broadcast 1).
+ * - Timing: warm-up calls back to back, then each timed call alone: a barrier, clock_gettime
+ *   (CLOCK_MONOTONIC) before and after the call. Each rank takes the median (and min, mean) of its
+ *   per-call times; the printed time is the maximum over ranks of the per-rank medians, reduced
+ *   with weft_all_reduce(MAX).
+ * - Verification (-c 1) runs one extra call per size and placement on freshly written inputs
+ *   whose reductions are exact in every dtype (small integers, products of +-1 and one 2, sums
+ *   divisible by nranks for AVG), with the outputs poisoned first; every element is compared
+ *   bit for bit and the wrong elements are summed over ranks.
+ * - Buffers: one send and one receive buffer of the largest size, from weft_malloc (zero-copy
+ *   path) or posix_memalign (--buffers malloc: the staged path); smaller sizes use their start.
+ *   The timed calls reuse whatever the buffers hold (in-place reductions may overflow to inf;
+ *   values never become subnormal), so timing never waits for a refill.
+ * - CUDA backend (--backend cuda, or auto on a GPU host): the collectives run on device buffers
+ *   (weft_malloc, or cudaMalloc with --buffers malloc) on one non-blocking stream; inputs are
+ *   written and results checked in host mirrors copied across, outside the timed region. A
+ *   timed call is measured from before the call until cudaStreamSynchronize returns, after a
+ *   stream-ordered barrier that was itself synchronised, so the time is the call's latency.
+ *   WEFT_CUDA_COPY_ENGINE=1 selects the copy-engine path of pure copies (no SM).
+ *
+ * Thread safety: single-threaded.
+ *
+ * Exit status: 0 on success, 1 on a failed call or any wrong element, 2 on an argument error.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "weft.h"
+
+#ifdef WEFT_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Tables: collectives, dtypes, reductions
+ * ------------------------------------------------------------------------------------------- */
+typedef enum {
+    COLL_ALL_REDUCE,
+    COLL_ALL_GATHER,
+    COLL_REDUCE_SCATTER,
+    COLL_BROADCAST,
+    COLL_ALL_TO_ALL,
+    COLL_ALL_TO_ALLV,
+    COLL_BARRIER,
+    NUM_COLLS
+} coll_t;
+
+typedef struct coll_info {
+    const char *name;
+    bool reduces;     /* takes a redop */
+    bool rooted;      /* takes a root */
+    bool has_inplace; /* the API defines an in-place form */
+    bool per_rank;    /* size rounded to a multiple of nranks elements */
+    int busbw_kind;   /* 2: 2(n-1)/n, 1: (n-1)/n, 0: 1 (broadcast), -1: no bandwidth */
+} coll_info_t;
+
+static const coll_info_t colls[NUM_COLLS] = {
+    [COLL_ALL_REDUCE] = {"all_reduce", true, false, true, false, 2},
+    [COLL_ALL_GATHER] = {"all_gather", false, false, true, true, 1},
+    [COLL_REDUCE_SCATTER] = {"reduce_scatter", true, false, true, true, 1},
+    [COLL_BROADCAST] = {"broadcast", false, true, true, false, 0},
+    [COLL_ALL_TO_ALL] = {"all_to_all", false, false, false, true, 1},
+    [COLL_ALL_TO_ALLV] = {"all_to_allv", false, false, false, true, 1},
+    [COLL_BARRIER] = {"barrier", false, false, false, false, -1},
+};
+
+typedef struct dtype_info {
+    const char *name;  /* nccl-tests name, printed */
+    const char *alias; /* weft name, also accepted */
+    size_t size;
+    bool is_signed; /* floats count as signed */
+    int64_t limit;  /* largest magnitude every partial result may reach and stay exact */
+} dtype_info_t;
+
+static const dtype_info_t dtypes[WEFT_NUM_DTYPES] = {
+    [WEFT_INT8] = {"int8", "int8", 1, true, 127},
+    [WEFT_UINT8] = {"uint8", "uint8", 1, false, 255},
+    [WEFT_INT32] = {"int32", "int32", 4, true, 1 << 20},
+    [WEFT_UINT32] = {"uint32", "uint32", 4, false, 1 << 20},
+    [WEFT_INT64] = {"int64", "int64", 8, true, 1 << 20},
+    [WEFT_UINT64] = {"uint64", "uint64", 8, false, 1 << 20},
+    [WEFT_FLOAT16] = {"half", "float16", 2, true, 2048},
+    [WEFT_BFLOAT16] = {"bfloat16", "bf16", 2, true, 256},
+    [WEFT_FLOAT32] = {"float", "float32", 4, true, 1 << 20},
+    [WEFT_FLOAT64] = {"double", "float64", 8, true, 1 << 20},
+};
+
+static const char *const redop_names[WEFT_NUM_REDOPS] = {
+    [WEFT_SUM] = "sum", [WEFT_PROD] = "prod", [WEFT_MAX] = "max",
+    [WEFT_MIN] = "min", [WEFT_AVG] = "avg",
+};
+static const char *const registration_names[] = {
+    [WEFT_REGISTRATION_ROA] = "roa",
+    [WEFT_REGISTRATION_JIT] = "jit",
+    [WEFT_REGISTRATION_STAGED] = "staged",
+};
+static const char *const backend_names[] = {
+    [WEFT_BACKEND_AUTO] = "auto", [WEFT_BACKEND_HOST] = "host", [WEFT_BACKEND_CUDA] = "cuda"};
+
+/* Copy-collective inputs cycle through this many values (prime, so blocks differ). */
+#define COPY_MODULUS 101
+/* Reduction inputs of SUM, MAX and MIN cycle through at most this many values. */
+#define REDUCE_MODULUS 64
+/* Byte written over outputs before a verified call. */
+#define POISON_BYTE 0xA5
+/* Alignment of plain-malloc buffers (weft_malloc chooses its own). */
+#define MALLOC_ALIGN 4096
+
+/* ---------------------------------------------------------------------------------------------
+ * Options and state
+ * ------------------------------------------------------------------------------------------- */
+typedef struct bench_opts {
+    bool coll_selected[NUM_COLLS];
+    size_t min_bytes, max_bytes;
+    size_t factor;
+    weft_redop_t op;
+    weft_dtype_t dtype;
+    int root;
+    int iters, warmup;
+    bool check;
+    bool registration_set; /* else the configuration default (WEFT_REGISTRATION) */
+    weft_registration_t registration;
+    bool weft_buffers;
+    bool run_outofplace, run_inplace;
+    const char *json_path;
+    weft_backend_t backend;
+} bench_opts_t;
+
+/* One measured (size, placement). Times are the maximum over ranks, in microseconds. */
+typedef struct result {
+    bool valid;
+    bool checked; /* wrong is meaningful */
+    double median_us, min_us, avg_us;
+    double algbw_gbps, busbw_gbps;
+    uint64_t wrong; /* summed over ranks */
+} result_t;
+
+typedef struct bench {
+    weft_comm_t comm;
+    int rank, nranks;
+    int workers;
+    weft_registration_t registration;
+    bench_opts_t opt;
+    const dtype_info_t *dt;
+    size_t buf_bytes;
+    char *sendbuf, *recvbuf; /* host memory: the buffers, or the CUDA backend's mirrors */
+    double *meta;            /* bookkeeping reductions (host) */
+    char *dsend, *drecv;     /* what the collectives get: the same, or device buffers */
+    double *dmeta;
+    bool cuda;               /* the communicator uses the CUDA backend */
+    void *stream;            /* cudaStream_t on the CUDA backend, NULL on the host */
+    uint64_t *times_ns; /* opt.iters entries */
+    size_t *sendcounts, *sdispls, *recvcounts, *rdispls; /* all-to-allv, nranks each */
+    FILE *json;
+    uint64_t timed_calls, other_calls;
+    uint64_t wrong_total;
+    double busbw_sum;
+    int busbw_rows;
+} bench_t;
+
+/* ---------------------------------------------------------------------------------------------
+ * Argument parsing
+ * ------------------------------------------------------------------------------------------- */
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: weftrun -n N weft-bench [options]\n"
+            "  -t, --coll NAME        all_reduce|all_gather|reduce_scatter|broadcast|all_to_all|\n"
+            "                         all_to_allv|barrier|all (default all)\n"
+            "  -b, --minbytes SIZE    smallest size, e.g. 8, 1K, 64M (default 8)\n"
+            "  -e, --maxbytes SIZE    largest size (default 64M)\n"
+            "  -f, --stepfactor F     multiply the size by F each step, F >= 2 (default 2)\n"
+            "  -o, --op NAME          sum|prod|max|min|avg (default sum)\n"
+            "  -d, --datatype NAME    int8 uint8 int32 uint32 int64 uint64 half bfloat16 float\n"
+            "                         double (also float16 bf16 float32 float64; default float)\n"
+            "  -r, --root R           broadcast root (default 0)\n"
+            "  -n, --iters N          timed calls per size (default 20)\n"
+            "  -w, --warmup N         untimed calls per size first (default 5)\n"
+            "  -c, --check 0|1        verify one call per size exactly (default 1)\n"
+            "      --registration M   roa|jit|staged (default: WEFT_REGISTRATION)\n"
+            "      --buffers B        weft (weft_malloc) | malloc (plain memory) (default weft)\n"
+            "      --inplace 0|1|2    out of place, in place, or both (default 2)\n"
+            "      --json FILE        append one JSON object per size and placement\n"
+            "      --backend B        auto|host|cuda (default auto: cuda on a GPU host)\n"
+            "  -h, --help             this text\n"
+            "Exit status: 0 success, 1 failure or wrong results, 2 bad arguments.\n");
+}
+
+/* Parse "8", "1K", "64M", "2G" (powers of 1024, optional trailing B). Returns 0 on success. */
+static int parse_size(const char *s, size_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s || errno != 0 || s[0] == '-')
+        return -1;
+    unsigned shift = 0;
+    switch (*end) {
+    case 'k':
+    case 'K':
+        shift = 10;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        shift = 20;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        shift = 30;
+        end++;
+        break;
+    default:
+        break;
+    }
+    if (*end == 'B' || *end == 'b')
+        end++;
+    if (*end != '\0' || v > (SIZE_MAX >> shift))
+        return -1;
+    *out = (size_t)(v << shift);
+    return 0;
+}
+
+/* Parse a non-negative int in [lo, hi]. Returns 0 on success. */
+static int parse_int(const char *s, int lo, int hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (end == s || *end != '\0' || errno != 0 || v < lo || v > hi)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* Index of name in names[0..n), or -1. */
+static int lookup(const char *name, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (names[i] && strcmp(name, names[i]) == 0)
+            return i;
+    return -1;
+}
+
+static int parse_coll(const char *s, bench_opts_t *opt)
+{
+    for (int c = 0; c < NUM_COLLS; c++)
+        opt->coll_selected[c] = strcmp(s, "all") == 0 || strcmp(s, colls[c].name) == 0;
+    for (int c = 0; c < NUM_COLLS; c++)
+        if (opt->coll_selected[c])
+            return 0;
+    return -1;
+}
+
+static int parse_dtype(const char *s, weft_dtype_t *out)
+{
+    for (int d = 0; d < WEFT_NUM_DTYPES; d++) {
+        if (strcmp(s, dtypes[d].name) == 0 || strcmp(s, dtypes[d].alias) == 0) {
+            *out = (weft_dtype_t)d;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* Parse argv into opt. Returns 0, or -1 after printing what is wrong (the caller prints usage),
+ * or 1 for --help. */
+static int parse_args(int argc, char **argv, bench_opts_t *opt)
+{
+    enum { OPT_REGISTRATION = 256, OPT_BUFFERS, OPT_INPLACE, OPT_JSON, OPT_BACKEND };
+    static const struct option longopts[] = {
+        {"coll", required_argument, NULL, 't'},
+        {"minbytes", required_argument, NULL, 'b'},
+        {"maxbytes", required_argument, NULL, 'e'},
+        {"stepfactor", required_argument, NULL, 'f'},
+        {"op", required_argument, NULL, 'o'},
+        {"datatype", required_argument, NULL, 'd'},
+        {"root", required_argument, NULL, 'r'},
+        {"iters", required_argument, NULL, 'n'},
+        {"warmup", required_argument, NULL, 'w'},
+        {"check", required_argument, NULL, 'c'},
+        {"registration", required_argument, NULL, OPT_REGISTRATION},
+        {"buffers", required_argument, NULL, OPT_BUFFERS},
+        {"inplace", required_argument, NULL, OPT_INPLACE},
+        {"json", required_argument, NULL, OPT_JSON},
+        {"backend", required_argument, NULL, OPT_BACKEND},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    *opt = (bench_opts_t){
+        .min_bytes = 8,
+        .max_bytes = 64u << 20,
+        .factor = 2,
+        .op = WEFT_SUM,
+        .dtype = WEFT_FLOAT32,
+        .root = 0,
+        .iters = 20,
+        .warmup = 5,
+        .check = true,
+        .weft_buffers = true,
+        .run_outofplace = true,
+        .run_inplace = true,
+        .backend = WEFT_BACKEND_AUTO,
+    };
+    (void)parse_coll("all", opt);
+
+    int c, v;
+    while ((c = getopt_long(argc, argv, "t:b:e:f:o:d:r:n:w:c:h", longopts, NULL)) != -1) {
+        const char *a = optarg;
+        int bad = 0;
+        switch (c) {
+        case 't':
+            bad = parse_coll(a, opt);
+            break;
+        case 'b':
+            bad = parse_size(a, &opt->min_bytes);
+            break;
+        case 'e':
+            bad = parse_size(a, &opt->max_bytes);
+            break;
+        case 'f':
+            bad = parse_int(a, 2, 1 << 20, &v);
+            opt->factor = (size_t)v;
+            break;
+        case 'o':
+            v = lookup(a, redop_names, WEFT_NUM_REDOPS);
+            bad = v < 0;
+            opt->op = (weft_redop_t)v;
+            break;
+        case 'd':
+            bad = parse_dtype(a, &opt->dtype);
+            break;
+        case 'r':
+            bad = parse_int(a, 0, 1 << 20, &opt->root);
+            break;
+        case 'n':
+            bad = parse_int(a, 1, 1 << 24, &opt->iters);
+            break;
+        case 'w':
+            bad = parse_int(a, 0, 1 << 24, &opt->warmup);
+            break;
+        case 'c':
+            bad = parse_int(a, 0, 1, &v);
+            opt->check = v == 1;
+            break;
+        case OPT_REGISTRATION:
+            v = lookup(a, registration_names, 3);
+            bad = v < 0;
+            opt->registration = (weft_registration_t)v;
+            opt->registration_set = true;
+            break;
+        case OPT_BUFFERS:
+            bad = strcmp(a, "weft") != 0 && strcmp(a, "malloc") != 0;
+            opt->weft_buffers = strcmp(a, "weft") == 0;
+            break;
+        case OPT_INPLACE:
+            bad = parse_int(a, 0, 2, &v);
+            opt->run_outofplace = v != 1;
+            opt->run_inplace = v != 0;
+            break;
+        case OPT_JSON:
+            opt->json_path = a;
+            break;
+        case OPT_BACKEND:
+            v = lookup(a, backend_names, 3);
+            bad = v < 0;
+            opt->backend = (weft_backend_t)v;
+            break;
+        case 'h':
+            return 1;
+        default:
+            return -1; /* getopt printed the message */
+        }
+        if (bad) {
+            const struct option *o = longopts;
+            while (o->val != c)
+                o++;
+            fprintf(stderr, "weft-bench: bad value '%s' for --%s\n", a, o->name);
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "weft-bench: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (opt->min_bytes > opt->max_bytes) {
+        fprintf(stderr, "weft-bench: -b %zu is larger than -e %zu\n", opt->min_bytes,
+                opt->max_bytes);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Values: encoding into a dtype, and inputs whose results are exact
+ * ------------------------------------------------------------------------------------------- */
+
+/* IEEE binary16 of f, rounded to nearest even. */
+static uint16_t half_from_float(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t a = x & 0x7fffffffu;
+    if (a > 0x7f800000u)
+        return (uint16_t)(sign | 0x7e00u); /* NaN */
+    if (a >= 0x47800000u)
+        return (uint16_t)(sign | 0x7c00u); /* 65536 and up (or inf): inf */
+    if (a < 0x38800000u) {
+        /* Below 2^-14: a subnormal half, counted in units of 2^-24; rint rounds to even. */
+        float af;
+        memcpy(&af, &a, sizeof af);
+        return (uint16_t)(sign | (uint32_t)__builtin_rintf(af * 16777216.0f));
+    }
+    uint32_t h = (a >> 13) - (112u << 10); /* rebias the exponent from 127 to 15 */
+    uint32_t rest = a & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u)))
+        h++; /* a carry into the exponent is the correct result, up to inf */
+    return (uint16_t)(sign | h);
+}
+
+/* bfloat16 of f, rounded to nearest even. */
+static uint16_t bf16_from_float(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN */
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+/* Store the integer v (exactly representable by construction) as one element of dtype. */
+static void encode(weft_dtype_t dtype, int64_t v, void *dst)
+{
+    switch (dtype) {
+    case WEFT_INT8:
+        *(int8_t *)dst = (int8_t)v;
+        break;
+    case WEFT_UINT8:
+        *(uint8_t *)dst = (uint8_t)v;
+        break;
+    case WEFT_INT32:
+        *(int32_t *)dst = (int32_t)v;
+        break;
+    case WEFT_UINT32:
+        *(uint32_t *)dst = (uint32_t)v;
+        break;
+    case WEFT_INT64:
+        *(int64_t *)dst = v;
+        break;
+    case WEFT_UINT64:
+        *(uint64_t *)dst = (uint64_t)v;
+        break;
+    case WEFT_FLOAT16: {
+        uint16_t h = half_from_float((float)v);
+        memcpy(dst, &h, sizeof h);
+        break;
+    }
+    case WEFT_BFLOAT16: {
+        uint16_t h = bf16_from_float((float)v);
+        memcpy(dst, &h, sizeof h);
+        break;
+    }
+    case WEFT_FLOAT32:
+        *(float *)dst = (float)v;
+        break;
+    case WEFT_FLOAT64:
+        *(double *)dst = (double)v;
+        break;
+    }
+}
+
+/* Element i of rank r's input to a copy collective (all-gather, broadcast, all-to-all(v)). */
+static int64_t copy_value(const bench_t *b, int r, size_t i)
+{
+    int64_t v = (int64_t)(((size_t)r % COPY_MODULUS) * 31 + (i % COPY_MODULUS) * 7) % COPY_MODULUS;
+    return b->dt->is_signed ? v - COPY_MODULUS / 2 : v;
+}
+
+/* Element i of rank r's input to a reduction. Every partial result of any order stays within
+ * the dtype's exact limit: SUM adds values below limit/nranks + 1; PROD multiplies +-1 and one 2;
+ * MAX/MIN need no headroom; AVG pairs ranks with +1/-1 around a common base so that the sum is
+ * exactly nranks * base. */
+static int64_t reduce_input(const bench_t *b, int r, size_t i)
+{
+    int64_t n = b->nranks, lim = b->dt->limit;
+    switch (b->opt.op) {
+    case WEFT_SUM: {
+        int64_t m = lim / n + 1 < REDUCE_MODULUS ? lim / n + 1 : REDUCE_MODULUS;
+        return ((int64_t)(i % (size_t)m) * 7 + (int64_t)r * 13 + 1) % m;
+    }
+    case WEFT_PROD: {
+        int64_t v = (int64_t)(i % (size_t)n) == r ? 2 : 1;
+        return b->dt->is_signed && (int64_t)((i / (size_t)n + (size_t)r) % 3) == 0 ? -v : v;
+    }
+    case WEFT_MAX:
+    case WEFT_MIN: {
+        int64_t v = ((int64_t)(i % REDUCE_MODULUS) * 7 + (int64_t)r * 13) % REDUCE_MODULUS;
+        return b->dt->is_signed ? v - REDUCE_MODULUS / 2 : v;
+    }
+    case WEFT_AVG: {
+        int64_t m = lim / n - 1 > 1 ? lim / n - 1 : 1;
+        int64_t base = 1 + ((int64_t)(i % (size_t)m) * 7) % m;
+        int64_t d = (r % 2 == 0 && r + 1 < n) ? 1 : (r % 2 == 1 ? -1 : 0);
+        return base + d;
+    }
+    }
+    return 0;
+}
+
+/* The exact reduction over all ranks of element i. */
+static int64_t reduce_expected(const bench_t *b, size_t i)
+{
+    int64_t acc = reduce_input(b, 0, i);
+    for (int r = 1; r < b->nranks; r++) {
+        int64_t v = reduce_input(b, r, i);
+        switch (b->opt.op) {
+        case WEFT_SUM:
+        case WEFT_AVG:
+            acc += v;
+            break;
+        case WEFT_PROD:
+            acc *= v;
+            break;
+        case WEFT_MAX:
+            acc = v > acc ? v : acc;
+            break;
+        case WEFT_MIN:
+            acc = v < acc ? v : acc;
+            break;
+        }
+    }
+    return b->opt.op == WEFT_AVG ? acc / b->nranks : acc; /* divisible by construction */
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * All-to-allv layout: rank s sends f((d - s) mod n) elements to rank d, with
+ * f(j) = floor(2 * per * (j + 1) / (n + 1)) and the rounding remainder on f(n - 1), so every
+ * row and every column sums to n * per: a skew of about n:1 between the smallest and largest
+ * block, with the same total bytes as all-to-all.
+ * ------------------------------------------------------------------------------------------- */
+static size_t a2av_block(size_t per, int n, int j)
+{
+    size_t nn = (size_t)n;
+    if (j == n - 1) {
+        size_t sum = 0;
+        for (int k = 0; k < n - 1; k++)
+            sum += 2 * per * (size_t)(k + 1) / (nn + 1);
+        return nn * per - sum;
+    }
+    return 2 * per * (size_t)(j + 1) / (nn + 1);
+}
+
+/* Displacement of rank s's block for rank d within s's send buffer. */
+static size_t a2av_sdispl(size_t per, int n, int s, int d)
+{
+    size_t off = 0;
+    for (int k = 0; k < d; k++)
+        off += a2av_block(per, n, (k - s + n) % n);
+    return off;
+}
+
+static void a2av_setup(bench_t *b, size_t per)
+{
+    int n = b->nranks, me = b->rank;
+    size_t soff = 0, roff = 0;
+    for (int p = 0; p < n; p++) {
+        b->sendcounts[p] = a2av_block(per, n, (p - me + n) % n);
+        b->sdispls[p] = soff;
+        soff += b->sendcounts[p];
+        b->recvcounts[p] = a2av_block(per, n, (me - p + n) % n);
+        b->rdispls[p] = roff;
+        roff += b->recvcounts[p];
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * One call, inputs and verification
+ * ------------------------------------------------------------------------------------------- */
+
+/* Issue one call of coll over a full buffer of total elements (a multiple of nranks for the
+ * per-rank collectives). */
+static weft_status_t run_once(bench_t *b, coll_t coll, size_t total, bool inplace)
+{
+    size_t es = b->dt->size, per = total / (size_t)b->nranks;
+    char *send = b->dsend, *recv = b->drecv, *own = NULL;
+    weft_dtype_t dt = b->opt.dtype;
+    void *st = b->stream;
+    switch (coll) {
+    case COLL_ALL_REDUCE:
+        return weft_all_reduce(b->comm, inplace ? recv : send, recv, total, dt, b->opt.op, st);
+    case COLL_ALL_GATHER:
+        own = recv + (size_t)b->rank * per * es;
+        return weft_all_gather(b->comm, inplace ? own : send, recv, per, dt, st);
+    case COLL_REDUCE_SCATTER:
+        own = send + (size_t)b->rank * per * es;
+        return weft_reduce_scatter(b->comm, send, inplace ? own : recv, per, dt, b->opt.op, st);
+    case COLL_BROADCAST:
+        return weft_broadcast(b->comm, inplace ? recv : send, recv, total, dt, b->opt.root, st);
+    case COLL_ALL_TO_ALL:
+        return weft_all_to_all(b->comm, send, recv, per, dt, st);
+    case COLL_ALL_TO_ALLV:
+        return weft_all_to_allv(b->comm, send, b->sendcounts, b->sdispls, recv, b->recvcounts,
+                                b->rdispls, dt, st);
+    case COLL_BARRIER:
+    case NUM_COLLS:
+        break;
+    }
+    return weft_barrier(b->comm, st);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Device side (CUDA backend): copies between the host mirrors and the device buffers, and
+ * waiting for the stream. On the host backend the pointers are the same and these are no-ops.
+ * ------------------------------------------------------------------------------------------- */
+static int dev_copy(const bench_t *b, void *dst, const void *src, size_t bytes)
+{
+    if (!b->cuda || dst == src || bytes == 0)
+        return 0;
+#ifdef WEFT_HAVE_CUDA
+    cudaError_t err = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
+    if (err == cudaSuccess)
+        return 0;
+    fprintf(stderr, "weft-bench: rank %d: cudaMemcpy(%zu bytes): %s\n", b->rank, bytes,
+            cudaGetErrorString(err));
+#endif
+    return -1;
+}
+
+/* Wait until the stream's work is done (returns 0), or -1 after printing the CUDA error. */
+static int dev_sync(const bench_t *b)
+{
+    if (!b->cuda)
+        return 0;
+#ifdef WEFT_HAVE_CUDA
+    cudaError_t err = cudaStreamSynchronize((cudaStream_t)b->stream);
+    if (err == cudaSuccess)
+        return 0;
+    fprintf(stderr, "weft-bench: rank %d: cudaStreamSynchronize: %s\n", b->rank,
+            cudaGetErrorString(err));
+#endif
+    return -1;
+}
+
+/* A collective, then (CUDA) the wait for it: the latency of one call. */
+static weft_status_t run_and_wait(bench_t *b, coll_t coll, size_t total, bool inplace)
+{
+    weft_status_t s = run_once(b, coll, total, inplace);
+    if (s == WEFT_SUCCESS && dev_sync(b) != 0)
+        s = WEFT_ERR_CUDA;
+    return s;
+}
+
+/* All-reduce n doubles or uint64s of the bookkeeping buffer (host meta) across ranks. */
+static weft_status_t reduce_meta(bench_t *b, size_t n, weft_dtype_t dt, weft_redop_t op)
+{
+    if (dev_copy(b, b->dmeta, b->meta, n * 8) != 0)
+        return WEFT_ERR_CUDA;
+    weft_status_t s = weft_all_reduce(b->comm, b->dmeta, b->dmeta, n, dt, op, b->stream);
+    if (s == WEFT_SUCCESS && (dev_sync(b) != 0 || dev_copy(b, b->meta, b->dmeta, n * 8) != 0))
+        s = WEFT_ERR_CUDA;
+    return s;
+}
+
+/* Write this rank's inputs for a verified call and poison the outputs (in the host buffers). */
+static void fill_inputs(bench_t *b, coll_t coll, size_t total, bool inplace)
+{
+    size_t es = b->dt->size, per = total / (size_t)b->nranks;
+    weft_dtype_t dt = b->opt.dtype;
+    int me = b->rank;
+    memset(b->recvbuf, POISON_BYTE, total * es);
+    switch (coll) {
+    case COLL_ALL_REDUCE: {
+        char *in = inplace ? b->recvbuf : b->sendbuf;
+        for (size_t i = 0; i < total; i++)
+            encode(dt, reduce_input(b, me, i), in + i * es);
+        break;
+    }
+    case COLL_REDUCE_SCATTER:
+        for (size_t i = 0; i < total; i++)
+            encode(dt, reduce_input(b, me, i), b->sendbuf + i * es);
+        break;
+    case COLL_ALL_GATHER: {
+        char *in = inplace ? b->recvbuf + (size_t)me * per * es : b->sendbuf;
+        for (size_t i = 0; i < per; i++)
+            encode(dt, copy_value(b, me, i), in + i * es);
+        break;
+    }
+    case COLL_BROADCAST: {
+        char *in = inplace ? b->recvbuf : b->sendbuf;
+        if (me == b->opt.root)
+            for (size_t i = 0; i < total; i++)
+                encode(dt, copy_value(b, me, i), in + i * es);
+        break;
+    }
+    case COLL_ALL_TO_ALL:
+    case COLL_ALL_TO_ALLV:
+        for (size_t i = 0; i < total; i++)
+            encode(dt, copy_value(b, me, i), b->sendbuf + i * es);
+        break;
+    case COLL_BARRIER:
+    case NUM_COLLS:
+        break;
+    }
+}
+
+/* Count the output elements of this rank that differ, bit for bit, from the exact result. */
+static uint64_t verify(const bench_t *b, coll_t coll, size_t total, bool inplace)
+{
+    size_t es = b->dt->size, per = total / (size_t)b->nranks;
+    int n = b->nranks, me = b->rank;
+    const char *out = b->recvbuf; /* host; the caller copied the device results back */
+    size_t out_count = total;
+    if (coll == COLL_REDUCE_SCATTER) {
+        out = inplace ? b->sendbuf + (size_t)me * per * es : b->recvbuf;
+        out_count = per;
+    }
+    uint64_t wrong = 0;
+    for (size_t k = 0; k < out_count; k++) {
+        int64_t want = 0;
+        switch (coll) {
+        case COLL_ALL_REDUCE:
+            want = reduce_expected(b, k);
+            break;
+        case COLL_REDUCE_SCATTER:
+            want = reduce_expected(b, (size_t)me * per + k);
+            break;
+        case COLL_ALL_GATHER:
+            want = copy_value(b, (int)(k / per), k % per);
+            break;
+        case COLL_BROADCAST:
+            want = copy_value(b, b->opt.root, k);
+            break;
+        case COLL_ALL_TO_ALL:
+            want = copy_value(b, (int)(k / per), (size_t)me * per + k % per);
+            break;
+        case COLL_ALL_TO_ALLV: {
+            int p = 0;
+            while (p + 1 < n && b->rdispls[p + 1] <= k)
+                p++;
+            size_t j = k - b->rdispls[p];
+            want = copy_value(b, p, a2av_sdispl(per, n, p, me) + j);
+            break;
+        }
+        case COLL_BARRIER:
+        case NUM_COLLS:
+            break;
+        }
+        unsigned char bytes[8];
+        encode(b->opt.dtype, want, bytes);
+        if (memcmp(out + k * es, bytes, es) != 0)
+            wrong++;
+    }
+    return wrong;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Measurement
+ * ------------------------------------------------------------------------------------------- */
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Print a failed call of this rank and return -1. */
+static int report_failure(const bench_t *b, const char *what, coll_t coll, size_t total,
+                          weft_status_t s)
+{
+    fprintf(stderr, "weft-bench: rank %d: %s (%s, %zu elements) failed: %s: %s\n", b->rank, what,
+            colls[coll].name, total, weft_status_string(s), weft_last_error());
+    return -1;
+}
+
+/* Measure one (collective, size, placement) into *res. Collective over all ranks. Returns 0, or
+ * -1 after printing a failed call. */
+static int measure(bench_t *b, coll_t coll, size_t total, bool inplace, result_t *res)
+{
+    weft_status_t s;
+    for (int w = 0; w < b->opt.warmup; w++) {
+        s = run_and_wait(b, coll, total, inplace);
+        if (s != WEFT_SUCCESS)
+            return report_failure(b, "warm-up call", coll, total, s);
+        b->other_calls++;
+    }
+    for (int it = 0; it < b->opt.iters; it++) {
+        s = weft_barrier(b->comm, b->stream);
+        if (s == WEFT_SUCCESS && dev_sync(b) != 0)
+            s = WEFT_ERR_CUDA;
+        if (s != WEFT_SUCCESS)
+            return report_failure(b, "weft_barrier before a timed call", coll, total, s);
+        b->other_calls++;
+        uint64_t t0 = now_ns();
+        s = run_and_wait(b, coll, total, inplace);
+        uint64_t t1 = now_ns();
+        if (s != WEFT_SUCCESS)
+            return report_failure(b, "timed call", coll, total, s);
+        b->times_ns[it] = t1 - t0;
+        b->timed_calls++;
+    }
+    size_t nit = (size_t)b->opt.iters;
+    qsort(b->times_ns, nit, sizeof b->times_ns[0], cmp_u64);
+    double sum = 0;
+    for (size_t i = 0; i < nit; i++)
+        sum += (double)b->times_ns[i];
+    size_t h = nit / 2;
+    double median = nit % 2 ? (double)b->times_ns[h]
+                            : 0.5 * ((double)b->times_ns[h - 1] + (double)b->times_ns[h]);
+    b->meta[0] = median / 1e3;
+    b->meta[1] = (double)b->times_ns[0] / 1e3;
+    b->meta[2] = sum / (double)nit / 1e3;
+    s = reduce_meta(b, 3, WEFT_FLOAT64, WEFT_MAX);
+    if (s != WEFT_SUCCESS)
+        return report_failure(b, "weft_all_reduce of the times", coll, total, s);
+    b->other_calls++;
+    *res = (result_t){
+        .valid = true, .median_us = b->meta[0], .min_us = b->meta[1], .avg_us = b->meta[2]};
+
+    if (colls[coll].busbw_kind >= 0 && res->median_us > 0) {
+        double n = b->nranks;
+        double factor = colls[coll].busbw_kind == 2   ? 2 * (n - 1) / n
+                        : colls[coll].busbw_kind == 1 ? (n - 1) / n
+                                                      : 1.0;
+        res->algbw_gbps = (double)(total * b->dt->size) / (res->median_us * 1e3);
+        res->busbw_gbps = res->algbw_gbps * factor;
+    }
+
+    if (b->opt.check && coll != COLL_BARRIER) {
+        size_t bytes = total * b->dt->size;
+        fill_inputs(b, coll, total, inplace);
+        if (dev_copy(b, b->dsend, b->sendbuf, bytes) != 0 ||
+            dev_copy(b, b->drecv, b->recvbuf, bytes) != 0)
+            return report_failure(b, "copying the inputs to the device", coll, total,
+                                  WEFT_ERR_CUDA);
+        s = run_and_wait(b, coll, total, inplace);
+        if (s != WEFT_SUCCESS)
+            return report_failure(b, "verified call", coll, total, s);
+        b->other_calls++;
+        if (dev_copy(b, b->recvbuf, b->drecv, bytes) != 0 ||
+            dev_copy(b, b->sendbuf, b->dsend, bytes) != 0)
+            return report_failure(b, "copying the results from the device", coll, total,
+                                  WEFT_ERR_CUDA);
+        uint64_t wrong = verify(b, coll, total, inplace);
+        memcpy(b->meta, &wrong, sizeof wrong);
+        s = reduce_meta(b, 1, WEFT_UINT64, WEFT_SUM);
+        if (s != WEFT_SUCCESS)
+            return report_failure(b, "weft_all_reduce of the wrong counts", coll, total, s);
+        b->other_calls++;
+        memcpy(&res->wrong, b->meta, sizeof res->wrong);
+        res->checked = true;
+        b->wrong_total += res->wrong;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Output (rank 0)
+ * ------------------------------------------------------------------------------------------- */
+/* Width of one placement's columns: "  %9s  %7s  %7s  %6s". */
+#define RESULT_WIDTH 37
+
+static void print_centered(const char *label, int width)
+{
+    int len = (int)strlen(label), left = (width - len) / 2;
+    printf("%*s%s%*s", left, "", label, width - len - left, "");
+}
+
+static void print_header(const bench_t *b, coll_t coll)
+{
+    printf("#\n# Collective: %s\n#\n", colls[coll].name);
+    printf("# %10s  %12s  %8s  %6s  %6s", "", "", "", "", "");
+    if (b->opt.run_outofplace)
+        print_centered("out-of-place", RESULT_WIDTH);
+    if (b->opt.run_inplace)
+        print_centered("in-place", RESULT_WIDTH);
+    printf("\n# %10s  %12s  %8s  %6s  %6s", "size", "count", "type", "redop", "root");
+    for (int p = 0; p < 2; p++)
+        if (p ? b->opt.run_inplace : b->opt.run_outofplace)
+            printf("  %9s  %7s  %7s  %6s", "time", "algbw", "busbw", "#wrong");
+    printf("\n# %10s  %12s  %8s  %6s  %6s", "(B)", "(elements)", "", "", "");
+    for (int p = 0; p < 2; p++)
+        if (p ? b->opt.run_inplace : b->opt.run_outofplace)
+            printf("  %9s  %7s  %7s  %6s", "(us)", "(GB/s)", "(GB/s)", "");
+    printf("\n");
+}
+
+static void print_result(const result_t *r)
+{
+    if (!r->valid) {
+        printf("  %9s  %7s  %7s  %6s", "N/A", "N/A", "N/A", "N/A");
+        return;
+    }
+    printf("  %9.2f  %7.2f  %7.2f", r->median_us, r->algbw_gbps, r->busbw_gbps);
+    if (r->checked)
+        printf("  %6llu", (unsigned long long)r->wrong);
+    else
+        printf("  %6s", "N/A");
+}
+
+static void write_json(const bench_t *b, coll_t coll, size_t total, const char *type,
+                       const char *redop, int root, bool inplace, const result_t *r)
+{
+    if (!b->json || !r->valid)
+        return;
+    fprintf(b->json,
+            "{\"coll\":\"%s\",\"size\":%zu,\"count\":%zu,\"type\":\"%s\",\"redop\":\"%s\","
+            "\"root\":%d,\"inplace\":%d,\"time_us\":%.3f,\"time_min_us\":%.3f,"
+            "\"time_avg_us\":%.3f,\"algbw_gbps\":%.4f,\"busbw_gbps\":%.4f,",
+            colls[coll].name, total * b->dt->size, total, type, redop, root, inplace ? 1 : 0,
+            r->median_us, r->min_us, r->avg_us, r->algbw_gbps, r->busbw_gbps);
+    if (r->checked)
+        fprintf(b->json, "\"wrong\":%llu,", (unsigned long long)r->wrong);
+    else
+        fprintf(b->json, "\"wrong\":null,");
+    fprintf(b->json,
+            "\"ranks\":%d,\"backend\":\"%s\",\"registration\":\"%s\",\"buffers\":\"%s\","
+            "\"workers\":%d,\"iters\":%d,\"warmup\":%d,\"check\":%d,\"version\":\"%d.%d.%d\"}\n",
+            b->nranks, backend_names[weft_comm_backend(b->comm)],
+            registration_names[b->registration], b->opt.weft_buffers ? "weft" : "malloc",
+            b->workers, b->opt.iters, b->opt.warmup, b->opt.check ? 1 : 0, WEFT_VERSION_MAJOR,
+            WEFT_VERSION_MINOR, WEFT_VERSION_PATCH);
+    fflush(b->json);
+}
+
+/* Run and print every size of one collective. Returns 0, or -1 after a failed call. */
+static int bench_coll(bench_t *b, coll_t coll)
+{
+    const coll_info_t *ci = &colls[coll];
+    const char *type = coll == COLL_BARRIER ? "none" : b->dt->name;
+    const char *redop = ci->reduces ? redop_names[b->opt.op] : "none";
+    int root = ci->rooted ? b->opt.root : -1;
+    size_t n = (size_t)b->nranks, es = b->dt->size;
+    if (b->rank == 0)
+        print_header(b, coll);
+
+    size_t bytes = coll == COLL_BARRIER ? 0 : b->opt.min_bytes;
+    for (;;) {
+        size_t total = bytes / es;
+        if (ci->per_rank)
+            total = total / n * n;
+        if (coll == COLL_ALL_TO_ALLV)
+            a2av_setup(b, total / n);
+        result_t res[2] = {{0}, {0}};
+        for (int p = 0; p < 2; p++) {
+            bool inplace = p == 1;
+            if (!(inplace ? b->opt.run_inplace : b->opt.run_outofplace))
+                continue;
+            if (inplace && !ci->has_inplace)
+                continue;
+            if (measure(b, coll, total, inplace, &res[p]) != 0)
+                return -1;
+        }
+        if (b->rank == 0) {
+            printf("  %10zu  %12zu  %8s  %6s  %6d", total * es, total, type, redop, root);
+            for (int p = 0; p < 2; p++) {
+                if (!(p ? b->opt.run_inplace : b->opt.run_outofplace))
+                    continue;
+                print_result(&res[p]);
+                write_json(b, coll, total, type, redop, root, p == 1, &res[p]);
+                if (res[p].valid && ci->busbw_kind >= 0) {
+                    b->busbw_sum += res[p].busbw_gbps;
+                    b->busbw_rows++;
+                }
+            }
+            printf("\n");
+            fflush(stdout);
+        }
+        if (coll == COLL_BARRIER || bytes > b->opt.max_bytes / b->opt.factor)
+            break;
+        bytes *= b->opt.factor;
+        if (bytes == 0)
+            break;
+    }
+    return 0;
+}
+
+static void print_stats(const bench_t *b)
+{
+    weft_stats_t st;
+    weft_status_t s = weft_get_stats(b->comm, &st);
+    if (s != WEFT_SUCCESS) {
+        printf("# weft_get_stats failed: %s: %s\n", weft_status_string(s), weft_last_error());
+        return;
+    }
+    printf("#\n# weft_get_stats of rank 0 (weft-bench issued %llu timed calls and %llu others:\n"
+           "# warm-ups, barriers, verified calls, reductions of the results)\n",
+           (unsigned long long)b->timed_calls, (unsigned long long)b->other_calls);
+    printf("#   registrations started/completed : %llu / %llu (%llu bytes)\n",
+           (unsigned long long)st.registrations_started,
+           (unsigned long long)st.registrations_completed, (unsigned long long)st.bytes_registered);
+    printf("#   first-use waits                 : %llu (%.3f ms in total)\n",
+           (unsigned long long)st.first_use_waits, (double)st.first_use_wait_ns / 1e6);
+    printf("#   zero-copy / staged operations   : %llu / %llu\n",
+           (unsigned long long)st.zero_copy_ops, (unsigned long long)st.staged_ops);
+    printf("#   peer mappings                   : %llu\n", (unsigned long long)st.peer_mappings);
+    printf("#   staging scratch                 : %llu bytes\n",
+           (unsigned long long)st.staging_bytes);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Setup and teardown
+ * ------------------------------------------------------------------------------------------- */
+
+/* Allocate one data buffer of bytes (the buffers the collectives get: on the CUDA backend device
+ * memory, from cudaMalloc for --buffers malloc). Returns 0, or -1 after printing the failure. */
+static int alloc_buffer(bench_t *b, size_t bytes, char **out)
+{
+    void *p = NULL;
+#ifdef WEFT_HAVE_CUDA
+    if (b->cuda && !b->opt.weft_buffers) {
+        cudaError_t err = cudaMalloc(&p, bytes);
+        if (err != cudaSuccess) {
+            fprintf(stderr, "weft-bench: rank %d: cudaMalloc(%zu) failed: %s\n", b->rank, bytes,
+                    cudaGetErrorString(err));
+            return -1;
+        }
+        *out = p;
+        return 0;
+    }
+#endif
+    if (b->opt.weft_buffers) {
+        weft_status_t s = weft_malloc(b->comm, &p, bytes);
+        if (s != WEFT_SUCCESS) {
+            fprintf(stderr, "weft-bench: rank %d: weft_malloc(%zu) failed: %s: %s\n", b->rank,
+                    bytes, weft_status_string(s), weft_last_error());
+            return -1;
+        }
+    } else {
+        int err = posix_memalign(&p, MALLOC_ALIGN, bytes);
+        if (err != 0) {
+            fprintf(stderr, "weft-bench: rank %d: posix_memalign(%zu) failed: %s\n", b->rank,
+                    bytes, strerror(err));
+            return -1;
+        }
+    }
+    *out = p;
+    return 0;
+}
+
+/* Allocate everything after the communicator exists. Returns 0 or -1 (printed). */
+static int bench_setup(bench_t *b)
+{
+    size_t es = b->dt->size;
+    size_t n = (size_t)b->nranks;
+    bool sized = false; /* a collective that moves data is selected */
+    for (int c = 0; c < COLL_BARRIER; c++)
+        sized = sized || b->opt.coll_selected[c];
+    b->buf_bytes = sized ? (b->opt.max_bytes / es) * es : 0;
+    if (b->buf_bytes < n * es)
+        b->buf_bytes = n * es; /* room for one element per rank, and never 0 */
+
+    b->times_ns = calloc((size_t)b->opt.iters, sizeof *b->times_ns);
+    b->sendcounts = calloc(4 * n, sizeof(size_t));
+    if (!b->times_ns || !b->sendcounts) {
+        fprintf(stderr, "weft-bench: rank %d: out of memory\n", b->rank);
+        return -1;
+    }
+    b->sdispls = b->sendcounts + n;
+    b->recvcounts = b->sendcounts + 2 * n;
+    b->rdispls = b->sendcounts + 3 * n;
+
+    void *meta = NULL;
+    weft_status_t s = weft_malloc(b->comm, &meta, 4 * sizeof(double));
+    if (s != WEFT_SUCCESS) {
+        fprintf(stderr, "weft-bench: rank %d: weft_malloc of the result buffer failed: %s: %s\n",
+                b->rank, weft_status_string(s), weft_last_error());
+        return -1;
+    }
+    b->dmeta = meta;
+    if (alloc_buffer(b, b->buf_bytes, &b->dsend) != 0 ||
+        alloc_buffer(b, b->buf_bytes, &b->drecv) != 0)
+        return -1;
+    if (b->cuda) { /* host mirrors */
+        b->meta = malloc(4 * sizeof(double));
+        b->sendbuf = malloc(b->buf_bytes);
+        b->recvbuf = malloc(b->buf_bytes);
+        if (!b->meta || !b->sendbuf || !b->recvbuf) {
+            fprintf(stderr, "weft-bench: rank %d: out of memory\n", b->rank);
+            return -1;
+        }
+    } else {
+        b->meta = b->dmeta;
+        b->sendbuf = b->dsend;
+        b->recvbuf = b->drecv;
+    }
+    /* First touch outside the timed region; small integers keep every dtype finite. */
+    for (size_t i = 0; i < b->buf_bytes / es; i++) {
+        encode(b->opt.dtype, copy_value(b, b->rank, i), b->sendbuf + i * es);
+        encode(b->opt.dtype, copy_value(b, b->rank, i), b->recvbuf + i * es);
+    }
+    if (dev_copy(b, b->dsend, b->sendbuf, b->buf_bytes) != 0 ||
+        dev_copy(b, b->drecv, b->recvbuf, b->buf_bytes) != 0)
+        return -1;
+
+    if (b->rank == 0 && b->opt.json_path) {
+        b->json = fopen(b->opt.json_path, "a");
+        if (!b->json) {
+            fprintf(stderr, "weft-bench: cannot open %s: %s\n", b->opt.json_path, strerror(errno));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Free what bench_setup allocated (any prefix of it). With comm_usable false (after an error
+ * or abort) the weft_malloc'ed memory is left to weft_comm_destroy, which frees it. */
+static void bench_teardown(bench_t *b, bool comm_usable)
+{
+    if (b->json)
+        fclose(b->json);
+    if (b->cuda) {
+        free(b->meta);
+        free(b->recvbuf);
+        free(b->sendbuf);
+    }
+    if (b->opt.weft_buffers && comm_usable) {
+        (void)weft_free(b->comm, b->drecv);
+        (void)weft_free(b->comm, b->dsend);
+    } else if (!b->opt.weft_buffers && !b->cuda) {
+        free(b->drecv);
+        free(b->dsend);
+    }
+#ifdef WEFT_HAVE_CUDA
+    if (!b->opt.weft_buffers && b->cuda) {
+        cudaFree(b->drecv);
+        cudaFree(b->dsend);
+    }
+    if (b->stream)
+        cudaStreamDestroy((cudaStream_t)b->stream);
+#endif
+    if (comm_usable)
+        (void)weft_free(b->comm, b->dmeta);
+    free(b->sendcounts);
+    free(b->times_ns);
+}
+
+int main(int argc, char **argv)
+{
+    bench_t b = {0};
+    int rc = parse_args(argc, argv, &b.opt);
+    if (rc != 0) {
+        usage(rc > 0 ? stdout : stderr);
+        return rc > 0 ? 0 : 2;
+    }
+    b.dt = &dtypes[b.opt.dtype];
+
+    weft_config_t cfg;
+    weft_config_default(&cfg);
+    cfg.backend = b.opt.backend;
+    if (b.opt.registration_set)
+        cfg.registration = b.opt.registration;
+    b.registration = cfg.registration;
+    b.workers = cfg.host_workers;
+    weft_status_t s = weft_comm_init(&b.comm, &cfg);
+    if (s != WEFT_SUCCESS) {
+        fprintf(stderr, "weft-bench: weft_comm_init failed: %s: %s\n", weft_status_string(s),
+                weft_last_error());
+        return 1;
+    }
+    b.rank = weft_comm_rank(b.comm);
+    b.nranks = weft_comm_size(b.comm);
+
+    int exit_code = 0;
+    if (b.opt.root >= b.nranks) {
+        if (b.rank == 0)
+            fprintf(stderr, "weft-bench: root %d is not a rank of this %d-rank job\n", b.opt.root,
+                    b.nranks);
+        exit_code = 2;
+        goto out_destroy;
+    }
+    b.cuda = weft_comm_backend(b.comm) == WEFT_BACKEND_CUDA;
+#ifdef WEFT_HAVE_CUDA
+    if (b.cuda) {
+        cudaStream_t stream;
+        cudaError_t err = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+        if (err != cudaSuccess) {
+            fprintf(stderr, "weft-bench: rank %d: cudaStreamCreate: %s\n", b.rank,
+                    cudaGetErrorString(err));
+            goto out_abort;
+        }
+        b.stream = stream;
+    }
+#endif
+    if (bench_setup(&b) != 0)
+        goto out_abort;
+
+    if (b.rank == 0) {
+        printf("# weft-bench %d.%d.%d: ranks %d, backend %s, registration %s, buffers %s, "
+               "workers %d\n",
+               WEFT_VERSION_MAJOR, WEFT_VERSION_MINOR, WEFT_VERSION_PATCH, b.nranks,
+               backend_names[weft_comm_backend(b.comm)], registration_names[b.registration],
+               b.opt.weft_buffers ? "weft" : "malloc", b.workers);
+        printf("# sizes %zu..%zu bytes x%zu, type %s, redop %s, root %d, iters %d, warmup %d, "
+               "check %d\n",
+               b.opt.min_bytes, b.opt.max_bytes, b.opt.factor, b.dt->name, redop_names[b.opt.op],
+               b.opt.root, b.opt.iters, b.opt.warmup, b.opt.check ? 1 : 0);
+        printf("# time: max over ranks of the per-rank median of per-call times\n");
+    }
+    for (int c = 0; c < NUM_COLLS; c++)
+        if (b.opt.coll_selected[c] && bench_coll(&b, (coll_t)c) != 0)
+            goto out_abort;
+
+    if (b.rank == 0) {
+        printf("#\n# Out of bounds values : %llu %s\n", (unsigned long long)b.wrong_total,
+               !b.opt.check    ? "(not checked)"
+               : b.wrong_total ? "FAILED"
+                               : "OK");
+        printf("# Avg bus bandwidth    : %.4f GB/s\n",
+               b.busbw_rows ? b.busbw_sum / b.busbw_rows : 0.0);
+        print_stats(&b);
+    }
+    if (b.wrong_total)
+        exit_code = 1;
+    bench_teardown(&b, true);
+out_destroy:
+    s = weft_comm_destroy(b.comm);
+    if (s != WEFT_SUCCESS) {
+        fprintf(stderr, "weft-bench: rank %d: weft_comm_destroy failed: %s: %s\n", b.rank,
+                weft_status_string(s), weft_last_error());
+        return 1;
+    }
+    return exit_code;
+
+out_abort:
+    /* Peers blocked in a collective see WEFT_ERR_PEER_LOST instead of waiting out the timeout. */
+    (void)weft_comm_abort(b.comm);
+    bench_teardown(&b, false);
+    (void)weft_comm_destroy(b.comm);
+    return 1;
+}
