@@ -4,7 +4,8 @@
 #
 #   bench/run.sh BUILD_DIR RANKS
 #
-# Per collective two weft-bench runs on the host backend, out of place and in place, every result
+# Per collective two weft-bench runs (backend auto: CUDA where a GPU is present, else the host;
+# WEFT_BENCH_BACKEND overrides), out of place and in place, every result
 # verified (-c 1): 8 B .. 128 KiB (x4) with 200 timed calls, then 1 MiB .. 64 MiB (x4) with 20,
 # so that the whole job takes about two minutes on a 2-core machine; then the barrier.
 # Extra weft-bench options can be passed in WEFT_BENCH_ARGS (e.g. "--registration staged").
@@ -27,15 +28,16 @@ for exe in "$weftrun" "$bench"; do
 done
 # Word splitting of the extra options is intended.
 read -r -a extra <<< "${WEFT_BENCH_ARGS:-}"
+backend=${WEFT_BENCH_BACKEND:-auto}
 
 start=$(date +%s)
 echo "# weft collectives on $ranks local ranks ($(nproc) cores, $(uname -r))"
 for coll in all_reduce all_gather reduce_scatter broadcast all_to_all all_to_allv; do
     # Small sizes: many short calls; large sizes: few long ones.
     "$weftrun" -n "$ranks" "$bench" -t "$coll" -b 8 -e 256K -f 4 -n 200 -w 20 -c 1 \
-        --backend host "${extra[@]}"
+        --backend "$backend" "${extra[@]}"
     "$weftrun" -n "$ranks" "$bench" -t "$coll" -b 1M -e 64M -f 4 -n 20 -w 5 -c 1 \
-        --backend host "${extra[@]}"
+        --backend "$backend" "${extra[@]}"
 done
-"$weftrun" -n "$ranks" "$bench" -t barrier -n 1000 -w 100 --backend host "${extra[@]}"
+"$weftrun" -n "$ranks" "$bench" -t barrier -n 1000 -w 100 --backend "$backend" "${extra[@]}"
 echo "# bench/run.sh: done in $(( $(date +%s) - start )) s"
