@@ -1,0 +1,411 @@
+/*
+ * gpu_harness.c - set-up, device buffers with guard zones and host mirrors, stream waits and
+ * path statistics for the GPU tests (contracts in gpu_harness.h).
+ *
+ * Design. Everything a test queues goes to one non-blocking stream: guard and poison fills
+ * (cudaMemsetAsync), input copies, the collectives, the copies back. Because that stream does
+ * not synchronise with the legacy default stream, nothing here uses the synchronous cudaMemcpy
+ * or cudaMemset. Host mirrors are plain (pageable) memory: a test only writes a mirror before
+ * pushing it or after the stream was synchronised, so the copies never race with the host.
+ *
+ * Waiting for the stream polls cudaStreamQuery (yielding, then sleeping) up to the
+ * communicator's timeout plus a slack: weft's kernels give up at their deadline, so a stream
+ * still busy after that is a hang, reported with the case that caused it rather than left to
+ * the launcher's timeout.
+ *
+ * Thread safety: a gpu_ctx_t belongs to one thread.
+ */
+#include "gpu_harness.h"
+
+#include <inttypes.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define POISON_BYTE 0xA5
+#define GUARD_BYTE 0x5A
+#define GUARD_BACK_BYTES ((size_t)64)
+#define GUARD_FRONT_BYTES ((size_t)136) /* a multiple of every element size */
+#define YIELD_POLLS 2000                /* polls of a stream before the waits sleep */
+#define SLEEP_POLL_MS 0.2
+
+/* ---------------------------------------------------------------------------------------------
+ * Set-up and communicators
+ * ------------------------------------------------------------------------------------------- */
+static int env_flag(const char *name)
+{
+    /* Test-only variables; the library's variables go through its configuration table. */
+    const char *s = getenv(name);
+    return s != NULL && s[0] != '\0' && strcmp(s, "0") != 0;
+}
+
+static int env_u64(const char *name, uint64_t *out)
+{
+    const char *s = getenv(name);
+    if (s == NULL || s[0] == '\0')
+        return 0;
+    *out = strtoull(s, NULL, 0);
+    return 1;
+}
+
+void gpu_cuda_ok(gpu_ctx_t *g, cudaError_t err, const char *what)
+{
+    if (err != cudaSuccess)
+        mp_fatal(&g->mp, "%s failed: %s: %s", what, cudaGetErrorName(err), cudaGetErrorString(err));
+}
+
+/* Open a CUDA-backend communicator in mode reg and record it in the context. */
+static void open_comm(gpu_ctx_t *g, weft_registration_t reg)
+{
+    mp_ctx_t *ctx = &g->mp;
+    weft_config_t cfg;
+    weft_config_default(&cfg);
+    cfg.backend = WEFT_BACKEND_CUDA;
+    cfg.registration = reg;
+    snprintf(ctx->where, sizeof ctx->where, "weft_comm_init reg=%s", mp_reg_name(reg));
+    weft_comm_t comm;
+    weft_status_t st = weft_comm_init(&comm, &cfg);
+    if (st != WEFT_SUCCESS)
+        mp_fatal(ctx, "weft_comm_init (CUDA backend, reg=%s) returned %s: %s", mp_reg_name(reg),
+                 weft_status_string(st), weft_last_error());
+    ctx->comm = comm;
+    ctx->reg = reg;
+    if (weft_comm_backend(comm) != WEFT_BACKEND_CUDA)
+        mp_fatal(ctx, "communicator backend is %d, expected the CUDA backend",
+                 (int)weft_comm_backend(comm));
+    g->sync_limit_s = cfg.timeout_s + GPU_SYNC_SLACK_S;
+}
+
+void gpu_comm_open(gpu_ctx_t *g, weft_registration_t reg)
+{
+    mp_ctx_t *ctx = &g->mp;
+    open_comm(g, reg);
+    if (weft_comm_rank(ctx->comm) != ctx->rank || weft_comm_size(ctx->comm) != ctx->nranks)
+        mp_fatal(ctx, "communicator says rank %d of %d, the first one said %d of %d",
+                 weft_comm_rank(ctx->comm), weft_comm_size(ctx->comm), ctx->rank, ctx->nranks);
+}
+
+/* Make this thread's CUDA runtime use the device of a weft_malloc pointer (the device weft
+ * selected for this rank), and create the stream. */
+static void select_device(gpu_ctx_t *g)
+{
+    mp_ctx_t *ctx = &g->mp;
+    void *probe = NULL;
+    weft_status_t st = weft_malloc(ctx->comm, &probe, 64);
+    if (st != WEFT_SUCCESS || !probe)
+        mp_fatal(ctx, "weft_malloc(64) returned %s: %s", weft_status_string(st), weft_last_error());
+    struct cudaPointerAttributes attr;
+    memset(&attr, 0, sizeof attr);
+    cudaError_t err = cudaPointerGetAttributes(&attr, probe);
+    if (err == cudaSuccess && attr.type == cudaMemoryTypeDevice) {
+        g->device = attr.device;
+    } else {
+        /* weft made its device's primary context current on this thread: the runtime sees it. */
+        (void)cudaGetLastError();
+        gpu_cuda_ok(g, cudaGetDevice(&g->device), "cudaGetDevice");
+        printf("%s rank=%d: cudaPointerGetAttributes(weft_malloc pointer %p): %s, type %d; "
+               "using the current device %d\n",
+               ctx->test, ctx->rank, probe, cudaGetErrorString(err), (int)attr.type, g->device);
+    }
+    gpu_cuda_ok(g, cudaSetDevice(g->device), "cudaSetDevice");
+    gpu_cuda_ok(g, cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking),
+                "cudaStreamCreateWithFlags(cudaStreamNonBlocking)");
+    mp_ok(ctx, weft_free(ctx->comm, probe), "weft_free");
+}
+
+/* Agree on the seed through device memory: rank 0's value, broadcast, then checked with a MIN
+ * and a MAX all-reduce. */
+static void agree_seed(gpu_ctx_t *g, int have_env, uint64_t seed_env)
+{
+    mp_ctx_t *ctx = &g->mp;
+    uint64_t seed = 0, got[3] = {0, 0, 0};
+    if (ctx->rank == 0)
+        seed = have_env ? seed_env
+                        : mp_hash((uint64_t)time(NULL), (uint64_t)getpid(),
+                                  (uint64_t)(mp_now_s() * 1e9), 0);
+    void *dev = NULL;
+    weft_status_t st = weft_malloc(ctx->comm, &dev, 3 * sizeof(uint64_t));
+    if (st != WEFT_SUCCESS || !dev)
+        mp_fatal(ctx, "weft_malloc returned %s: %s", weft_status_string(st), weft_last_error());
+    uint64_t *d = dev;
+    gpu_h2d(g, d, &seed, sizeof seed);
+    st = weft_broadcast(ctx->comm, d, d, 1, WEFT_UINT64, 0, g->stream);
+    if (st != WEFT_SUCCESS)
+        mp_fatal(ctx, "weft_broadcast of the seed returned %s: %s", weft_status_string(st),
+                 weft_last_error());
+    st = weft_all_reduce(ctx->comm, d, d + 1, 1, WEFT_UINT64, WEFT_MIN, g->stream);
+    if (st == WEFT_SUCCESS)
+        st = weft_all_reduce(ctx->comm, d, d + 2, 1, WEFT_UINT64, WEFT_MAX, g->stream);
+    if (st != WEFT_SUCCESS)
+        mp_fatal(ctx, "weft_all_reduce of the seed returned %s: %s", weft_status_string(st),
+                 weft_last_error());
+    gpu_d2h(g, got, d, sizeof got);
+    gpu_sync(g, "seed agreement");
+    if (got[1] != got[0] || got[2] != got[0])
+        mp_fatal(ctx,
+                 "ranks disagree on the seed after weft_broadcast (min %" PRIu64 ", max %" PRIu64
+                 ", mine %" PRIu64 ")",
+                 got[1], got[2], got[0]);
+    if (ctx->rank == 0 && got[0] != seed)
+        mp_fatal(ctx, "weft_broadcast changed the root's seed %" PRIu64 " to %" PRIu64, seed,
+                 got[0]);
+    ctx->seed = got[0];
+    mp_ok(ctx, weft_free(ctx->comm, dev), "weft_free");
+}
+
+void gpu_init(gpu_ctx_t *g, const char *test)
+{
+    memset(g, 0, sizeof *g);
+    mp_ctx_t *ctx = &g->mp;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    ctx->test = test;
+    ctx->start_s = mp_now_s();
+    ctx->rank = -1;
+    snprintf(ctx->where, sizeof ctx->where, "set-up");
+
+    int ndev = 0;
+    cudaError_t err = cudaGetDeviceCount(&ndev);
+    if (err != cudaSuccess || ndev < 1) {
+        printf("SKIP: no CUDA device (%s)\n",
+               err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount found none");
+        fflush(stdout);
+        exit(GPU_SKIP_EXIT);
+    }
+    ctx->quick = env_flag("GPU_TEST_QUICK") || env_flag("WEFT_TEST_QUICK");
+    uint64_t seed_env = 0;
+    int have_env = env_u64("WEFT_TEST_SEED", &seed_env);
+
+    open_comm(g, WEFT_REGISTRATION_ROA);
+    ctx->rank = weft_comm_rank(ctx->comm);
+    ctx->nranks = weft_comm_size(ctx->comm);
+    if (ctx->rank < 0 || ctx->nranks < 1 || ctx->rank >= ctx->nranks)
+        mp_fatal(ctx, "weft_comm_rank/size gave rank %d of %d", ctx->rank, ctx->nranks);
+    select_device(g);
+    agree_seed(g, have_env, seed_env);
+    mp_comm_close(ctx);
+    struct cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, g->device) != cudaSuccess)
+        snprintf(prop.name, sizeof prop.name, "?");
+    mp_note(ctx, "n=%d seed=%" PRIu64 "%s device %d (%s) of %d", ctx->nranks, ctx->seed,
+            ctx->quick ? " quick" : "", g->device, prop.name, ndev);
+}
+
+int gpu_finish(gpu_ctx_t *g)
+{
+    mp_comm_close(&g->mp);
+    if (g->stream) {
+        cudaError_t err = cudaStreamDestroy(g->stream);
+        mp_check(&g->mp, err == cudaSuccess, "cudaStreamDestroy: %s", cudaGetErrorString(err));
+        g->stream = NULL;
+    }
+    return mp_finish(&g->mp);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Streams and copies
+ * ------------------------------------------------------------------------------------------- */
+cudaError_t gpu_stream_wait(cudaStream_t stream, double limit_s)
+{
+    double start = mp_now_s();
+    for (unsigned polls = 0;; polls++) {
+        cudaError_t err = cudaStreamQuery(stream);
+        if (err != cudaErrorNotReady)
+            return err;
+        if (mp_now_s() - start > limit_s)
+            return cudaErrorNotReady;
+        if (polls < YIELD_POLLS)
+            sched_yield();
+        else
+            mp_sleep_ms(SLEEP_POLL_MS);
+    }
+}
+
+void gpu_sync(gpu_ctx_t *g, const char *what)
+{
+    cudaError_t err = gpu_stream_wait(g->stream, g->sync_limit_s);
+    if (err == cudaErrorNotReady)
+        mp_fatal(&g->mp,
+                 "%s: the stream is still busy after %.0f s (a kernel that ignores its "
+                 "deadline?)",
+                 what, g->sync_limit_s);
+    if (err == cudaSuccess)
+        err = cudaStreamSynchronize(g->stream);
+    if (err != cudaSuccess)
+        mp_fatal(&g->mp, "%s: the stream failed: %s: %s", what, cudaGetErrorName(err),
+                 cudaGetErrorString(err));
+}
+
+void gpu_h2d(gpu_ctx_t *g, void *dev, const void *host, size_t bytes)
+{
+    if (bytes > 0)
+        gpu_cuda_ok(g, cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, g->stream),
+                    "cudaMemcpyAsync(host to device)");
+}
+
+void gpu_d2h(gpu_ctx_t *g, void *host, const void *dev, size_t bytes)
+{
+    if (bytes > 0)
+        gpu_cuda_ok(g, cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, g->stream),
+                    "cudaMemcpyAsync(device to host)");
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Buffers
+ * ------------------------------------------------------------------------------------------- */
+const char *gpu_buf_kind_name(gpu_buf_kind_t kind)
+{
+    static const char *const names[GPU_NUM_BUF_KINDS] = {"weft", "interior", "cuda"};
+    return (unsigned)kind < GPU_NUM_BUF_KINDS ? names[kind] : "kind?";
+}
+
+size_t gpu_front_bytes(gpu_buf_kind_t kind, size_t es)
+{
+    if (kind == GPU_BUF_WEFT)
+        return 0;
+    return GUARD_FRONT_BYTES + (es == 1 ? 1 : es == 2 ? 2 : 0);
+}
+
+/* Allocate device memory: weft_malloc if weft, else cudaMalloc. */
+static void *dev_alloc(gpu_ctx_t *g, int weft, size_t bytes)
+{
+    void *p = NULL;
+    if (weft) {
+        weft_status_t st = weft_malloc(g->mp.comm, &p, bytes);
+        if (st != WEFT_SUCCESS || !p)
+            mp_fatal(&g->mp, "weft_malloc(%zu) returned %s, pointer %p: %s", bytes,
+                     weft_status_string(st), p, weft_last_error());
+    } else {
+        gpu_cuda_ok(g, cudaMalloc(&p, bytes), "cudaMalloc");
+    }
+    return p;
+}
+
+static void dev_free(gpu_ctx_t *g, int weft, void *p)
+{
+    if (weft)
+        mp_ok(&g->mp, weft_free(g->mp.comm, p), "weft_free");
+    else
+        gpu_cuda_ok(g, cudaFree(p), "cudaFree");
+}
+
+void gpu_slab_create(gpu_ctx_t *g, gpu_slab_t *s, int weft, size_t bytes)
+{
+    s->weft = weft;
+    s->bytes = bytes;
+    s->dev = dev_alloc(g, weft, bytes);
+    s->host = malloc(bytes);
+    if (!s->host)
+        mp_fatal(&g->mp, "malloc(%zu) failed", bytes);
+}
+
+void gpu_slab_destroy(gpu_ctx_t *g, gpu_slab_t *s)
+{
+    if (s->dev)
+        dev_free(g, s->weft, s->dev);
+    free(s->host);
+    memset(s, 0, sizeof *s);
+}
+
+void gpu_buf_get(gpu_ctx_t *g, gpu_buf_t *b, const gpu_slab_t *slab, gpu_buf_kind_t kind,
+                 size_t bytes, size_t es)
+{
+    memset(b, 0, sizeof *b);
+    b->kind = kind;
+    b->bytes = bytes;
+    b->front = gpu_front_bytes(kind, es);
+    b->back = GUARD_BACK_BYTES;
+    size_t total = b->front + bytes + b->back;
+    int weft = kind != GPU_BUF_CUDA;
+    if (slab && slab->weft == weft && total <= slab->bytes) {
+        b->base = slab->dev;
+        b->hbase = slab->host;
+    } else {
+        b->owned = dev_alloc(g, weft, total);
+        b->owned_host = malloc(total);
+        if (!b->owned_host)
+            mp_fatal(&g->mp, "malloc(%zu) failed", total);
+        b->base = b->owned;
+        b->hbase = b->owned_host;
+    }
+    b->ptr = b->base + b->front;
+    b->host = b->hbase + b->front;
+    if (b->front > 0)
+        gpu_cuda_ok(g, cudaMemsetAsync(b->base, GUARD_BYTE, b->front, g->stream),
+                    "cudaMemsetAsync(front guard)");
+    if (bytes > 0)
+        gpu_cuda_ok(g, cudaMemsetAsync(b->ptr, POISON_BYTE, bytes, g->stream),
+                    "cudaMemsetAsync(poison)");
+    gpu_cuda_ok(g, cudaMemsetAsync(b->ptr + bytes, GUARD_BYTE, b->back, g->stream),
+                "cudaMemsetAsync(back guard)");
+}
+
+void gpu_buf_put(gpu_ctx_t *g, gpu_buf_t *b)
+{
+    if (b->owned)
+        dev_free(g, b->kind != GPU_BUF_CUDA, b->owned);
+    free(b->owned_host);
+    memset(b, 0, sizeof *b);
+}
+
+void gpu_buf_push(gpu_ctx_t *g, const gpu_buf_t *b, size_t off, size_t len)
+{
+    gpu_h2d(g, b->ptr + off, b->host + off, len);
+}
+
+void gpu_buf_pull(gpu_ctx_t *g, const gpu_buf_t *b)
+{
+    gpu_d2h(g, b->hbase, b->base, b->front + b->bytes + b->back);
+}
+
+static size_t first_not(const unsigned char *p, size_t n, unsigned char v)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != v)
+            return i;
+    return n;
+}
+
+void gpu_buf_check_guards(gpu_ctx_t *g, const gpu_buf_t *b, const char *name)
+{
+    size_t i = first_not(b->hbase, b->front, GUARD_BYTE);
+    mp_check(&g->mp, i == b->front,
+             "%s (%s, %zu bytes): guard byte %zu before the buffer is 0x%02x", name,
+             gpu_buf_kind_name(b->kind), b->bytes, b->front - i, i < b->front ? b->hbase[i] : 0);
+    const unsigned char *back = b->host + b->bytes;
+    i = first_not(back, b->back, GUARD_BYTE);
+    mp_check(&g->mp, i == b->back, "%s (%s, %zu bytes): guard byte %zu after the buffer is 0x%02x",
+             name, gpu_buf_kind_name(b->kind), b->bytes, i, i < b->back ? back[i] : 0);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Statistics
+ * ------------------------------------------------------------------------------------------- */
+int gpu_expect_zero_copy(const gpu_ctx_t *g, gpu_buf_kind_t kind)
+{
+    return kind != GPU_BUF_CUDA && g->mp.reg != WEFT_REGISTRATION_STAGED;
+}
+
+void gpu_check_path(gpu_ctx_t *g, const weft_stats_t *before, const weft_stats_t *after,
+                    gpu_buf_kind_t kind, size_t pair_bytes, int peers_read)
+{
+    mp_ctx_t *ctx = &g->mp;
+    uint64_t dz = after->zero_copy_ops - before->zero_copy_ops;
+    uint64_t ds = after->staged_ops - before->staged_ops;
+    uint64_t di = after->inline_ops - before->inline_ops;
+    if (!mp_check(ctx, dz + ds + di == 1 && (dz | ds | di) <= 1,
+                  "stats: the operation did not count exactly once: zero_copy_ops +%" PRIu64
+                  ", staged_ops +%" PRIu64 ", inline_ops +%" PRIu64,
+                  dz, ds, di))
+        return;
+    if (ctx->nranks < 2 || pair_bytes < MP_PATH_CHECK_BYTES)
+        return;
+    int zero = peers_read ? gpu_expect_zero_copy(g, kind) : 1;
+    mp_check(ctx, zero ? dz == 1 : ds == 1,
+             "stats: expected the %s path (%s buffers, reg=%s%s): zero_copy_ops +%" PRIu64
+             ", staged_ops +%" PRIu64 ", inline_ops +%" PRIu64,
+             zero ? "zero-copy" : "staged", gpu_buf_kind_name(kind), mp_reg_name(ctx->reg),
+             peers_read ? "" : ", peers read nothing of this rank", dz, ds, di);
+}

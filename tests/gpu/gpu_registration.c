@@ -1,0 +1,465 @@
+/*
+ * gpu_registration.c - registration of device memory seen through the public API, under each
+ * registration mode, on the CUDA backend.
+ *
+ *   many buffers (roa: 1000, jit: 200; quick: 100, 50): allocate them all, each larger than
+ *     everything registered so far divided by their number (so that they cannot all fit in
+ *     memory registered before); in roa mode wait until every registration is acknowledged and
+ *     report how long that took; then one all_gather from each buffer, all queued back to back
+ *     on the stream, each result checked; peer_mappings must have grown by at least one mapping
+ *     per peer and at most one per peer and buffer; then an all_reduce on fresh buffers still
+ *     gives exact results with all those mappings in place.
+ *   alloc-then-use: fresh weft or interior buffers of many sizes, filled and used by an
+ *     all_reduce right after weft_malloc, freed right after; results must be exact, the path
+ *     zero-copy in roa/jit mode and staged in staged mode.
+ *   address reuse: weft_free then weft_malloc of the same size, many times, each time with new
+ *     data that peers read (all_gather); a stale peer mapping would show old data.
+ *   first-use waits: allocate, barrier, sleep 50 ms, then use. In roa mode registration is done
+ *     by then, so first_use_waits must not move; in jit mode the first use registers and must
+ *     count a wait, and a second use of the same buffers must not.
+ *   counters: registrations_completed <= registrations_started; a fresh allocation larger than
+ *     everything registered so far raises registrations_started, registrations_completed and
+ *     bytes_registered once used (roa: by at least its size; jit: nothing before first use).
+ * On each communicator the counters come first (later tests register more than their 1 GiB
+ * cap), then the many buffers, before the tests that free many buffers: peers' unmaps still
+ * under way would lower peer_mappings while it is compared (one freed buffer per peer, as the
+ * counters test leaves, is within the bounds).
+ */
+#include "gpu_harness.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SLEEP_BEFORE_USE_MS 50.0
+#define BIG_CAP_BYTES ((uint64_t)1 << 30)
+#define MANY_ROA 1000
+#define MANY_JIT 200
+#define MANY_ROA_QUICK 100
+#define MANY_JIT_QUICK 50
+#define MANY_MIN_BYTES ((size_t)64 << 10)
+#define MANY_ELEMS 64 /* uint64 gathered from each buffer: 512 bytes, more than travels inline */
+#define REGISTER_WAIT_S 120.0
+
+static const size_t use_sizes[] = {1, 3, 255, 1024, 4099, 65537, 300001};
+static const weft_dtype_t use_dtypes[] = {WEFT_INT32,   WEFT_FLOAT32, WEFT_BFLOAT16, WEFT_INT8,
+                                          WEFT_FLOAT64, WEFT_UINT64,  WEFT_FLOAT16};
+#define NUM_USE_DTYPES (sizeof use_dtypes / sizeof use_dtypes[0])
+
+static void check_counter_invariants(mp_ctx_t *ctx, const weft_stats_t *s, const char *when)
+{
+    mp_check(ctx, s->registrations_completed <= s->registrations_started,
+             "%s: registrations_completed %" PRIu64 " > registrations_started %" PRIu64, when,
+             s->registrations_completed, s->registrations_started);
+}
+
+/* All ranks agree on a value: the maximum of theirs (through device memory). */
+static uint64_t agree_max(gpu_ctx_t *g, uint64_t mine)
+{
+    gpu_buf_t b;
+    gpu_buf_get(g, &b, NULL, GPU_BUF_WEFT, 2 * sizeof(uint64_t), 8);
+    memcpy(b.host, &mine, sizeof mine);
+    gpu_buf_push(g, &b, 0, sizeof mine);
+    mp_ok(&g->mp,
+          weft_all_reduce(g->mp.comm, b.ptr, b.ptr + 8, 1, WEFT_UINT64, WEFT_MAX, g->stream),
+          "weft_all_reduce");
+    gpu_buf_pull(g, &b);
+    gpu_sync(g, "agreeing on a value");
+    uint64_t agreed;
+    memcpy(&agreed, b.host + 8, sizeof agreed);
+    gpu_buf_put(g, &b);
+    return agreed;
+}
+
+/* One all_reduce (float32 sum) on fresh weft buffers of count elements; checks the result. */
+static void fresh_all_reduce(gpu_ctx_t *g, size_t count, const char *what)
+{
+    mp_ctx_t *ctx = &g->mp;
+    mp_case(ctx, "%s: all_reduce of %zu float32 on fresh buffers", what, count);
+    gpu_buf_t send, recv;
+    gpu_buf_get(g, &send, NULL, GPU_BUF_WEFT, count * 4, 4);
+    gpu_buf_get(g, &recv, NULL, GPU_BUF_INTERIOR, count * 4, 4);
+    mp_red_fill(ctx, WEFT_FLOAT32, WEFT_SUM, ctx->rank, 0, count, send.host);
+    gpu_buf_push(g, &send, 0, count * 4);
+    int ok = mp_ok(
+        ctx,
+        weft_all_reduce(ctx->comm, send.ptr, recv.ptr, count, WEFT_FLOAT32, WEFT_SUM, g->stream),
+        "weft_all_reduce");
+    gpu_buf_pull(g, &recv);
+    gpu_sync(g, "all_reduce");
+    if (ok)
+        mp_red_check_result(ctx, "recvbuf", recv.host, WEFT_FLOAT32, WEFT_SUM, 0, count);
+    gpu_buf_check_guards(g, &recv, "recvbuf");
+    gpu_buf_put(g, &send);
+    gpu_buf_put(g, &recv);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Many buffers
+ * ------------------------------------------------------------------------------------------- */
+static uint64_t many_value(const mp_ctx_t *ctx, int rank, int i, int j)
+{
+    return mp_hash(ctx->seed + ctx->case_id, (uint64_t)rank, (uint64_t)i * MANY_ELEMS + (uint64_t)j,
+                   13);
+}
+
+/* Wait until every registration this rank started is acknowledged by all peers. */
+static void wait_registered(gpu_ctx_t *g, int k)
+{
+    mp_ctx_t *ctx = &g->mp;
+    double t0 = mp_now_s();
+    weft_stats_t s;
+    for (;;) {
+        mp_stats(ctx, &s);
+        if (s.registrations_completed >= s.registrations_started)
+            break;
+        if (mp_now_s() - t0 > REGISTER_WAIT_S) {
+            mp_fail(ctx,
+                    "%" PRIu64 " of %" PRIu64 " registrations still unacknowledged after %.0f s",
+                    s.registrations_started - s.registrations_completed, s.registrations_started,
+                    REGISTER_WAIT_S);
+            return;
+        }
+        mp_sleep_ms(5);
+    }
+    mp_note(ctx, "reg=%s: %d allocations registered with %d peers in %.2f s (rank 0)",
+            mp_reg_name(ctx->reg), k, ctx->nranks - 1, mp_now_s() - t0);
+}
+
+static void many_buffers(gpu_ctx_t *g)
+{
+    mp_ctx_t *ctx = &g->mp;
+    if (ctx->nranks < 2 || ctx->reg == WEFT_REGISTRATION_STAGED)
+        return;
+    int roa = ctx->reg == WEFT_REGISTRATION_ROA;
+    int k =
+        roa ? (ctx->quick ? MANY_ROA_QUICK : MANY_ROA) : (ctx->quick ? MANY_JIT_QUICK : MANY_JIT);
+    int n = ctx->nranks;
+    weft_stats_t s0, s1, s2;
+    mp_stats(ctx, &s0);
+    /* Together larger than everything registered so far, on every rank. */
+    uint64_t each = s0.bytes_registered / (uint64_t)k + 4096;
+    each = each < MANY_MIN_BYTES ? MANY_MIN_BYTES : (each + 4095) / 4096 * 4096;
+    size_t bytes = (size_t)agree_max(g, each);
+    mp_case(ctx, "%d buffers of %zu bytes, one all_gather from each", k, bytes);
+    /* No peer allocates before this rank has read its counters. */
+    mp_stats(ctx, &s0);
+    mp_ok(ctx, weft_barrier(ctx->comm, g->stream), "weft_barrier");
+    gpu_sync(g, "barrier");
+
+    void **bufs = calloc((size_t)k, sizeof *bufs);
+    uint64_t *vals = calloc((size_t)k * MANY_ELEMS, sizeof *vals);
+    if (!bufs || !vals)
+        mp_fatal(ctx, "out of memory");
+    double t0 = mp_now_s();
+    for (int i = 0; i < k; i++) {
+        weft_status_t st = weft_malloc(ctx->comm, &bufs[i], bytes);
+        if (st != WEFT_SUCCESS || !bufs[i])
+            mp_fatal(ctx, "weft_malloc #%d (%zu bytes) returned %s: %s", i, bytes,
+                     weft_status_string(st), weft_last_error());
+        uint64_t *v = vals + (size_t)i * MANY_ELEMS;
+        for (int j = 0; j < MANY_ELEMS; j++)
+            v[j] = many_value(ctx, ctx->rank, i, j);
+        gpu_h2d(g, bufs[i], v, MANY_ELEMS * sizeof *v);
+    }
+    mp_note(ctx, "reg=%s: %d weft_malloc calls of %zu bytes in %.3f s (rank 0)",
+            mp_reg_name(ctx->reg), k, bytes, mp_now_s() - t0);
+    if (roa)
+        wait_registered(g, k);
+
+    /* The results go to cudaMalloc memory: nothing peers map. */
+    gpu_buf_t out;
+    size_t row = (size_t)n * MANY_ELEMS * 8; /* the results of one all_gather */
+    gpu_buf_get(g, &out, NULL, GPU_BUF_CUDA, (size_t)k * row, 8);
+    int failed = 0;
+    for (int i = 0; i < k && !failed; i++) {
+        weft_status_t st = weft_all_gather(ctx->comm, bufs[i], out.ptr + (size_t)i * row,
+                                           MANY_ELEMS, WEFT_UINT64, g->stream);
+        failed = !mp_ok(ctx, st, "weft_all_gather");
+    }
+    gpu_buf_pull(g, &out);
+    gpu_sync(g, "all_gathers from the buffers");
+    if (!failed) {
+        size_t bad = 0;
+        int first_i = -1, first_p = -1;
+        for (int i = 0; i < k; i++)
+            for (int p = 0; p < n; p++)
+                for (int j = 0; j < MANY_ELEMS; j++) {
+                    uint64_t got;
+                    memcpy(&got, out.host + (size_t)i * row + ((size_t)p * MANY_ELEMS + j) * 8, 8);
+                    if (got != many_value(ctx, p, i, j) && bad++ == 0) {
+                        first_i = i;
+                        first_p = p;
+                    }
+                }
+        mp_check(ctx, bad == 0, "%zu of %d gathered values wrong (first: buffer %d from rank %d)",
+                 bad, k * n * MANY_ELEMS, first_i, first_p);
+    }
+    gpu_buf_check_guards(g, &out, "gathered values");
+    mp_stats(ctx, &s1);
+    /* After the first barrier every rank has used all its buffers, so every peer has mapped
+     * them (or the chunks holding them); the second keeps peers from allocating (and so
+     * registering) anything new until this rank has read its counters. */
+    mp_ok(ctx, weft_barrier(ctx->comm, g->stream), "weft_barrier");
+    gpu_sync(g, "barrier");
+    mp_stats(ctx, &s2);
+    mp_ok(ctx, weft_barrier(ctx->comm, g->stream), "weft_barrier");
+    gpu_sync(g, "barrier");
+    check_counter_invariants(ctx, &s1, "after the all_gathers");
+    uint64_t grown = s2.peer_mappings - s0.peer_mappings;
+    uint64_t lo = (uint64_t)(n - 1), hi = (uint64_t)(n - 1) * (uint64_t)k;
+    mp_check(ctx, s2.peer_mappings >= s0.peer_mappings && grown >= lo && grown <= hi,
+             "peer_mappings went from %" PRIu64 " to %" PRIu64 " after %d peers' %d buffers each "
+             "were used (expected +%" PRIu64 "..+%" PRIu64 ")",
+             s0.peer_mappings, s2.peer_mappings, n - 1, k, lo, hi);
+    mp_note(ctx, "reg=%s: peer_mappings %" PRIu64 " -> %" PRIu64 " (%d peers x %d buffers)",
+            mp_reg_name(ctx->reg), s0.peer_mappings, s2.peer_mappings, n - 1, k);
+
+    fresh_all_reduce(g, ctx->quick ? 4099 : MP_LARGE_COUNT, "with many peer mappings");
+    gpu_buf_put(g, &out);
+    for (int i = 0; i < k; i++)
+        mp_ok(ctx, weft_free(ctx->comm, bufs[i]), "weft_free");
+    free(bufs);
+    free(vals);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Allocate, use at once, free
+ * ------------------------------------------------------------------------------------------- */
+static void alloc_then_use(gpu_ctx_t *g)
+{
+    mp_ctx_t *ctx = &g->mp;
+    int rounds = ctx->quick ? 1 : 3;
+    unsigned k = 0;
+    for (int round = 0; round < rounds; round++)
+        for (size_t i = 0; i < sizeof use_sizes / sizeof use_sizes[0]; i++, k++) {
+            gpu_buf_kind_t kind = k % 2 ? GPU_BUF_INTERIOR : GPU_BUF_WEFT;
+            size_t count = use_sizes[i];
+            weft_dtype_t dt = use_dtypes[k % NUM_USE_DTYPES];
+            weft_redop_t op = (weft_redop_t)(k % WEFT_NUM_REDOPS);
+            size_t es = mp_dtype_bytes(dt), bytes = count * es;
+            mp_case(ctx, "alloc-then-use %s count=%zu %s %s", gpu_buf_kind_name(kind), count,
+                    mp_dtype_name(dt), mp_op_name(op));
+            gpu_buf_t send, recv;
+            gpu_buf_get(g, &send, NULL, kind, bytes, es);
+            gpu_buf_get(g, &recv, NULL, kind, bytes, es);
+            mp_red_fill(ctx, dt, op, ctx->rank, 0, count, send.host);
+            gpu_buf_push(g, &send, 0, bytes);
+            weft_stats_t s0, s1;
+            mp_stats(ctx, &s0);
+            weft_status_t st =
+                weft_all_reduce(ctx->comm, send.ptr, recv.ptr, count, dt, op, g->stream);
+            mp_stats(ctx, &s1);
+            int ok = mp_ok(ctx, st, "weft_all_reduce");
+            gpu_buf_pull(g, &recv);
+            gpu_sync(g, "all_reduce");
+            if (ok) {
+                mp_red_check_result(ctx, "recvbuf", recv.host, dt, op, 0, count);
+                gpu_check_path(g, &s0, &s1, kind, bytes, 1);
+            }
+            gpu_buf_check_guards(g, &recv, "recvbuf");
+            gpu_buf_put(g, &send);
+            gpu_buf_put(g, &recv);
+        }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Address reuse
+ * ------------------------------------------------------------------------------------------- */
+static void address_reuse(gpu_ctx_t *g)
+{
+    mp_ctx_t *ctx = &g->mp;
+    int iters = ctx->quick ? 15 : 40;
+    const size_t count = 16387; /* uint32 elements: 64 KiB + 12 bytes */
+    size_t bytes = count * 4, n = (size_t)ctx->nranks;
+    void *prev = NULL;
+    int reused = 0;
+    for (int it = 0; it < iters; it++) {
+        mp_case(ctx, "address reuse iteration %d", it);
+        gpu_buf_t send, recv;
+        gpu_buf_get(g, &send, NULL, GPU_BUF_WEFT, bytes, 4);
+        gpu_buf_get(g, &recv, NULL, GPU_BUF_WEFT, n * bytes, 4);
+        reused += send.owned == prev;
+        prev = send.owned;
+        mp_raw_fill(ctx, WEFT_UINT32, ctx->rank, 0, count, send.host);
+        gpu_buf_push(g, &send, 0, bytes);
+        weft_status_t st =
+            weft_all_gather(ctx->comm, send.ptr, recv.ptr, count, WEFT_UINT32, g->stream);
+        int ok = mp_ok(ctx, st, "weft_all_gather");
+        gpu_buf_pull(g, &recv);
+        gpu_sync(g, "all_gather");
+        if (ok)
+            for (int p = 0; p < ctx->nranks; p++) {
+                char what[64];
+                snprintf(what, sizeof what, "recvbuf block %d", p);
+                mp_raw_check(ctx, what, recv.host + (size_t)p * bytes, WEFT_UINT32, p, 0, count);
+            }
+        gpu_buf_check_guards(g, &recv, "recvbuf");
+        gpu_buf_put(g, &send);
+        gpu_buf_put(g, &recv);
+    }
+    mp_note(ctx, "reg=%s: address reuse: %d of %d allocations got the previous address",
+            mp_reg_name(ctx->reg), reused, iters);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * First-use waits
+ * ------------------------------------------------------------------------------------------- */
+static void first_use_waits(gpu_ctx_t *g)
+{
+    static const size_t sizes[] = {4096, 1 << 20, 9 << 20};
+    mp_ctx_t *ctx = &g->mp;
+    if (ctx->nranks < 2 || ctx->reg == WEFT_REGISTRATION_STAGED)
+        return;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        size_t bytes = sizes[i], count = bytes / 4;
+        mp_case(ctx, "first use %.0f ms after weft_malloc, %zu bytes", SLEEP_BEFORE_USE_MS, bytes);
+        gpu_buf_t send, recv;
+        gpu_buf_get(g, &send, NULL, GPU_BUF_WEFT, bytes, 4);
+        gpu_buf_get(g, &recv, NULL, GPU_BUF_WEFT, bytes, 4);
+        mp_red_fill(ctx, WEFT_FLOAT32, WEFT_SUM, ctx->rank, 0, count, send.host);
+        gpu_buf_push(g, &send, 0, bytes);
+        mp_ok(ctx, weft_barrier(ctx->comm, g->stream), "weft_barrier");
+        gpu_sync(g, "barrier");
+        mp_sleep_ms(SLEEP_BEFORE_USE_MS);
+        weft_stats_t s0, s1, s2;
+        mp_stats(ctx, &s0);
+        int ok = mp_ok(ctx,
+                       weft_all_reduce(ctx->comm, send.ptr, recv.ptr, count, WEFT_FLOAT32, WEFT_SUM,
+                                       g->stream),
+                       "weft_all_reduce");
+        mp_stats(ctx, &s1);
+        gpu_buf_pull(g, &recv);
+        gpu_sync(g, "first use");
+        if (ok)
+            mp_red_check_result(ctx, "recvbuf (first use)", recv.host, WEFT_FLOAT32, WEFT_SUM, 0,
+                                count);
+        gpu_cuda_ok(g, cudaMemsetAsync(recv.ptr, 0xA5, bytes, g->stream), "cudaMemsetAsync");
+        ok = mp_ok(ctx,
+                   weft_all_reduce(ctx->comm, send.ptr, recv.ptr, count, WEFT_FLOAT32, WEFT_SUM,
+                                   g->stream),
+                   "weft_all_reduce");
+        mp_stats(ctx, &s2);
+        gpu_buf_pull(g, &recv);
+        gpu_sync(g, "second use");
+        if (ok)
+            mp_red_check_result(ctx, "recvbuf (second use)", recv.host, WEFT_FLOAT32, WEFT_SUM, 0,
+                                count);
+        uint64_t w1 = s1.first_use_waits - s0.first_use_waits;
+        uint64_t w2 = s2.first_use_waits - s1.first_use_waits;
+        uint64_t ns1 = s1.first_use_wait_ns - s0.first_use_wait_ns;
+        mp_check(ctx,
+                 s1.first_use_waits >= s0.first_use_waits &&
+                     s2.first_use_waits >= s1.first_use_waits &&
+                     s1.first_use_wait_ns >= s0.first_use_wait_ns,
+                 "first_use_waits or first_use_wait_ns went down");
+        if (ctx->reg == WEFT_REGISTRATION_ROA) {
+            mp_check(ctx, w1 == 0 && ns1 == 0,
+                     "roa: the first use %.0f ms after weft_malloc waited for registration "
+                     "(first_use_waits +%" PRIu64 ", first_use_wait_ns +%" PRIu64 ")",
+                     SLEEP_BEFORE_USE_MS, w1, ns1);
+        } else {
+            mp_check(ctx, w1 >= 1,
+                     "jit: the first use did not count a first-use wait (first_use_waits +%" PRIu64
+                     ")",
+                     w1);
+            mp_check(ctx, w1 == 0 || ns1 > 0,
+                     "jit: first_use_waits +%" PRIu64 " but first_use_wait_ns did not grow", w1);
+        }
+        mp_check(ctx, w2 == 0,
+                 "%s: the second use of the same buffers counted %" PRIu64 " first-use waits",
+                 mp_reg_name(ctx->reg), w2);
+        gpu_buf_put(g, &send);
+        gpu_buf_put(g, &recv);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Counters
+ * ------------------------------------------------------------------------------------------- */
+static void counters(gpu_ctx_t *g)
+{
+    mp_ctx_t *ctx = &g->mp;
+    const size_t use_count = 1024; /* float32 elements used at the start of the allocation */
+    weft_stats_t s0, s1, s2;
+    mp_stats(ctx, &s0);
+    check_counter_invariants(ctx, &s0, "start");
+    /* Larger than everything registered so far: it cannot fit in a registered chunk. */
+    uint64_t big = s0.bytes_registered + ((uint64_t)1 << 20) + 4096;
+    big = big < ((uint64_t)4 << 20) ? (uint64_t)4 << 20 : big;
+    uint64_t agreed = agree_max(g, big);
+    mp_case(ctx, "registration counters, %" PRIu64 " bytes", agreed);
+    if (agreed > BIG_CAP_BYTES) {
+        mp_note(ctx, "SKIP counters: %" PRIu64 " bytes already registered", agreed);
+        return;
+    }
+    mp_stats(ctx, &s0);
+    void *buf = NULL;
+    weft_status_t st = weft_malloc(ctx->comm, &buf, (size_t)agreed);
+    if (st != WEFT_SUCCESS || !buf)
+        mp_fatal(ctx, "weft_malloc(%" PRIu64 ") returned %s: %s", agreed, weft_status_string(st),
+                 weft_last_error());
+    mp_stats(ctx, &s1);
+    check_counter_invariants(ctx, &s1, "after weft_malloc");
+    if (ctx->reg == WEFT_REGISTRATION_JIT)
+        mp_check(ctx,
+                 s1.registrations_started == s0.registrations_started &&
+                     s1.bytes_registered == s0.bytes_registered,
+                 "jit: weft_malloc registered before first use (registrations_started +%" PRIu64
+                 ", bytes_registered +%" PRIu64 ")",
+                 s1.registrations_started - s0.registrations_started,
+                 s1.bytes_registered - s0.bytes_registered);
+    /* Use it: all_reduce from its first use_count floats into the next use_count. */
+    unsigned char *in = buf, *out = in + use_count * 4;
+    float *host = malloc(use_count * 4);
+    if (!host)
+        mp_fatal(ctx, "out of memory");
+    mp_red_fill(ctx, WEFT_FLOAT32, WEFT_SUM, ctx->rank, 0, use_count, host);
+    gpu_h2d(g, in, host, use_count * 4);
+    gpu_cuda_ok(g, cudaMemsetAsync(out, 0xA5, use_count * 4, g->stream), "cudaMemsetAsync");
+    st = weft_all_reduce(ctx->comm, in, out, use_count, WEFT_FLOAT32, WEFT_SUM, g->stream);
+    int ok = mp_ok(ctx, st, "weft_all_reduce");
+    mp_stats(ctx, &s2);
+    gpu_d2h(g, host, out, use_count * 4);
+    gpu_sync(g, "counters all_reduce");
+    if (ok)
+        mp_red_check_result(ctx, "recvbuf", host, WEFT_FLOAT32, WEFT_SUM, 0, use_count);
+    free(host);
+    check_counter_invariants(ctx, &s2, "after first use");
+    if (ctx->nranks > 1 && ctx->reg != WEFT_REGISTRATION_STAGED) {
+        uint64_t want_bytes = ctx->reg == WEFT_REGISTRATION_ROA ? agreed : 2 * use_count * 4;
+        mp_check(ctx,
+                 s2.registrations_started > s0.registrations_started &&
+                     s2.registrations_completed > s0.registrations_completed &&
+                     s2.bytes_registered - s0.bytes_registered >= want_bytes,
+                 "%s: after allocating and using %" PRIu64 " bytes: registrations_started +%" PRIu64
+                 ", registrations_completed +%" PRIu64 ", bytes_registered +%" PRIu64
+                 " (expected +1, +1, +%" PRIu64 " at least)",
+                 mp_reg_name(ctx->reg), agreed, s2.registrations_started - s0.registrations_started,
+                 s2.registrations_completed - s0.registrations_completed,
+                 s2.bytes_registered - s0.bytes_registered, want_bytes);
+    }
+    if (ok)
+        gpu_check_path(g, &s1, &s2, GPU_BUF_WEFT, use_count * 4, 1);
+    mp_ok(ctx, weft_free(ctx->comm, buf), "weft_free");
+}
+
+int main(void)
+{
+    gpu_ctx_t g;
+    gpu_init(&g, "gpu_registration");
+    for (int reg = 0; reg < MP_NUM_REG_MODES; reg++) {
+        gpu_comm_open(&g, (weft_registration_t)reg);
+        counters(&g);
+        many_buffers(&g);
+        alloc_then_use(&g);
+        address_reuse(&g);
+        first_use_waits(&g);
+        mp_case(&g.mp, "final barrier reg=%s", mp_reg_name((weft_registration_t)reg));
+        mp_ok(&g.mp, weft_barrier(g.mp.comm, g.stream), "weft_barrier");
+        gpu_sync(&g, "final barrier");
+        mp_comm_close(&g.mp);
+    }
+    return gpu_finish(&g);
+}

@@ -1,0 +1,249 @@
+#!/usr/bin/env bash
+# run.sh - the whole GPU test suite, on a machine with an NVIDIA GPU (see tests/gpu/README.md).
+#
+#   tests/gpu/run.sh BUILD_DIR [OUT_DIR]
+#
+# 1. Prints nvidia-smi.
+# 2. Starts an MPS control daemon of its own (CUDA_MPS_PIPE_DIRECTORY and CUDA_MPS_LOG_DIRECTORY
+#    are fresh directories under /tmp), so that the ranks sharing the GPU run their kernels at
+#    the same time; it is always stopped on exit (`echo quit | nvidia-cuda-mps-control`).
+# 3. Runs gpu_collectives, gpu_graph, gpu_registration, gpu_invalid and gpu_fault (through
+#    gpu_fault.sh) with 2, 4 and 8 ranks, then gpu_fault --inflight with 2, 4 and 8 ranks.
+#    Every run: WEFT_BACKEND=cuda NCCL_NVLS_ENABLE=0 WEFT_TIMEOUT_S=30 (5 for gpu_fault).
+# 4. Runs gpu_collectives with 2 ranks and a small grid (GPU_TEST_QUICK=1) under
+#    `compute-sanitizer --tool memcheck`. If that fails without the sanitizer reporting any
+#    error (it refused the MPS clients), it stops MPS and runs it again without MPS.
+# 5. Prints a summary table (program, N, result, seconds) last and exits 0 only if every run
+#    passed.
+#
+# Each run has a timeout of 300 s (120 s for gpu_fault), shortened so that the whole script ends
+# within GPU_TEST_BUDGET_S seconds (default 480); a run that no longer fits is reported as
+# NOT-RUN, which fails the suite. OUT_DIR (default BUILD_DIR/gpu-test-logs) receives four files:
+# gpu-tests.log (the output of every run, with its command), summary.txt, nvidia-smi.txt and
+# mps.log (the MPS daemon's and server's logs).
+set -uo pipefail
+
+if [ $# -lt 1 ] || [ $# -gt 2 ]; then
+    echo "usage: $0 BUILD_DIR [OUT_DIR]" >&2
+    exit 2
+fi
+build=$(cd "$1" && pwd) || exit 2
+out=${2:-$build/gpu-test-logs}
+mkdir -p "$out" && out=$(cd "$out" && pwd) || exit 2
+here=$(cd "$(dirname "$0")" && pwd)
+weftrun=$build/weftrun
+bin=$build/tests/gpu
+programs=(gpu_collectives gpu_graph gpu_registration gpu_invalid)
+for exe in "$weftrun" "${programs[@]/#/$bin/}" "$bin/gpu_fault"; do
+    if [ ! -x "$exe" ]; then
+        echo "$0: $exe is missing: build with the CUDA backend first" >&2
+        exit 2
+    fi
+done
+
+budget=${GPU_TEST_BUDGET_S:-480}
+start=$(date +%s)
+deadline=$((start + budget))
+log=$out/gpu-tests.log
+summary=$out/summary.txt
+: >"$log"
+results=()  # "label|N|result|seconds"
+failures=0
+last_out="" # output of the last run (kept until the next one)
+
+export WEFT_BACKEND=cuda NCCL_NVLS_ENABLE=0
+
+record() {
+    results+=("$1|$2|$3|$4")
+    case "$3" in
+    PASS | RETRIED) ;;
+    *) failures=$((failures + 1)) ;;
+    esac
+}
+
+# ---------------------------------------------------------------------------------------------
+# MPS
+# ---------------------------------------------------------------------------------------------
+mps_pipe=$(mktemp -d /tmp/gpu-tests-mps-pipe.XXXXXX) || exit 1
+mps_logdir=$(mktemp -d /tmp/gpu-tests-mps-log.XXXXXX) || exit 1
+export CUDA_MPS_PIPE_DIRECTORY=$mps_pipe CUDA_MPS_LOG_DIRECTORY=$mps_logdir
+mps_on=0
+
+mps_start() {
+    if nvidia-cuda-mps-control -d; then
+        mps_on=1
+        echo "run.sh: MPS control daemon started (pipe directory $mps_pipe)"
+        return 0
+    fi
+    echo "run.sh: nvidia-cuda-mps-control -d failed"
+    return 1
+}
+
+mps_stop() {
+    [ "$mps_on" = 1 ] || return 0
+    mps_on=0
+    echo quit | nvidia-cuda-mps-control
+    # The daemon is gone once its pipe no longer answers.
+    for _ in $(seq 50); do
+        if ! echo get_server_list | timeout 5 nvidia-cuda-mps-control >/dev/null 2>&1; then
+            echo "run.sh: MPS stopped"
+            return 0
+        fi
+        sleep 0.2
+    done
+    echo "run.sh: the MPS control daemon still answers 10 s after quit"
+}
+
+cleanup() {
+    mps_stop
+    if [ -d "$mps_logdir" ]; then
+        for f in "$mps_logdir"/*; do
+            [ -f "$f" ] && { echo "===== $(basename "$f")"; cat "$f"; }
+        done >"$out/mps.log"
+        rm -rf "$mps_pipe" "$mps_logdir"
+    fi
+    [ -n "$last_out" ] && rm -f "$last_out"
+    last_out=""
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM HUP
+
+# ---------------------------------------------------------------------------------------------
+# One run
+# ---------------------------------------------------------------------------------------------
+
+# run_one LABEL PROG N WANT_PASS CAP_S CMD...
+# Runs CMD with a timeout (CAP_S, or less to keep to the budget). WANT_PASS > 0: the run passes
+# when CMD exits 0, prints exactly WANT_PASS lines "PASS PROG rank=..." and no "FAIL", and (for
+# sanitizer runs) no "ERROR SUMMARY: <non-zero>"; WANT_PASS = 0: when CMD exits 0 (gpu_fault.sh
+# makes its own checks). Its output goes to the log and stays in $last_out until the next run.
+run_one() {
+    local label=$1 prog=$2 n=$3 want=$4 cap=$5
+    shift 5
+    [ -n "$last_out" ] && rm -f "$last_out"
+    last_out=""
+    local now left limit
+    now=$(date +%s)
+    left=$((deadline - now))
+    if [ "$left" -lt 30 ]; then
+        echo "run.sh: $label n=$n: NOT-RUN (the time budget of $budget s is spent)"
+        record "$label" "$n" "NOT-RUN" 0
+        return
+    fi
+    limit=$((left < cap ? left : cap))
+    last_out=$(mktemp /tmp/gpu-tests-run.XXXXXX)
+    echo "run.sh: $label n=$n (timeout ${limit} s) ..."
+    local t0 t1 rc secs verdict pass
+    t0=$(date +%s.%N)
+    timeout -k 10 "$limit" "$@" >"$last_out" 2>&1
+    rc=$?
+    t1=$(date +%s.%N)
+    secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+    pass=$(grep -c "^PASS $prog rank=" "$last_out")
+    if [ "$rc" -eq 124 ] || { [ "$rc" -eq 137 ] && [ "${secs%.*}" -ge "$limit" ]; }; then
+        verdict=TIMEOUT
+    elif [ "$rc" -eq 77 ] && grep -q "^SKIP" "$last_out"; then
+        verdict=SKIP # no usable GPU: a failure on the machine this script is for
+    elif [ "$want" -eq 0 ]; then
+        [ "$rc" -eq 0 ] && verdict=PASS || verdict=FAIL
+    elif [ "$rc" -eq 0 ] && [ "$pass" -eq "$want" ] && ! grep -q "FAIL" "$last_out" &&
+        ! grep -q "ERROR SUMMARY: [1-9]" "$last_out"; then
+        verdict=PASS
+    else
+        verdict=FAIL
+    fi
+    {
+        echo "===== $label n=$n: $verdict in $secs s (exit status $rc)"
+        echo "\$ $*"
+        cat "$last_out"
+        echo
+    } >>"$log"
+    echo "run.sh: $label n=$n: $verdict in $secs s (exit status $rc)"
+    if [ "$verdict" != PASS ]; then
+        tail -n 40 "$last_out" | sed 's/^/    | /'
+    fi
+    record "$label" "$n" "$verdict" "$secs"
+}
+
+print_summary() {
+    local total=$(($(date +%s) - start))
+    {
+        echo
+        printf '%-34s %3s  %-8s %8s\n' program N result seconds
+        printf '%-34s %3s  %-8s %8s\n' ------- - ------ -------
+        local r a b c d
+        for r in "${results[@]}"; do
+            IFS='|' read -r a b c d <<<"$r"
+            printf '%-34s %3s  %-8s %8s\n' "$a" "$b" "$c" "$d"
+        done
+        if [ "$failures" -eq 0 ]; then
+            echo "run.sh: all ${#results[@]} runs passed in $total s"
+        else
+            echo "run.sh: $failures of ${#results[@]} runs did not pass ($total s); see $log"
+        fi
+    } | tee "$summary"
+}
+
+# ---------------------------------------------------------------------------------------------
+# The suite
+# ---------------------------------------------------------------------------------------------
+echo "run.sh: $(date -u '+%Y-%m-%d %H:%M:%S UTC') on $(hostname), build $build, logs in $out"
+echo "===== nvidia-smi"
+if ! nvidia-smi 2>&1 | tee "$out/nvidia-smi.txt"; then
+    echo "run.sh: nvidia-smi failed"
+    record nvidia-smi - FAIL 0
+fi
+
+if ! mps_start; then
+    record "MPS (nvidia-cuda-mps-control -d)" - FAIL 0
+    cleanup
+    print_summary
+    exit 1
+fi
+
+for n in 2 4 8; do
+    for p in "${programs[@]}"; do
+        run_one "$p" "$p" "$n" "$n" 300 \
+            env WEFT_TIMEOUT_S=30 "$weftrun" --grace 15 -n "$n" -- "$bin/$p"
+    done
+    run_one gpu_fault gpu_fault "$n" 0 120 \
+        env WEFT_TIMEOUT_S=5 sh "$here/gpu_fault.sh" "$weftrun" "$bin/gpu_fault" "$n"
+done
+for n in 2 4 8; do
+    run_one "gpu_fault --inflight" gpu_fault "$n" 0 120 \
+        env WEFT_TIMEOUT_S=5 sh "$here/gpu_fault.sh" "$weftrun" "$bin/gpu_fault" "$n" --inflight
+done
+
+# compute-sanitizer memcheck on a short run.
+san=$(command -v compute-sanitizer || true)
+for c in /usr/local/cuda/bin/compute-sanitizer \
+    /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
+    [ -z "$san" ] && [ -x "$c" ] && san=$c
+done
+if [ -z "$san" ]; then
+    echo "run.sh: compute-sanitizer not found"
+    record "memcheck gpu_collectives" 2 MISSING 0
+else
+    sanitize=(env GPU_TEST_QUICK=1 WEFT_TIMEOUT_S=120 "$san" --tool memcheck
+        --target-processes all --report-api-errors no --print-limit 20 --error-exitcode 86
+        "$weftrun" --grace 15 -n 2 -- "$bin/gpu_collectives")
+    run_one "memcheck gpu_collectives (MPS)" gpu_collectives 2 2 300 "${sanitize[@]}"
+    last=${results[${#results[@]} - 1]}
+    if [[ "$last" != *"|PASS|"* && "$last" != *"|NOT-RUN|"* ]] &&
+        ! grep -q "ERROR SUMMARY: [1-9]" "$last_out"; then
+        # Nothing was reported but the run failed: the sanitizer may refuse MPS clients.
+        results[${#results[@]} - 1]="memcheck gpu_collectives (MPS)|2|RETRIED|${last##*|}"
+        failures=$((failures - 1))
+        echo "run.sh: memcheck under MPS failed without reporting an error: again without MPS"
+        mps_stop
+        run_one "memcheck gpu_collectives (no MPS)" gpu_collectives 2 2 300 \
+            env -u CUDA_MPS_PIPE_DIRECTORY -u CUDA_MPS_LOG_DIRECTORY "${sanitize[@]}"
+    fi
+fi
+
+cleanup
+print_summary
+if [ "$failures" -ne 0 ]; then
+    exit 1
+fi
+exit 0
