@@ -201,15 +201,23 @@ if ! mps_start; then
     exit 1
 fi
 
-for n in 2 4 8; do
+# gpu_registration counts registrations per allocation: it runs with one registered segment per
+# allocation (WEFT_CUDA_CHUNK_BYTES=0); every other program runs with the default chunks.
+chunks() { [ "$1" = gpu_registration ] && echo WEFT_CUDA_CHUNK_BYTES=0 || echo WEFT_CUDA_CHUNK_BYTES=64M; }
+only=${GPU_TEST_ONLY:-}    # e.g. "gpu_registration": run just these programs
+ranks=${GPU_TEST_RANKS:-2 4 8}
+[ -n "$only" ] && read -r -a programs <<<"$only"
+for n in $ranks; do
     for p in "${programs[@]}"; do
         run_one "$p" "$p" "$n" "$n" 300 \
-            env WEFT_TIMEOUT_S=30 "$weftrun" --grace 15 -n "$n" -- "$bin/$p"
+            env WEFT_TIMEOUT_S=30 "$(chunks "$p")" "$weftrun" --grace 15 -n "$n" -- "$bin/$p"
     done
+    [ -n "$only" ] && continue
     run_one gpu_fault gpu_fault "$n" 0 120 \
         env WEFT_TIMEOUT_S=5 sh "$here/gpu_fault.sh" "$weftrun" "$bin/gpu_fault" "$n"
 done
-for n in 2 4 8; do
+for n in $ranks; do
+    [ -n "$only" ] && break
     run_one "gpu_fault --inflight" gpu_fault "$n" 0 120 \
         env WEFT_TIMEOUT_S=5 sh "$here/gpu_fault.sh" "$weftrun" "$bin/gpu_fault" "$n" --inflight
 done
@@ -220,7 +228,9 @@ for c in /usr/local/cuda/bin/compute-sanitizer \
     /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
     [ -z "$san" ] && [ -x "$c" ] && san=$c
 done
-if [ -z "$san" ]; then
+if [ -n "${GPU_TEST_NO_MEMCHECK:-}" ]; then
+    echo "run.sh: memcheck skipped (GPU_TEST_NO_MEMCHECK)"
+elif [ -z "$san" ]; then
     echo "run.sh: compute-sanitizer not found"
     record "memcheck gpu_collectives" 2 MISSING 0
 else
