@@ -18,8 +18,10 @@
  *               registrations_started, then a barrier. Each process then holds its peers'
  *               segments: BUFFERS x (N-1) mappings when weft gives every allocation a segment of
  *               its own (WEFT_CUDA_CHUNK_BYTES=0), fewer when it carves allocations out of
- *               chunks. The pacing bounds the registrar's queue (it holds a descriptor per
- *               queued export and peer); -B 0 allocates everything before the first wait.
+ *               chunks. The pacing (BATCH, default 32) bounds the registrar's queue: it holds a
+ *               descriptor per queued export and peer, and descriptors in flight on the control
+ *               sockets count against RLIMIT_NOFILE; -B 0 allocates everything before the first
+ *               wait.
  *   after-free  the weft buffers freed, a barrier, then until this rank's peer_mappings is back
  *               to its baseline value or has not changed for 1 s (weft may keep an empty chunk)
  *
@@ -70,14 +72,21 @@ extern "C" {
 #define SETTLE_NS 1000000000ull /* after-free: peer_mappings unchanged this long means settled */
 
 enum { PH_BASELINE, PH_CUDAMALLOC, PH_WEFT, PH_AFTER_FREE, NUM_PHASES };
-static const char *const phase_names[NUM_PHASES] = {"baseline", "cudamalloc", "weft",
-                                                    "after-free"};
+static const char *const phase_names[NUM_PHASES] = {"baseline", "cudamalloc", "weft", "after-free"};
 
 /* Per-rank values of one phase, all-gathered as doubles. */
 enum {
-    V_LAUNCH_MED, V_LAUNCH_P10, V_LAUNCH_P90, V_LAUNCH_MEAN,
-    V_RT_MED, V_RT_P10, V_RT_P90, V_RT_MEAN,
-    V_PEER_MAPPINGS, V_REGISTRATIONS, NVALS
+    V_LAUNCH_MED,
+    V_LAUNCH_P10,
+    V_LAUNCH_P90,
+    V_LAUNCH_MEAN,
+    V_RT_MED,
+    V_RT_P10,
+    V_RT_P90,
+    V_RT_MEAN,
+    V_PEER_MAPPINGS,
+    V_REGISTRATIONS,
+    NVALS
 };
 
 typedef struct setup {
@@ -93,11 +102,11 @@ typedef struct lc {
     cudaStream_t stream;
     int rank, nranks;
     const setup_t *s;
-    uint64_t *t_ns;     /* launches entries */
-    double *d_mine;     /* device (cudaMalloc): NVALS values of this rank */
-    double *d_all;      /* device (cudaMalloc): nranks * NVALS values */
-    double *h_all;      /* host copy of d_all */
-    double *h_med;      /* nranks entries: scratch for the medians over ranks */
+    uint64_t *t_ns;                /* launches entries */
+    double *d_mine;                /* device (cudaMalloc): NVALS values of this rank */
+    double *d_all;                 /* device (cudaMalloc): nranks * NVALS values */
+    double *h_all;                 /* host copy of d_all */
+    double *h_med;                 /* nranks entries: scratch for the medians over ranks */
     double summary[NUM_PHASES][2]; /* rank 0: medians over ranks of launch, round trip (us) */
     FILE *json;
     char device[256];
@@ -217,8 +226,8 @@ static void gather(lc_t *c, const double mine[NVALS])
             "cudaMemcpyAsync (values to the device)");
     weft_ok(weft_all_gather(c->comm, c->d_mine, c->d_all, NVALS, WEFT_FLOAT64, c->stream),
             "weft_all_gather of the results");
-    cuda_ok(cudaMemcpyAsync(c->h_all, c->d_all, bytes * (size_t)c->nranks,
-                            cudaMemcpyDeviceToHost, c->stream),
+    cuda_ok(cudaMemcpyAsync(c->h_all, c->d_all, bytes * (size_t)c->nranks, cudaMemcpyDeviceToHost,
+                            c->stream),
             "cudaMemcpyAsync (results to the host)");
     cuda_ok(cudaStreamSynchronize(c->stream), "cudaStreamSynchronize after the results");
 }
@@ -244,8 +253,9 @@ static void json_head(lc_t *c, const char *phase)
     json_string(c->json, c->s->tag);
     fprintf(c->json, ",\"device\":");
     json_string(c->json, c->device);
-    fprintf(c->json, ",\"phase\":\"%s\",\"ranks\":%d,\"launches\":%d,\"buffers\":%d,"
-                     "\"buffer_bytes\":%zu",
+    fprintf(c->json,
+            ",\"phase\":\"%s\",\"ranks\":%d,\"launches\":%d,\"buffers\":%d,"
+            "\"buffer_bytes\":%zu",
             phase, c->nranks, c->s->launches, c->s->buffers, c->s->bytes);
 }
 
@@ -434,17 +444,16 @@ static void print_summary(lc_t *c)
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: weftrun -n N launch-cost [-k LAUNCHES] [-b BUFFERS] [-z BYTES] [-B BATCH]\n"
-            "                                [-t TIMEOUT_S] [--tag TEXT] [--json FILE]\n"
-            "  -k, --launches N   timed launches per measurement (default 10000)\n"
-            "  -b, --buffers N    buffers allocated per rank (default 1000)\n"
-            "  -z, --bytes SIZE   size of each buffer (default 2M)\n"
-            "  -B, --batch N      wait for the registrations every N weft_malloc calls\n"
-            "                     (default 100; 0: only after the last)\n"
-            "  -t, --timeout S    longest wait for registrations and unmaps (default 120)\n"
-            "      --tag TEXT     label printed in the header and written to the JSON\n"
-            "      --json FILE    also write the results as JSON lines (rank 0)\n");
+    fprintf(f, "usage: weftrun -n N launch-cost [-k LAUNCHES] [-b BUFFERS] [-z BYTES] [-B BATCH]\n"
+               "                                [-t TIMEOUT_S] [--tag TEXT] [--json FILE]\n"
+               "  -k, --launches N   timed launches per measurement (default 10000)\n"
+               "  -b, --buffers N    buffers allocated per rank (default 1000)\n"
+               "  -z, --bytes SIZE   size of each buffer (default 2M)\n"
+               "  -B, --batch N      wait for the registrations every N weft_malloc calls\n"
+               "                     (default 32; 0: only after the last)\n"
+               "  -t, --timeout S    longest wait for registrations and unmaps (default 120)\n"
+               "      --tag TEXT     label printed in the header and written to the JSON\n"
+               "      --json FILE    also write the results as JSON lines (rank 0)\n");
 }
 
 static int parse_int(const char *s, int lo, int hi, int *out)
@@ -474,7 +483,7 @@ static int parse_args(int argc, char **argv, setup_t *s)
     s->launches = 10000;
     s->buffers = 1000;
     s->bytes = 2u << 20;
-    s->batch = 100;
+    s->batch = 32;
     s->timeout_s = 120;
     s->tag = "";
     int opt, timeout_s = 120;
@@ -573,9 +582,11 @@ int main(int argc, char **argv)
     barrier(&c);
     uint64_t maps_left = wait_settled(&c, maps_base);
     barrier(&c);
-    if (maps_left > maps_base)
+    if (maps_left > maps_base) {
         printf("# rank %d: %llu peer mappings after the frees, %llu at the baseline\n", c.rank,
                (unsigned long long)maps_left, (unsigned long long)maps_base);
+        fflush(stdout);
+    }
     run_phase(&c, PH_AFTER_FREE);
 
     if (c.rank == 0)

@@ -6,8 +6,8 @@
 #
 # Per collective two weft-bench runs (backend auto: CUDA where a GPU is present, else the host;
 # WEFT_BENCH_BACKEND overrides), out of place and in place, every result
-# verified (-c 1): 8 B .. 128 KiB (x4) with 200 timed calls, then 1 MiB .. 64 MiB (x4) with 20,
-# so that the whole job takes about two minutes on a 2-core machine; then the barrier.
+# verified (-c 1): 8 B .. 128 KiB (x4) with 1000 timed calls, then 1 MiB .. 64 MiB (x4) with 20;
+# then the barrier. About 20 s on a quiet 2-core host, well under two minutes on a busy one.
 # Extra weft-bench options can be passed in WEFT_BENCH_ARGS (e.g. "--registration staged").
 # Exits non-zero if any run fails or any result is wrong.
 set -euo pipefail
@@ -34,7 +34,7 @@ start=$(date +%s)
 echo "# weft collectives on $ranks local ranks ($(nproc) cores, $(uname -r))"
 for coll in all_reduce all_gather reduce_scatter broadcast all_to_all all_to_allv; do
     # Small sizes: many short calls; large sizes: few long ones.
-    "$weftrun" -n "$ranks" "$bench" -t "$coll" -b 8 -e 256K -f 4 -n 200 -w 20 -c 1 \
+    "$weftrun" -n "$ranks" "$bench" -t "$coll" -b 8 -e 256K -f 4 -n 1000 -w 100 -c 1 \
         --backend "$backend" "${extra[@]}"
     "$weftrun" -n "$ranks" "$bench" -t "$coll" -b 1M -e 64M -f 4 -n 20 -w 5 -c 1 \
         --backend "$backend" "${extra[@]}"

@@ -122,7 +122,7 @@ static __device__ void run_units(const weft_cuda_params_t &p)
     }
 }
 
-__global__ void __launch_bounds__(WEFT_CUDA_THREADS)
+__global__ void __launch_bounds__(WEFT_CUDA_THREADS, 2)
     weft_cuda_collective(const __grid_constant__ weft_cuda_params_t p)
 {
     __shared__ uint32_t seq;
