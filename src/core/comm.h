@@ -114,6 +114,7 @@ struct weft_comm {
     double timeout_s;
     size_t inline_bytes;          /* <= WEFT_INLINE_MAX */
     size_t allreduce_twoshot_bytes;
+    size_t allreduce_inplace_twoshot_bytes;
 
     const weft_mem_ops_t *mem;
     weft_window_t window;

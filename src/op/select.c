@@ -26,7 +26,13 @@ weft_status_t weft_select_all_reduce(struct weft_comm *comm, const void *sendbuf
     size_t bytes = count * weft_dtype_size(dtype);
     if (use_inline(comm, bytes))
         return weft_inline_all_reduce(comm, sendbuf, recvbuf, count, dtype, op);
-    if (comm->nranks > 2 && bytes >= comm->allreduce_twoshot_bytes)
+    /* In place, one-shot must first copy the input (peers read it while it is overwritten);
+     * two-shot needs no copy, which pays for its second synchronisation from
+     * WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES on, with two ranks as with more. */
+    size_t twoshot_from = sendbuf == recvbuf ? comm->allreduce_inplace_twoshot_bytes
+                          : comm->nranks > 2 ? comm->allreduce_twoshot_bytes
+                                             : SIZE_MAX;
+    if (comm->nranks > 1 && bytes >= twoshot_from)
         return weft_allreduce_twoshot(comm, sendbuf, recvbuf, count, dtype, op, stream);
     return weft_allreduce_oneshot(comm, sendbuf, recvbuf, count, dtype, op, stream);
 }
