@@ -87,9 +87,9 @@ typedef enum { WEFT_BACKEND_AUTO, WEFT_BACKEND_HOST, WEFT_BACKEND_CUDA } weft_ba
 
 /* How user buffers become remotely accessible (DESIGN.md, "Registration modes"). */
 typedef enum {
-    WEFT_REGISTRATION_ROA,    /* register in the background at weft_malloc (default) */
-    WEFT_REGISTRATION_JIT,    /* register at first collective use, then cache */
-    WEFT_REGISTRATION_STAGED  /* never touch user buffers remotely: copy through scratch */
+    WEFT_REGISTRATION_ROA,   /* register in the background at weft_malloc (default) */
+    WEFT_REGISTRATION_JIT,   /* register at first collective use, then cache */
+    WEFT_REGISTRATION_STAGED /* never touch user buffers remotely: copy through scratch */
 } weft_registration_t;
 
 typedef struct weft_comm *weft_comm_t;
@@ -128,8 +128,8 @@ WEFT_API weft_status_t weft_comm_destroy(weft_comm_t comm);
  * the connections (peers see WEFT_ERR_PEER_LOST). weft_comm_destroy must still be called. */
 WEFT_API weft_status_t weft_comm_abort(weft_comm_t comm);
 
-WEFT_API int weft_comm_rank(weft_comm_t comm);           /* -1 for a NULL communicator */
-WEFT_API int weft_comm_size(weft_comm_t comm);           /* -1 for a NULL communicator */
+WEFT_API int weft_comm_rank(weft_comm_t comm); /* -1 for a NULL communicator */
+WEFT_API int weft_comm_size(weft_comm_t comm); /* -1 for a NULL communicator */
 WEFT_API weft_backend_t weft_comm_backend(weft_comm_t comm);
 
 /* ---------------------------------------------------------------------------------------------
@@ -156,30 +156,33 @@ WEFT_API weft_status_t weft_free(weft_comm_t comm, void *ptr);
 
 /* recvbuf holds nranks * sendcount elements. In place when sendbuf == recvbuf + rank*sendcount. */
 WEFT_API weft_status_t weft_all_gather(weft_comm_t comm, const void *sendbuf, void *recvbuf,
-                              size_t sendcount, weft_dtype_t dtype, void *stream);
+                                       size_t sendcount, weft_dtype_t dtype, void *stream);
 
 /* sendbuf holds nranks * recvcount elements. In place when recvbuf == sendbuf + rank*recvcount. */
 WEFT_API weft_status_t weft_reduce_scatter(weft_comm_t comm, const void *sendbuf, void *recvbuf,
-                                  size_t recvcount, weft_dtype_t dtype, weft_redop_t op,
-                                  void *stream);
+                                           size_t recvcount, weft_dtype_t dtype, weft_redop_t op,
+                                           void *stream);
 
 /* In place when sendbuf == recvbuf. Every rank gets bit-identical results. */
-WEFT_API weft_status_t weft_all_reduce(weft_comm_t comm, const void *sendbuf, void *recvbuf, size_t count,
-                              weft_dtype_t dtype, weft_redop_t op, void *stream);
+WEFT_API weft_status_t weft_all_reduce(weft_comm_t comm, const void *sendbuf, void *recvbuf,
+                                       size_t count, weft_dtype_t dtype, weft_redop_t op,
+                                       void *stream);
 
 /* sendbuf is read on root only (may be NULL elsewhere). In place when sendbuf == recvbuf. */
-WEFT_API weft_status_t weft_broadcast(weft_comm_t comm, const void *sendbuf, void *recvbuf, size_t count,
-                             weft_dtype_t dtype, int root, void *stream);
+WEFT_API weft_status_t weft_broadcast(weft_comm_t comm, const void *sendbuf, void *recvbuf,
+                                      size_t count, weft_dtype_t dtype, int root, void *stream);
 
 /* count elements to and from each peer; block p of sendbuf goes to rank p. Not in place. */
 WEFT_API weft_status_t weft_all_to_all(weft_comm_t comm, const void *sendbuf, void *recvbuf,
-                              size_t count /* per peer */, weft_dtype_t dtype, void *stream);
+                                       size_t count /* per peer */, weft_dtype_t dtype,
+                                       void *stream);
 
 /* Arrays of nranks counts and displacements, in elements. sendcounts[p] on this rank must equal
  * recvcounts[this rank] on rank p (else WEFT_ERR_MISMATCH). Receive blocks must not overlap. */
-WEFT_API weft_status_t weft_all_to_allv(weft_comm_t comm, const void *sendbuf, const size_t *sendcounts,
-                               const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
-                               const size_t *rdispls, weft_dtype_t dtype, void *stream);
+WEFT_API weft_status_t weft_all_to_allv(weft_comm_t comm, const void *sendbuf,
+                                        const size_t *sendcounts, const size_t *sdispls,
+                                        void *recvbuf, const size_t *recvcounts,
+                                        const size_t *rdispls, weft_dtype_t dtype, void *stream);
 
 WEFT_API weft_status_t weft_barrier(weft_comm_t comm, void *stream);
 
@@ -197,10 +200,10 @@ typedef struct weft_stats {
      * all-reduce, the root's input of broadcast, and also the output of a two-shot all-reduce
      * (3+ ranks, from WEFT_ALLREDUCE_TWOSHOT_BYTES). With one rank nothing is read remotely. */
     uint64_t zero_copy_ops, staged_ops;
-    uint64_t peer_mappings;     /* segments of peers currently mapped into this process */
-    uint64_t staging_bytes;     /* size of this rank's registered staging scratch */
-    uint64_t inline_ops; /* payload per pair <= WEFT_INLINE_BYTES: it travelled in the handshake
-                            (barriers count here too) */
+    uint64_t peer_mappings; /* segments of peers currently mapped into this process */
+    uint64_t staging_bytes; /* size of this rank's registered staging scratch */
+    uint64_t inline_ops;    /* payload per pair <= WEFT_INLINE_BYTES: it travelled in the handshake
+                               (barriers count here too) */
 } weft_stats_t;
 
 WEFT_API weft_status_t weft_get_stats(weft_comm_t comm, weft_stats_t *out);

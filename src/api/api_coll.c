@@ -151,8 +151,8 @@ static weft_status_t block_extent(const char *call, const char *what, const size
         if (counts[p] == 0)
             continue;
         if (displs[p] > SIZE_MAX / esize - counts[p])
-            return INVALID("%s: %s block %d (displacement %zu, count %zu) overflows", call, what,
-                           p, displs[p], counts[p]);
+            return INVALID("%s: %s block %d (displacement %zu, count %zu) overflows", call, what, p,
+                           displs[p], counts[p]);
         size_t end = (displs[p] + counts[p]) * esize;
         if (end > extent)
             extent = end;
@@ -171,8 +171,8 @@ weft_status_t weft_all_to_allv(weft_comm_t comm, const void *sendbuf, const size
         return st;
     if (!sendcounts || !sdispls || !recvcounts || !rdispls)
         return INVALID("%s: %s is NULL", call,
-                       !sendcounts ? "sendcounts"
-                       : !sdispls  ? "sdispls"
+                       !sendcounts   ? "sendcounts"
+                       : !sdispls    ? "sdispls"
                        : !recvcounts ? "recvcounts"
                                      : "rdispls");
     int n = comm->nranks, me = comm->rank;
@@ -196,8 +196,8 @@ weft_status_t weft_all_to_allv(weft_comm_t comm, const void *sendbuf, const size
                 return INVALID("%s: receive blocks %d and %d overlap", call, p, q);
         }
     }
-    return weft_select_all_to_allv(comm, sendbuf, sendcounts, sdispls, recvbuf, recvcounts,
-                                   rdispls, dtype, stream);
+    return weft_select_all_to_allv(comm, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls,
+                                   dtype, stream);
 }
 
 weft_status_t weft_barrier(weft_comm_t comm, void *stream)

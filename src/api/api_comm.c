@@ -49,9 +49,15 @@ weft_status_t weft_comm_abort(weft_comm_t comm)
     return WEFT_SUCCESS;
 }
 
-int weft_comm_rank(weft_comm_t comm) { return comm ? comm->rank : -1; }
+int weft_comm_rank(weft_comm_t comm)
+{
+    return comm ? comm->rank : -1;
+}
 
-int weft_comm_size(weft_comm_t comm) { return comm ? comm->nranks : -1; }
+int weft_comm_size(weft_comm_t comm)
+{
+    return comm ? comm->nranks : -1;
+}
 
 weft_backend_t weft_comm_backend(weft_comm_t comm)
 {

@@ -31,12 +31,11 @@ typedef struct weft_store weft_store_t;
  * SO_REUSEADDR). Blocks until connected or until timeout_s has passed (connection refused is
  * retried with backoff). On success *store_out is set. Statuses: WEFT_ERR_INVALID_ARGUMENT (bad
  * address, rank out of range), WEFT_ERR_SYSTEM (bind/listen failed), WEFT_ERR_TIMEOUT. */
-weft_status_t weft_store_open(const char *addr, int port, int rank, int nranks,
-                              uint32_t generation, double timeout_s, weft_store_t **store_out);
+weft_status_t weft_store_open(const char *addr, int port, int rank, int nranks, uint32_t generation,
+                              double timeout_s, weft_store_t **store_out);
 
 /* Set key to value (overwrites). */
-weft_status_t weft_store_set(weft_store_t *store, const char *key, const void *value,
-                             size_t len);
+weft_status_t weft_store_set(weft_store_t *store, const char *key, const void *value, size_t len);
 
 /* Wait until key exists, then copy its value into buf (cap bytes); *len_out gets the value's
  * full length. WEFT_ERR_INVALID_ARGUMENT if the value is longer than cap. */

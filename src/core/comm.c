@@ -136,14 +136,13 @@ static weft_status_t resolve_config(const weft_config_t *cfg, weft_config_t *out
         return weft_error(WEFT_ERR_INVALID_ARGUMENT, "weft_comm_init: backend %d is unknown",
                           (int)out->backend);
     if ((unsigned)out->registration > WEFT_REGISTRATION_STAGED)
-        return weft_error(WEFT_ERR_INVALID_ARGUMENT,
-                          "weft_comm_init: registration %d is unknown", (int)out->registration);
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "weft_comm_init: registration %d is unknown",
+                          (int)out->registration);
     if (!(out->timeout_s > 0))
         return weft_error(WEFT_ERR_INVALID_ARGUMENT, "weft_comm_init: timeout_s must be > 0");
     if (out->host_workers < 1 || out->host_workers > 256)
         return weft_error(WEFT_ERR_INVALID_ARGUMENT,
-                          "weft_comm_init: host_workers %d is not in [1, 256]",
-                          out->host_workers);
+                          "weft_comm_init: host_workers %d is not in [1, 256]", out->host_workers);
     if (out->backend == WEFT_BACKEND_AUTO)
         out->backend = weft_cuda_available() ? WEFT_BACKEND_CUDA : WEFT_BACKEND_HOST;
     return WEFT_SUCCESS;
@@ -207,8 +206,7 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **c
         st = weft_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: calloc");
         goto err_close_fds;
     }
-    st = weft_ctrlblk_share(fds, cfg.rank, cfg.nranks, comm->layout.bytes, deadline,
-                            comm->blocks);
+    st = weft_ctrlblk_share(fds, cfg.rank, cfg.nranks, comm->layout.bytes, deadline, comm->blocks);
     if (st != WEFT_SUCCESS)
         goto err_close_fds;
     if (cfg.backend == WEFT_BACKEND_CUDA) {
@@ -216,7 +214,7 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **c
         if (st != WEFT_SUCCESS)
             goto err_unmap_blocks;
     }
-    size_t slice = env->window_slice_bytes          ? env->window_slice_bytes
+    size_t slice = env->window_slice_bytes            ? env->window_slice_bytes
                    : cfg.backend == WEFT_BACKEND_CUDA ? CUDA_SLICE_DEFAULT
                                                       : HOST_SLICE_DEFAULT;
     st = weft_window_reserve(store, comm->mem, cfg.rank, cfg.nranks, slice, &comm->window);
@@ -226,8 +224,7 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **c
      * driver); on the host every allocation is its own memfd. */
     size_t chunk_min = cfg.backend == WEFT_BACKEND_CUDA ? env->cuda_chunk_bytes : 0;
     st = weft_registry_create(comm, &comm->window, cfg.rank, cfg.nranks, cfg.registration,
-                              chunk_min, fds,
-                              &comm->registry);
+                              chunk_min, fds, &comm->registry);
     if (st != WEFT_SUCCESS)
         goto err_release_window;
 
@@ -254,8 +251,8 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **c
     if (st == WEFT_SUCCESS && cfg.backend == WEFT_BACKEND_CUDA) {
         st = weft_cuda_comm_setup(comm, store);
         if (st == WEFT_SUCCESS)
-            st = weft_comm_acquire(comm, weft_cuda_ctl(comm), sizeof(weft_cuda_ctl_t), &ctx,
-                                   &ready);
+            st =
+                weft_comm_acquire(comm, weft_cuda_ctl(comm), sizeof(weft_cuda_ctl_t), &ctx, &ready);
     }
     if (st != WEFT_SUCCESS)
         goto err_destroy_registry;
@@ -346,9 +343,8 @@ weft_status_t weft_comm_acquire(struct weft_comm *comm, const void *ptr, size_t 
 {
     weft_buf_state_t state;
     uint64_t waited;
-    weft_status_t st =
-        weft_registry_acquire(comm->registry, ptr, bytes, &comm->wait_policy,
-                                                     weft_comm_check, ctx, &state, &waited);
+    weft_status_t st = weft_registry_acquire(comm->registry, ptr, bytes, &comm->wait_policy,
+                                             weft_comm_check, ctx, &state, &waited);
     if (waited > 0) {
         atomic_fetch_add_explicit(&comm->stats.first_use_waits, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&comm->stats.first_use_wait_ns, waited, memory_order_relaxed);

@@ -2,8 +2,8 @@
  * comm.h - the communicator (internal view) and its control blocks.
  *
  * Each rank owns a control block: host memory shared with every peer at communicator creation
- * (ctrlblk.c), into which its peers write. It holds, for every sender p, two handshake slots (indexed
- * by the operation's sequence number modulo 2) and one "done" and one "phase" signal line.
+ * (ctrlblk.c), into which its peers write. It holds, for every sender p, two handshake slots
+ * (indexed by the operation's sequence number modulo 2) and one "done" and one "phase" signal line.
  * Every flag sits on its own cache line, written by exactly one rank.
  *
  * Slot reuse is safe with two slots: rank r writes its slot for operation s + 2 in p's block only
@@ -73,8 +73,8 @@ typedef struct weft_slot {
             uint8_t data[WEFT_INLINE_MAX];
         } in;
     } u;
-    uint8_t pad[5 * WEFT_CACHELINE - sizeof(weft_flag_t) - WEFT_DESC_HEADER_BYTES -
-                WEFT_INLINE_MAX];
+    uint8_t
+        pad[5 * WEFT_CACHELINE - sizeof(weft_flag_t) - WEFT_DESC_HEADER_BYTES - WEFT_INLINE_MAX];
 } weft_slot_t;
 
 /* A signal: flag = sequence number, status = the sender's verdict for that operation. */
@@ -89,10 +89,10 @@ _Static_assert(sizeof(weft_signal_t) == WEFT_CACHELINE, "signal must be one cach
 
 /* Layout of one control block for nranks ranks (offsets in bytes). */
 typedef struct weft_ctrlblk_layout {
-    size_t slots;  /* nranks * 2 weft_slot_t, [sender][parity] */
-    size_t done;   /* nranks weft_signal_t, [sender] */
-    size_t phase;  /* nranks weft_signal_t, [sender] */
-    size_t bytes;  /* total */
+    size_t slots; /* nranks * 2 weft_slot_t, [sender][parity] */
+    size_t done;  /* nranks weft_signal_t, [sender] */
+    size_t phase; /* nranks weft_signal_t, [sender] */
+    size_t bytes; /* total */
 } weft_ctrlblk_layout_t;
 
 typedef enum { WEFT_SIGNAL_DONE, WEFT_SIGNAL_PHASE } weft_signal_kind_t;
@@ -112,7 +112,7 @@ struct weft_comm {
     weft_backend_t backend;
     weft_registration_t registration;
     double timeout_s;
-    size_t inline_bytes;          /* <= WEFT_INLINE_MAX */
+    size_t inline_bytes; /* <= WEFT_INLINE_MAX */
     size_t allreduce_twoshot_bytes;
     size_t allreduce_inplace_twoshot_bytes;
 

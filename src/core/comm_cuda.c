@@ -22,13 +22,13 @@
 
 struct weft_cuda_state {
     int device;
-    int nblocks;                 /* blocks per launch at most */
+    int nblocks; /* blocks per launch at most */
     weft_cuda_ctl_t *ctl[WEFT_CUDA_MAX_RANKS];
-    volatile int32_t *words;     /* mapped pinned host memory: [0] status, [16] abort */
-    int32_t *dev_words;          /* the same, as a device pointer */
-    weft_cuda_params_t params;   /* scratch for launches */
-    weft_cost_model_t model;     /* the GPU's partitioning parameters */
-    int copy_engine;             /* copies through cudaMemcpyAsync (WEFT_CUDA_COPY_ENGINE) */
+    volatile int32_t *words;   /* mapped pinned host memory: [0] status, [16] abort */
+    int32_t *dev_words;        /* the same, as a device pointer */
+    weft_cuda_params_t params; /* scratch for launches */
+    weft_cost_model_t model;   /* the GPU's partitioning parameters */
+    int copy_engine;           /* copies through cudaMemcpyAsync (WEFT_CUDA_COPY_ENGINE) */
 };
 
 #define STATUS_WORD 0

@@ -13,18 +13,30 @@ static weft_status_t not_built(const char *call)
     return weft_error(WEFT_ERR_UNSUPPORTED, "%s: this library was built without CUDA", call);
 }
 
-int weft_cuda_available(void) { return 0; }
+int weft_cuda_available(void)
+{
+    return 0;
+}
 
-weft_status_t weft_cuda_select_device(int local_rank) { return not_built("weft_comm_init"); }
+weft_status_t weft_cuda_select_device(int local_rank)
+{
+    return not_built("weft_comm_init");
+}
 
 weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store)
 {
     return not_built("weft_comm_init");
 }
 
-void *weft_cuda_ctl(struct weft_comm *comm) { return NULL; }
+void *weft_cuda_ctl(struct weft_comm *comm)
+{
+    return NULL;
+}
 
-weft_status_t weft_cuda_synchronize(void) { return not_built("weft_comm_destroy"); }
+weft_status_t weft_cuda_synchronize(void)
+{
+    return not_built("weft_comm_destroy");
+}
 
 void weft_cuda_comm_teardown(struct weft_comm *comm) {}
 

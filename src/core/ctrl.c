@@ -98,8 +98,8 @@ static weft_status_t recv_hello(int sock, int rank, int nranks, int expect_rank,
 }
 
 weft_status_t weft_ctrl_connect(weft_store_t *store, int rank, int nranks,
-                                const uint8_t secret[WEFT_CTRL_SECRET_BYTES],
-                                uint64_t deadline_ns, int *fds_out)
+                                const uint8_t secret[WEFT_CTRL_SECRET_BYTES], uint64_t deadline_ns,
+                                int *fds_out)
 {
     weft_status_t st;
     ctrl_addr_t *addrs = NULL;
@@ -237,10 +237,8 @@ weft_status_t weft_ctrl_recv(int sock, weft_ctrl_msg_t *msg, int *fd_out)
         char buf[CMSG_SPACE(sizeof(int))];
         struct cmsghdr align;
     } ctl;
-    struct msghdr mh = {.msg_iov = &iov,
-                        .msg_iovlen = 1,
-                        .msg_control = ctl.buf,
-                        .msg_controllen = sizeof ctl.buf};
+    struct msghdr mh = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
     *fd_out = -1;
     ssize_t n;
     do {
@@ -273,8 +271,9 @@ weft_status_t weft_ctrl_exchange_fd(const int *socks, int rank, int nranks, int 
             continue;
         st = weft_ctrl_send(socks[p], &msg, fd); /* one small message: never a full socket */
         if (st != WEFT_SUCCESS)
-            st = weft_error(WEFT_ERR_PEER_LOST, "weft_comm_init: sending the control block to "
-                                                "rank %d failed",
+            st = weft_error(WEFT_ERR_PEER_LOST,
+                            "weft_comm_init: sending the control block to "
+                            "rank %d failed",
                             p);
     }
     for (int p = 0; p < nranks && st == WEFT_SUCCESS; p++) {
@@ -285,8 +284,8 @@ weft_status_t weft_ctrl_exchange_fd(const int *socks, int rank, int nranks, int 
             break;
         weft_ctrl_msg_t in;
         st = weft_ctrl_recv(socks[p], &in, &peer_fds_out[p]);
-        if (st == WEFT_SUCCESS && (in.type != WEFT_CTRL_BLOCK || in.bytes != bytes ||
-                                   peer_fds_out[p] < 0))
+        if (st == WEFT_SUCCESS &&
+            (in.type != WEFT_CTRL_BLOCK || in.bytes != bytes || peer_fds_out[p] < 0))
             st = WEFT_ERR_PEER_LOST;
         if (st != WEFT_SUCCESS)
             st = weft_error(WEFT_ERR_PEER_LOST,

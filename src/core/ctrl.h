@@ -42,8 +42,8 @@ typedef struct weft_ctrl_msg {
  * Statuses: WEFT_ERR_SYSTEM (socket calls), WEFT_ERR_PEER_LOST (a peer failed a check or closed).
  * On failure every descriptor opened here is closed. */
 weft_status_t weft_ctrl_connect(weft_store_t *store, int rank, int nranks,
-                                const uint8_t secret[WEFT_CTRL_SECRET_BYTES],
-                                uint64_t deadline_ns, int *fds_out);
+                                const uint8_t secret[WEFT_CTRL_SECRET_BYTES], uint64_t deadline_ns,
+                                int *fds_out);
 
 /* Init only: send fd (bytes long) to every peer as a WEFT_CTRL_BLOCK message and receive every
  * peer's; peer_fds_out has nranks entries, [rank] = -1, the others owned by the caller on

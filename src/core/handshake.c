@@ -45,9 +45,9 @@ weft_status_t weft_hs_wait_posted(struct weft_comm *comm, uint32_t seq, weft_wai
 
 static const char *coll_name(uint32_t coll)
 {
-    static const char *const names[] = {"?",         "barrier",    "all_gather",
-                                        "reduce_scatter", "all_reduce", "broadcast",
-                                        "all_to_all", "all_to_allv", "comm_destroy"};
+    static const char *const names[] = {"?",           "barrier",   "all_gather", "reduce_scatter",
+                                        "all_reduce",  "broadcast", "all_to_all", "all_to_allv",
+                                        "comm_destroy"};
     return coll < sizeof names / sizeof names[0] ? names[coll] : "?";
 }
 
@@ -122,8 +122,9 @@ weft_status_t weft_hs_wait_signal(struct weft_comm *comm, weft_signal_kind_t kin
                                   weft_wait_ctx_t *ctx, weft_status_t *peer_status_out)
 {
     weft_signal_t *first = signal_line(comm, comm->rank, kind, 0);
-    weft_status_t st = weft_flag_wait_all(&first->flag, sizeof(weft_signal_t), comm->nranks,
-                                          comm->rank, seq, &comm->wait_policy, weft_comm_check, ctx);
+    weft_status_t st =
+        weft_flag_wait_all(&first->flag, sizeof(weft_signal_t), comm->nranks, comm->rank, seq,
+                           &comm->wait_policy, weft_comm_check, ctx);
     if (st != WEFT_SUCCESS || !peer_status_out)
         return st;
     *peer_status_out = WEFT_SUCCESS;

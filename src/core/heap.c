@@ -9,22 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int grow(void **data, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    size_t ncap = *cap ? *cap * 2 : 16;
-    while (ncap < need)
-        ncap *= 2;
-    void *p = realloc(*data, ncap * elem);
-    if (!p)
-        return -1;
-    *data = p;
-    *cap = ncap;
-    return 0;
-}
+#include "util/array.h"
 
-static size_t round_up(size_t v, size_t to) { return (v + to - 1) / to * to; }
+static size_t round_up(size_t v, size_t to)
+{
+    return (v + to - 1) / to * to;
+}
 
 /* First fit of bytes at an address aligned to align (a power of two). */
 static int range_take(weft_range_list_t *l, size_t bytes, size_t align, uintptr_t *addr_out)
@@ -36,7 +26,7 @@ static int range_take(weft_range_list_t *l, size_t bytes, size_t align, uintptr_
             continue;
         uintptr_t end = start + bytes, rend = r->addr + r->bytes;
         if (start > r->addr && end < rend) { /* split in two */
-            if (grow((void **)&l->data, &l->cap, l->n + 1, sizeof *l->data) != 0)
+            if (weft_array_grow((void **)&l->data, &l->cap, l->n + 1, sizeof *l->data) != 0)
                 return -1;
             r = &l->data[i];
             memmove(r + 2, r + 1, (l->n - i - 1) * sizeof *r);
@@ -79,7 +69,7 @@ static int range_give(weft_range_list_t *l, uintptr_t addr, size_t bytes)
         next->bytes += bytes;
         return 0;
     }
-    if (grow((void **)&l->data, &l->cap, l->n + 1, sizeof *l->data) != 0)
+    if (weft_array_grow((void **)&l->data, &l->cap, l->n + 1, sizeof *l->data) != 0)
         return -1;
     memmove(&l->data[i + 1], &l->data[i], (l->n - i) * sizeof *l->data);
     l->data[i] = (weft_range_t){addr, bytes};
@@ -143,7 +133,8 @@ weft_chunk_t *weft_heap_find_chunk(const weft_heap_t *h, uintptr_t addr)
 int weft_heap_alloc(weft_heap_t *h, size_t size, int internal, uintptr_t *addr_out,
                     weft_chunk_t **chunk_out)
 {
-    if (grow((void **)&h->allocs, &h->allocs_cap, h->nallocs + 1, sizeof *h->allocs) != 0)
+    if (weft_array_grow((void **)&h->allocs, &h->allocs_cap, h->nallocs + 1, sizeof *h->allocs) !=
+        0)
         return -1;
     for (size_t i = 0; i < h->nchunks; i++) {
         weft_chunk_t *c = h->chunks[i];
@@ -183,10 +174,11 @@ int weft_heap_give_range(weft_heap_t *h, uintptr_t addr, size_t bytes)
     return range_give(&h->slice_free, addr, bytes);
 }
 
-weft_chunk_t *weft_heap_add_chunk(weft_heap_t *h, uintptr_t addr, size_t bytes,
-                                  weft_mem_seg_t seg, uint32_t ticket, int internal)
+weft_chunk_t *weft_heap_add_chunk(weft_heap_t *h, uintptr_t addr, size_t bytes, weft_mem_seg_t seg,
+                                  uint32_t ticket, int internal)
 {
-    if (grow((void **)&h->chunks, &h->chunks_cap, h->nchunks + 1, sizeof *h->chunks) != 0)
+    if (weft_array_grow((void **)&h->chunks, &h->chunks_cap, h->nchunks + 1, sizeof *h->chunks) !=
+        0)
         return NULL;
     weft_chunk_t *c = calloc(1, sizeof *c);
     if (!c || range_give(&c->free, addr, bytes) != 0) {

@@ -82,8 +82,8 @@ int weft_heap_give_range(weft_heap_t *h, uintptr_t addr, size_t bytes);
 
 /* Record a new chunk (its whole range free for allocations). Returns it, or NULL when out of
  * memory (the caller still owns everything then). */
-weft_chunk_t *weft_heap_add_chunk(weft_heap_t *h, uintptr_t addr, size_t bytes,
-                                  weft_mem_seg_t seg, uint32_t ticket, int internal);
+weft_chunk_t *weft_heap_add_chunk(weft_heap_t *h, uintptr_t addr, size_t bytes, weft_mem_seg_t seg,
+                                  uint32_t ticket, int internal);
 
 /* The chunk containing addr, or NULL. */
 weft_chunk_t *weft_heap_find_chunk(const weft_heap_t *h, uintptr_t addr);

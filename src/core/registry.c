@@ -4,19 +4,22 @@
  * DESIGN
  *   The caller's path (alloc, free, acquire) only touches the table under the mutex, maps or
  *   unmaps locally, and queues jobs; the registrar thread does everything that involves peers.
+ *   Physical memory comes in chunks (heap.h: one per allocation on the host, large ones carved
+ *   into allocations on the GPU); registration is per chunk.
  *
- *   alloc (roa)  : create segment -> map in own slice -> record {addr, bytes, ticket} -> job REG
- *                  (the job owns the segment; the registrar exports it, sends a descriptor to
- *                  every peer, then destroys the segment: the mappings keep the memory alive).
- *   alloc (jit)  : as roa, but the segment stays in the record until the first acquire.
- *   alloc (staged, user): the segment is destroyed at once; the buffer is never registered.
- *   free         : unmap locally -> job UNREG (if it was ever registered) -> the range waits in
- *                  `pending` until every peer acknowledged the UNREG ticket, then is reusable.
+ *   new chunk (roa, or internal): create segment -> map in own slice -> job REG (the job owns
+ *                  the segment; the registrar exports it, sends a descriptor to every peer,
+ *                  then destroys the segment: the mappings keep the memory alive).
+ *   new chunk (jit): as roa, but the segment stays with the chunk until the first acquire.
+ *   new chunk (staged, user): the segment is destroyed at once; never registered.
+ *   free         : the allocation's range goes back to its chunk; a chunk left empty (beyond
+ *                  one spare) is unmapped locally -> job UNREG -> its range waits in `pending`
+ *                  until every peer acknowledged the UNREG ticket, then is reusable.
  *   peer REG     : check the range lies in the sender's slice -> import -> map -> ack.
  *   peer UNREG   : unmap -> ack.
  *
  * THREADS AND LOCKS
- *   `mu` protects allocs, free ranges, pending frees, the job queue and next_ticket. The
+ *   `mu` protects the heap, pending ranges, the job queue and next_ticket. The
  *   registrar owns the sockets, outboxes, peer mappings and acked[] without a lock; it publishes
  *   progress through the `acked_all` flag (futex-wakeable) and atomic counters.
  */
@@ -35,6 +38,7 @@
 #include "core/comm.h"
 #include "core/ctrl.h"
 #include "core/heap.h"
+#include "util/array.h"
 #include "util/clock.h"
 #include "util/log.h"
 
@@ -79,22 +83,7 @@ typedef struct inflight {
         size_t n, cap;                                                                             \
     }
 
-static int vec_reserve(void **data, size_t *cap, size_t need, size_t elem)
-{
-    if (need <= *cap)
-        return 0;
-    size_t ncap = *cap ? *cap * 2 : 16;
-    while (ncap < need)
-        ncap *= 2;
-    void *p = realloc(*data, ncap * elem);
-    if (!p)
-        return -1;
-    *data = p;
-    *cap = ncap;
-    return 0;
-}
-#define VEC_RESERVE(v, need)                                                                       \
-    vec_reserve((void **)&(v).data, &(v).cap, (need), sizeof *(v).data)
+#define VEC_RESERVE(v, need) weft_array_grow((void **)&(v).data, &(v).cap, (need), sizeof *(v).data)
 
 #define CHUNK_MAX_BYTES (1ull << 30) /* chunks grow geometrically up to this size */
 
@@ -107,10 +96,10 @@ struct weft_registry {
     size_t gran;
 
     pthread_mutex_t mu;
-    weft_heap_t heap;        /* chunks and allocations of this rank's slice */
-    VEC(pending_t) pending;  /* released chunks waiting for UNREG acks */
-    VEC(job_t) jobs;         /* FIFO, consumed whole by the registrar */
-    uint32_t next_ticket;    /* last ticket issued */
+    weft_heap_t heap;       /* chunks and allocations of this rank's slice */
+    VEC(pending_t) pending; /* released chunks waiting for UNREG acks */
+    VEC(job_t) jobs;        /* FIFO, consumed whole by the registrar */
+    uint32_t next_ticket;   /* last ticket issued */
 
     /* registrar-owned */
     int *socks;
@@ -126,7 +115,7 @@ struct weft_registry {
     _Atomic int stopping;
     uint64_t stop_deadline_ns;
 
-    weft_flag_t acked_all; /* min over peers of acked[]; futex-wakeable */
+    weft_flag_t acked_all;        /* min over peers of acked[]; futex-wakeable */
     _Atomic uint64_t map_epoch;   /* registrar: bumped (release) after every peer map */
     _Atomic uint64_t reads_epoch; /* operations: bumped (release) after their remote reads */
     weft_registry_stats_t stats;
@@ -141,7 +130,8 @@ static void reclaim_pending(weft_registry_t *reg)
     size_t keep = 0;
     for (size_t i = 0; i < reg->pending.n; i++) {
         pending_t r = reg->pending.data[i];
-        if (weft_seq_reached(acked, r.ticket) && weft_heap_give_range(&reg->heap, r.addr, r.bytes) == 0)
+        if (weft_seq_reached(acked, r.ticket) &&
+            weft_heap_give_range(&reg->heap, r.addr, r.bytes) == 0)
             continue;
         reg->pending.data[keep++] = r;
     }
@@ -186,11 +176,11 @@ static void outbox_push(weft_registry_t *reg, int peer, const weft_ctrl_msg_t *m
     if (ob->head == ob->n) {
         ob->head = ob->n = 0;
     }
-    if (vec_reserve((void **)&ob->msgs, &ob->cap, ob->n + 1, sizeof *ob->msgs) != 0) {
+    if (weft_array_grow((void **)&ob->msgs, &ob->cap, ob->n + 1, sizeof *ob->msgs) != 0) {
         if (fd >= 0)
             close(fd);
-        weft_comm_set_async_error(reg->comm, weft_error(WEFT_ERR_NO_MEMORY,
-                                                        "registrar: outbox to rank %d", peer));
+        weft_comm_set_async_error(
+            reg->comm, weft_error(WEFT_ERR_NO_MEMORY, "registrar: outbox to rank %d", peer));
         return;
     }
     ob->msgs[ob->n++] = (outmsg_t){*msg, fd};
@@ -691,8 +681,7 @@ static void release_chunk(weft_registry_t *reg, weft_chunk_t *c)
         reg->pending.data[reg->pending.n++] = (pending_t){r.addr, r.bytes, ticket};
 }
 
-weft_status_t weft_registry_alloc(weft_registry_t *reg, size_t bytes, int internal,
-                                   void **ptr_out)
+weft_status_t weft_registry_alloc(weft_registry_t *reg, size_t bytes, int internal, void **ptr_out)
 {
     if (bytes > reg->win.slice_bytes)
         return weft_error(WEFT_ERR_NO_MEMORY, "weft_malloc: %zu bytes exceed the window slice",
@@ -731,8 +720,7 @@ weft_status_t weft_registry_free(weft_registry_t *reg, void *ptr)
 
 weft_status_t weft_registry_acquire(weft_registry_t *reg, const void *ptr, size_t bytes,
                                     const weft_wait_policy_t *policy, weft_wait_check_fn check,
-                                    void *arg, weft_buf_state_t *state_out,
-                                    uint64_t *waited_ns_out)
+                                    void *arg, weft_buf_state_t *state_out, uint64_t *waited_ns_out)
 {
     *waited_ns_out = 0;
     *state_out = WEFT_BUF_STAGED;

@@ -60,8 +60,7 @@ void weft_registry_shutdown_sockets(weft_registry_t *reg);
  * control blocks): always registered at once, whatever the mode. Otherwise the mode decides:
  * roa registers now (in the background), jit at first use, staged never.
  * Statuses: WEFT_ERR_NO_MEMORY (slice full, provider failure). */
-weft_status_t weft_registry_alloc(weft_registry_t *reg, size_t bytes, int internal,
-                                   void **ptr_out);
+weft_status_t weft_registry_alloc(weft_registry_t *reg, size_t bytes, int internal, void **ptr_out);
 
 /* Free an allocation made by weft_registry_alloc (ptr must be its start). Returns at once. A
  * chunk left empty is unmapped and unregistered (one empty chunk per class is kept as a spare);
@@ -82,8 +81,8 @@ typedef enum {
  * state in *state_out. The wait checks check(arg) between sleeps (deadline, peer loss). */
 weft_status_t weft_registry_acquire(weft_registry_t *reg, const void *ptr, size_t bytes,
                                     const weft_wait_policy_t *policy, weft_wait_check_fn check,
-                                    void *arg,
-                                    weft_buf_state_t *state_out, uint64_t *waited_ns_out);
+                                    void *arg, weft_buf_state_t *state_out,
+                                    uint64_t *waited_ns_out);
 
 /* Memory-model edges between the registrar's mappings and the threads that use them. The
  * protocol already orders them across processes (a peer posts a buffer only after we

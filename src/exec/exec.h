@@ -22,8 +22,7 @@ typedef void (*weft_work_fn)(void *ctx, int worker);
 typedef struct weft_exec_ops {
     const char *name;
     /* Start an executor with nworkers >= 1 workers whose idle waits follow policy. */
-    weft_status_t (*create)(int nworkers, const weft_wait_policy_t *policy,
-                            weft_exec_t **exec_out);
+    weft_status_t (*create)(int nworkers, const weft_wait_policy_t *policy, weft_exec_t **exec_out);
     /* Stop and join the workers, free the executor. NULL is a no-op. */
     void (*destroy)(weft_exec_t *exec);
     /* Run fn(ctx, w) on every worker w, the caller being worker 0; returns when all returned. */

@@ -37,7 +37,10 @@ typedef struct helper_arg {
     int worker;
 } helper_arg_t;
 
-static weft_status_t never_stop(void *arg) { return WEFT_SUCCESS; }
+static weft_status_t never_stop(void *arg)
+{
+    return WEFT_SUCCESS;
+}
 
 static void *helper_main(void *p)
 {
@@ -123,7 +126,10 @@ static void host_run(weft_exec_t *exec, weft_work_fn fn, void *ctx)
     (void)weft_flag_wait(&exec->completed, gen, &exec->policy, never_stop, NULL);
 }
 
-static int host_nworkers(const weft_exec_t *exec) { return exec->nworkers; }
+static int host_nworkers(const weft_exec_t *exec)
+{
+    return exec->nworkers;
+}
 
 const weft_exec_ops_t weft_exec_host_ops = {
     .name = "host",

@@ -58,7 +58,6 @@ void weft_work_reduce(weft_work_t *work, void *dst, const void *const *srcs, int
                       int nslices);
 
 /* Run bytes at offset of slice `slice` on the CPU (the host executor's unit of work). */
-void weft_work_host_unit(const weft_work_t *work, uint32_t slice, uint64_t offset,
-                         uint64_t bytes);
+void weft_work_host_unit(const weft_work_t *work, uint32_t slice, uint64_t offset, uint64_t bytes);
 
 #endif /* WEFT_EXEC_WORK_H */

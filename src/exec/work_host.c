@@ -31,8 +31,7 @@ void weft_work_reduce(weft_work_t *work, void *dst, const void *const *srcs, int
     }
 }
 
-void weft_work_host_unit(const weft_work_t *work, uint32_t slice, uint64_t offset,
-                         uint64_t bytes)
+void weft_work_host_unit(const weft_work_t *work, uint32_t slice, uint64_t offset, uint64_t bytes)
 {
     if (work->kind == WEFT_WORK_COPY) {
         memcpy(work->dst[slice] + offset, work->src[slice] + offset, bytes);

@@ -20,9 +20,15 @@
 #define MAP_FIXED_NOREPLACE 0x100000
 #endif
 
-static weft_status_t host_attach_thread(void) { return WEFT_SUCCESS; }
+static weft_status_t host_attach_thread(void)
+{
+    return WEFT_SUCCESS;
+}
 
-static size_t host_granularity(void) { return (size_t)sysconf(_SC_PAGESIZE); }
+static size_t host_granularity(void)
+{
+    return (size_t)sysconf(_SC_PAGESIZE);
+}
 
 static weft_status_t host_reserve(void *hint, size_t bytes, int exact, void **addr_out)
 {
@@ -59,7 +65,7 @@ static weft_status_t host_create(size_t bytes, weft_mem_seg_t *seg_out)
         int err = errno;
         close(fd);
         return weft_error_errno(err == ENOSPC || err == EFBIG ? WEFT_ERR_NO_MEMORY
-                                                                : WEFT_ERR_SYSTEM,
+                                                              : WEFT_ERR_SYSTEM,
                                 err, "ftruncate(memfd, %zu)", bytes);
     }
     if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {

@@ -19,7 +19,9 @@ weft_status_t weft_allgather_mesh(struct weft_comm *comm, const void *sendbuf, v
     st = weft_op_source(&op, sendbuf, bytes, 0, &src);
     if (st != WEFT_SUCCESS)
         return weft_op_end(&op, st, 0);
-    weft_op_desc_t desc = {.coll = WEFT_COLL_ALL_GATHER, .dtype = dtype, .count = count,
+    weft_op_desc_t desc = {.coll = WEFT_COLL_ALL_GATHER,
+                           .dtype = dtype,
+                           .count = count,
                            .src = (uint64_t)(uintptr_t)src};
     st = weft_op_exchange(&op, &desc, NULL, NULL, NULL, NULL, 0, NULL);
     if (st != WEFT_SUCCESS)
@@ -28,7 +30,8 @@ weft_status_t weft_allgather_mesh(struct weft_comm *comm, const void *sendbuf, v
     weft_work_t work = {.kind = WEFT_WORK_COPY, .nslices = comm->nranks};
     for (int r = 0; r < comm->nranks; r++) {
         work.dst[r] = (uint8_t *)recvbuf + (size_t)r * bytes;
-        work.src[r] = r == comm->rank ? sendbuf : (const uint8_t *)(uintptr_t)weft_op_peer(&op, r)->src;
+        work.src[r] =
+            r == comm->rank ? sendbuf : (const uint8_t *)(uintptr_t)weft_op_peer(&op, r)->src;
         int copy = work.src[r] != work.dst[r];
         work.slices[r] =
             (weft_slice_t){.peer = r, .tier = comm->peer_tier[r], .bytes = copy ? bytes : 0};

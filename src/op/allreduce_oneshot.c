@@ -22,8 +22,11 @@ weft_status_t weft_allreduce_oneshot(struct weft_comm *comm, const void *sendbuf
     st = weft_op_source(&op, sendbuf, count * weft_dtype_size(dtype), sendbuf == recvbuf, &src);
     if (st != WEFT_SUCCESS)
         return weft_op_end(&op, st, 0);
-    weft_op_desc_t desc = {.coll = WEFT_COLL_ALL_REDUCE, .dtype = dtype, .redop = redop,
-                           .count = count, .src = (uint64_t)(uintptr_t)src};
+    weft_op_desc_t desc = {.coll = WEFT_COLL_ALL_REDUCE,
+                           .dtype = dtype,
+                           .redop = redop,
+                           .count = count,
+                           .src = (uint64_t)(uintptr_t)src};
     st = weft_op_exchange(&op, &desc, NULL, NULL, NULL, NULL, 0, NULL);
     if (st != WEFT_SUCCESS)
         return weft_op_end(&op, st, 0);

@@ -59,8 +59,11 @@ weft_status_t weft_allreduce_twoshot(struct weft_comm *comm, const void *sendbuf
         if (!out_ready)
             mychunk = stage;
     }
-    weft_op_desc_t desc = {.coll = WEFT_COLL_ALL_REDUCE, .dtype = dtype, .redop = redop,
-                           .count = count, .src = (uint64_t)(uintptr_t)src,
+    weft_op_desc_t desc = {.coll = WEFT_COLL_ALL_REDUCE,
+                           .dtype = dtype,
+                           .redop = redop,
+                           .count = count,
+                           .src = (uint64_t)(uintptr_t)src,
                            .aux = (uint64_t)(uintptr_t)mychunk};
     st = weft_op_exchange(&op, &desc, NULL, NULL, NULL, NULL, 0, NULL);
     if (st != WEFT_SUCCESS)
@@ -86,8 +89,8 @@ weft_status_t weft_allreduce_twoshot(struct weft_comm *comm, const void *sendbuf
         work.dst[r] = (uint8_t *)recvbuf + rlo;
         work.src[r] = r == me ? mychunk : (const uint8_t *)(uintptr_t)weft_op_peer(&op, r)->aux;
         int copy = work.src[r] != work.dst[r];
-        work.slices[r] = (weft_slice_t){.peer = r, .tier = comm->peer_tier[r],
-                                        .bytes = copy ? rhi - rlo : 0};
+        work.slices[r] =
+            (weft_slice_t){.peer = r, .tier = comm->peer_tier[r], .bytes = copy ? rhi - rlo : 0};
     }
     st = weft_op_execute(&op, &work, WEFT_SYNC_CONTINUE | WEFT_SYNC_DONE, WEFT_SUCCESS);
     return weft_op_end(&op, st, 0);

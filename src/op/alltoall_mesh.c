@@ -13,8 +13,7 @@
 weft_status_t weft_alltoallv_mesh(struct weft_comm *comm, const void *sendbuf,
                                   const size_t *sendcounts, const size_t *sdispls, void *recvbuf,
                                   const size_t *recvcounts, const size_t *rdispls,
-                                  weft_dtype_t dtype, weft_coll_t coll, size_t count,
-                                  void *stream)
+                                  weft_dtype_t dtype, weft_coll_t coll, size_t count, void *stream)
 {
     const char *call = coll == WEFT_COLL_ALL_TO_ALL ? "weft_all_to_all" : "weft_all_to_allv";
     weft_op_t op;
@@ -54,8 +53,8 @@ weft_status_t weft_alltoallv_mesh(struct weft_comm *comm, const void *sendbuf,
         work.dst[p] = (uint8_t *)recvbuf + rdispls[p] * esize;
         work.src[p] = p == me ? (const uint8_t *)sendbuf + sdispls[p] * esize
                               : (const uint8_t *)(uintptr_t)weft_op_peer(&op, p)->src;
-        work.slices[p] = (weft_slice_t){.peer = p, .tier = comm->peer_tier[p],
-                                        .bytes = (uint64_t)recvcounts[p] * esize};
+        work.slices[p] = (weft_slice_t){
+            .peer = p, .tier = comm->peer_tier[p], .bytes = (uint64_t)recvcounts[p] * esize};
     }
     /* On a pair-count mismatch nothing moves, but the closing signal still runs: it tells every
      * rank, not only the pair that saw it. */

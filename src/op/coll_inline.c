@@ -52,8 +52,8 @@ weft_status_t weft_inline_all_reduce(struct weft_comm *comm, const void *sendbuf
                                      size_t count, weft_dtype_t dtype, weft_redop_t redop)
 {
     weft_op_t op = {0};
-    weft_op_desc_t desc = {.coll = WEFT_COLL_ALL_REDUCE, .dtype = dtype, .redop = redop,
-                           .count = count};
+    weft_op_desc_t desc = {
+        .coll = WEFT_COLL_ALL_REDUCE, .dtype = dtype, .redop = redop, .count = count};
     size_t bytes = count * weft_dtype_size(dtype);
     weft_status_t st = inline_exchange(comm, "weft_all_reduce", &op, &desc, sendbuf, 0, bytes);
     if (st == WEFT_SUCCESS) {
@@ -64,13 +64,12 @@ weft_status_t weft_inline_all_reduce(struct weft_comm *comm, const void *sendbuf
     return op.comm ? weft_op_end(&op, st, 1) : st;
 }
 
-weft_status_t weft_inline_reduce_scatter(struct weft_comm *comm, const void *sendbuf,
-                                         void *recvbuf, size_t recvcount, weft_dtype_t dtype,
-                                         weft_redop_t redop)
+weft_status_t weft_inline_reduce_scatter(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
+                                         size_t recvcount, weft_dtype_t dtype, weft_redop_t redop)
 {
     weft_op_t op = {0};
-    weft_op_desc_t desc = {.coll = WEFT_COLL_REDUCE_SCATTER, .dtype = dtype, .redop = redop,
-                           .count = recvcount};
+    weft_op_desc_t desc = {
+        .coll = WEFT_COLL_REDUCE_SCATTER, .dtype = dtype, .redop = redop, .count = recvcount};
     size_t bytes = recvcount * weft_dtype_size(dtype);
     weft_status_t st =
         inline_exchange(comm, "weft_reduce_scatter", &op, &desc, sendbuf, bytes, bytes);
@@ -104,12 +103,12 @@ weft_status_t weft_inline_broadcast(struct weft_comm *comm, const void *sendbuf,
                                     size_t count, weft_dtype_t dtype, int root)
 {
     weft_op_t op = {0};
-    weft_op_desc_t desc = {.coll = WEFT_COLL_BROADCAST, .dtype = dtype, .root = root,
-                           .count = count};
+    weft_op_desc_t desc = {
+        .coll = WEFT_COLL_BROADCAST, .dtype = dtype, .root = root, .count = count};
     size_t bytes = count * weft_dtype_size(dtype);
     int is_root = comm->rank == root;
-    weft_status_t st = inline_exchange(comm, "weft_broadcast", &op, &desc, sendbuf, 0,
-                                       is_root ? bytes : 0);
+    weft_status_t st =
+        inline_exchange(comm, "weft_broadcast", &op, &desc, sendbuf, 0, is_root ? bytes : 0);
     if (st == WEFT_SUCCESS) {
         const void *src = is_root ? sendbuf : weft_op_peer_data(&op, root);
         if (src != recvbuf)
@@ -124,8 +123,7 @@ weft_status_t weft_inline_all_to_all(struct weft_comm *comm, const void *sendbuf
     weft_op_t op = {0};
     weft_op_desc_t desc = {.coll = WEFT_COLL_ALL_TO_ALL, .dtype = dtype, .count = count};
     size_t bytes = count * weft_dtype_size(dtype);
-    weft_status_t st =
-        inline_exchange(comm, "weft_all_to_all", &op, &desc, sendbuf, bytes, bytes);
+    weft_status_t st = inline_exchange(comm, "weft_all_to_all", &op, &desc, sendbuf, bytes, bytes);
     if (st == WEFT_SUCCESS) {
         for (int r = 0; r < comm->nranks; r++) {
             const void *src = r == comm->rank ? (const uint8_t *)sendbuf + (size_t)r * bytes

@@ -106,9 +106,8 @@ weft_status_t weft_inline_all_reduce(struct weft_comm *comm, const void *sendbuf
                                      size_t count, weft_dtype_t dtype, weft_redop_t op);
 weft_status_t weft_inline_all_gather(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
                                      size_t count, weft_dtype_t dtype);
-weft_status_t weft_inline_reduce_scatter(struct weft_comm *comm, const void *sendbuf,
-                                         void *recvbuf, size_t recvcount, weft_dtype_t dtype,
-                                         weft_redop_t op);
+weft_status_t weft_inline_reduce_scatter(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
+                                         size_t recvcount, weft_dtype_t dtype, weft_redop_t op);
 weft_status_t weft_inline_broadcast(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
                                     size_t count, weft_dtype_t dtype, int root);
 weft_status_t weft_inline_all_to_all(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
@@ -132,8 +131,7 @@ weft_status_t weft_broadcast_mesh(struct weft_comm *comm, const void *sendbuf, v
 weft_status_t weft_alltoallv_mesh(struct weft_comm *comm, const void *sendbuf,
                                   const size_t *sendcounts, const size_t *sdispls, void *recvbuf,
                                   const size_t *recvcounts, const size_t *rdispls,
-                                  weft_dtype_t dtype, weft_coll_t coll, size_t count,
-                                  void *stream);
+                                  weft_dtype_t dtype, weft_coll_t coll, size_t count, void *stream);
 /* A barrier through the device-side flags, in stream order (CUDA backend). */
 weft_status_t weft_barrier_stream(struct weft_comm *comm, void *stream);
 

@@ -20,8 +20,11 @@ weft_status_t weft_reduce_scatter_mesh(struct weft_comm *comm, const void *sendb
     st = weft_op_source(&op, sendbuf, block * (size_t)comm->nranks, 0, &src);
     if (st != WEFT_SUCCESS)
         return weft_op_end(&op, st, 0);
-    weft_op_desc_t desc = {.coll = WEFT_COLL_REDUCE_SCATTER, .dtype = dtype, .redop = redop,
-                           .count = recvcount, .src = (uint64_t)(uintptr_t)src};
+    weft_op_desc_t desc = {.coll = WEFT_COLL_REDUCE_SCATTER,
+                           .dtype = dtype,
+                           .redop = redop,
+                           .count = recvcount,
+                           .src = (uint64_t)(uintptr_t)src};
     st = weft_op_exchange(&op, &desc, NULL, NULL, NULL, NULL, 0, NULL);
     if (st != WEFT_SUCCESS)
         return weft_op_end(&op, st, 0);

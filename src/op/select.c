@@ -3,9 +3,9 @@
  *
  * On the host backend, payloads that fit the handshake slot take the flag path
  * (coll_inline.c); the CUDA backend never does (the data lives on the device, in stream order).
- * Everything but all-reduce has one mesh algorithm. All-reduce: two-shot reads 2(n-1)S/n bytes remotely per
- * rank against (n-1)S for one-shot, at the price of a second synchronisation; with two ranks
- * both read S, so one-shot always wins there. From three ranks up, two-shot takes over at
+ * Everything but all-reduce has one mesh algorithm. All-reduce: two-shot reads 2(n-1)S/n bytes
+ * remotely per rank against (n-1)S for one-shot, at the price of a second synchronisation; with two
+ * ranks both read S, so one-shot always wins there. From three ranks up, two-shot takes over at
  * WEFT_ALLREDUCE_TWOSHOT_BYTES (default 2 MiB, measured:
  * docs/results/2026-11-29-allreduce-crossover.md).
  * Arguments were checked by the API layer.
@@ -45,9 +45,9 @@ weft_status_t weft_select_all_gather(struct weft_comm *comm, const void *sendbuf
     return weft_allgather_mesh(comm, sendbuf, recvbuf, count, dtype, stream);
 }
 
-weft_status_t weft_select_reduce_scatter(struct weft_comm *comm, const void *sendbuf,
-                                         void *recvbuf, size_t recvcount, weft_dtype_t dtype,
-                                         weft_redop_t op, void *stream)
+weft_status_t weft_select_reduce_scatter(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
+                                         size_t recvcount, weft_dtype_t dtype, weft_redop_t op,
+                                         void *stream)
 {
     if (use_inline(comm, recvcount * weft_dtype_size(dtype)))
         return weft_inline_reduce_scatter(comm, sendbuf, recvbuf, recvcount, dtype, op);

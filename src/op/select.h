@@ -17,9 +17,9 @@ weft_status_t weft_select_all_reduce(struct weft_comm *comm, const void *sendbuf
                                      void *stream);
 weft_status_t weft_select_all_gather(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
                                      size_t count, weft_dtype_t dtype, void *stream);
-weft_status_t weft_select_reduce_scatter(struct weft_comm *comm, const void *sendbuf,
-                                         void *recvbuf, size_t recvcount, weft_dtype_t dtype,
-                                         weft_redop_t op, void *stream);
+weft_status_t weft_select_reduce_scatter(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
+                                         size_t recvcount, weft_dtype_t dtype, weft_redop_t op,
+                                         void *stream);
 weft_status_t weft_select_broadcast(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
                                     size_t count, weft_dtype_t dtype, int root, void *stream);
 weft_status_t weft_select_all_to_all(struct weft_comm *comm, const void *sendbuf, void *recvbuf,

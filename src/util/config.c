@@ -121,12 +121,30 @@ int weft_parse_bytes(const char *s, uint64_t *out)
         return -1;
     unsigned shift = 0;
     switch (*end) {
-    case '\0': break;
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    case 't': case 'T': shift = 40; end++; break;
-    default: return -1;
+    case '\0':
+        break;
+    case 'k':
+    case 'K':
+        shift = 10;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        shift = 20;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        shift = 30;
+        end++;
+        break;
+    case 't':
+    case 'T':
+        shift = 40;
+        end++;
+        break;
+    default:
+        return -1;
     }
     if (*end == 'i' || *end == 'B')
         end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
@@ -211,11 +229,21 @@ static void format_value(const cfg_row_t *row, char *buf, size_t len)
 {
     const void *field = (const char *)weft_config_get() + row->offset;
     switch (row->type) {
-    case CFG_INT: snprintf(buf, len, "%d", *(const int *)field); break;
-    case CFG_DOUBLE: snprintf(buf, len, "%g", *(const double *)field); break;
-    case CFG_BYTES: snprintf(buf, len, "%llu", (unsigned long long)*(const uint64_t *)field); break;
-    case CFG_STRING: snprintf(buf, len, "%s", (const char *)field); break;
-    case CFG_ENUM: snprintf(buf, len, "%s", row->choices[*(const int *)field]); break;
+    case CFG_INT:
+        snprintf(buf, len, "%d", *(const int *)field);
+        break;
+    case CFG_DOUBLE:
+        snprintf(buf, len, "%g", *(const double *)field);
+        break;
+    case CFG_BYTES:
+        snprintf(buf, len, "%llu", (unsigned long long)*(const uint64_t *)field);
+        break;
+    case CFG_STRING:
+        snprintf(buf, len, "%s", (const char *)field);
+        break;
+    case CFG_ENUM:
+        snprintf(buf, len, "%s", row->choices[*(const int *)field]);
+        break;
     }
 }
 
@@ -227,8 +255,8 @@ void weft_config_print(FILE *out)
         format_value(&rows[i], value, sizeof value);
         if (strcmp(rows[i].name, "WEFT_JOB_SECRET") == 0 && value[0])
             snprintf(value, sizeof value, "(set)");
-        fprintf(out, "%-30s %-12s %-10s %-8s %s", rows[i].name, value, rows[i].def,
-                rows[i].unit, rows[i].help);
+        fprintf(out, "%-30s %-12s %-10s %-8s %s", rows[i].name, value, rows[i].def, rows[i].unit,
+                rows[i].help);
         if (rows[i].fallback)
             fprintf(out, " (also read from %s)", rows[i].fallback);
         fputc('\n', out);

@@ -35,12 +35,12 @@ typedef struct weft_env {
     uint64_t staging_bytes;           /* WEFT_STAGING_BYTES: initial staging scratch */
 
     /* host backend */
-    int host_workers;               /* WEFT_HOST_WORKERS */
-    uint64_t inline_bytes;          /* WEFT_INLINE_BYTES: payloads sent through the flag slot */
+    int host_workers;                 /* WEFT_HOST_WORKERS */
+    uint64_t inline_bytes;            /* WEFT_INLINE_BYTES: payloads sent through the flag slot */
     uint64_t allreduce_twoshot_bytes; /* WEFT_ALLREDUCE_TWOSHOT_BYTES: one-shot below */
     uint64_t allreduce_inplace_twoshot_bytes; /* WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES */
-    uint64_t wait_spin_ns;          /* WEFT_WAIT_SPIN_NS: busy-poll before yielding */
-    uint64_t wait_yield_ns;         /* WEFT_WAIT_YIELD_NS: sched_yield before sleeping */
+    uint64_t wait_spin_ns;                    /* WEFT_WAIT_SPIN_NS: busy-poll before yielding */
+    uint64_t wait_yield_ns;                   /* WEFT_WAIT_YIELD_NS: sched_yield before sleeping */
 
     /* cost model and partitioner (tier "self" = local copy, "peer" = another rank) */
     double tier_self_lat_us, tier_self_bw_gbps;

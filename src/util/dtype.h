@@ -13,7 +13,10 @@ static inline int weft_dtype_valid(weft_dtype_t dtype)
 {
     return (unsigned)dtype < WEFT_NUM_DTYPES;
 }
-static inline int weft_redop_valid(weft_redop_t op) { return (unsigned)op < WEFT_NUM_REDOPS; }
+static inline int weft_redop_valid(weft_redop_t op)
+{
+    return (unsigned)op < WEFT_NUM_REDOPS;
+}
 
 /* Short names ("float32", "sum"); "?" for invalid values. */
 const char *weft_dtype_name(weft_dtype_t dtype);

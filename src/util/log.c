@@ -30,11 +30,20 @@ const char *weft_status_string(weft_status_t s)
     return "unknown status";
 }
 
-const char *weft_last_error(void) { return last_error; }
+const char *weft_last_error(void)
+{
+    return last_error;
+}
 
-void weft_error_clear(void) { last_error[0] = '\0'; }
+void weft_error_clear(void)
+{
+    last_error[0] = '\0';
+}
 
-void weft_log_set_rank(int rank) { atomic_store(&log_rank, rank); }
+void weft_log_set_rank(int rank)
+{
+    atomic_store(&log_rank, rank);
+}
 
 static void log_line(weft_log_level_t level, const char *msg)
 {

@@ -27,8 +27,9 @@ void weft_log_set_rank(int rank);
 void weft_log(weft_log_level_t level, const char *fmt, ...) WEFT_PRINTF(2, 3);
 
 /* Record an error: format the message into this thread's weft_last_error() buffer, log it at
- * ERROR level (INFO for WEFT_ERR_INVALID_ARGUMENT, which the caller handles), and return status. The
- * message should name the call and the argument, e.g. "weft_all_reduce: dtype 42 is unknown". */
+ * ERROR level (INFO for WEFT_ERR_INVALID_ARGUMENT, which the caller handles), and return status.
+ * The message should name the call and the argument, e.g. "weft_all_reduce: dtype 42 is unknown".
+ */
 weft_status_t weft_error(weft_status_t status, const char *fmt, ...) WEFT_PRINTF(2, 3);
 
 /* Like weft_error, appending ": <strerror(err)>" to the message. */

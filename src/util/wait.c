@@ -55,10 +55,9 @@ static void sleep_on(weft_flag_t *flag, uint32_t target)
     atomic_fetch_sub_explicit(&flag->sleepers, 1, memory_order_seq_cst);
 }
 
-weft_status_t weft_flag_wait_all(weft_flag_t *first, size_t stride_bytes, int count,
-                                 int skip_index, uint32_t target,
-                                 const weft_wait_policy_t *policy, weft_wait_check_fn check,
-                                 void *arg)
+weft_status_t weft_flag_wait_all(weft_flag_t *first, size_t stride_bytes, int count, int skip_index,
+                                 uint32_t target, const weft_wait_policy_t *policy,
+                                 weft_wait_check_fn check, void *arg)
 {
     uint64_t start = 0;
     unsigned polls = 0;
@@ -66,8 +65,8 @@ weft_status_t weft_flag_wait_all(weft_flag_t *first, size_t stride_bytes, int co
         if (i == skip_index)
             continue;
         weft_flag_t *flag = (weft_flag_t *)((char *)first + (size_t)i * stride_bytes);
-        while (!weft_seq_reached(atomic_load_explicit(&flag->value, memory_order_acquire),
-                                 target)) {
+        while (
+            !weft_seq_reached(atomic_load_explicit(&flag->value, memory_order_acquire), target)) {
             if (++polls % SPIN_CHECK_EVERY != 0) {
                 cpu_relax();
                 continue;
@@ -93,9 +92,8 @@ weft_status_t weft_flag_wait_all(weft_flag_t *first, size_t stride_bytes, int co
     return WEFT_SUCCESS;
 }
 
-weft_status_t weft_flag_wait(weft_flag_t *flag, uint32_t target,
-                             const weft_wait_policy_t *policy, weft_wait_check_fn check,
-                             void *arg)
+weft_status_t weft_flag_wait(weft_flag_t *flag, uint32_t target, const weft_wait_policy_t *policy,
+                             weft_wait_check_fn check, void *arg)
 {
     return weft_flag_wait_all(flag, 0, 1, -1, target, policy, check, arg);
 }

@@ -28,7 +28,10 @@ typedef struct weft_flag {
 } weft_flag_t;
 
 /* True when a has reached b, modulo 2^32 (a - b is "non-negative"). */
-static inline int weft_seq_reached(uint32_t a, uint32_t b) { return (int32_t)(a - b) >= 0; }
+static inline int weft_seq_reached(uint32_t a, uint32_t b)
+{
+    return (int32_t)(a - b) >= 0;
+}
 
 /* How long a wait polls, then yields, before it sleeps. */
 typedef struct weft_wait_policy {
@@ -48,14 +51,12 @@ void weft_flag_set(weft_flag_t *flag, uint32_t v);
 
 /* Wait until flag reaches target. check is called every few microseconds once spinning is over
  * (and at least every 10 ms while sleeping). Returns WEFT_SUCCESS or the status check returned. */
-weft_status_t weft_flag_wait(weft_flag_t *flag, uint32_t target,
-                             const weft_wait_policy_t *policy, weft_wait_check_fn check,
-                             void *arg);
+weft_status_t weft_flag_wait(weft_flag_t *flag, uint32_t target, const weft_wait_policy_t *policy,
+                             weft_wait_check_fn check, void *arg);
 
 /* Wait until every flag of an array reaches target (flags[i * stride_bytes]); same policy. */
-weft_status_t weft_flag_wait_all(weft_flag_t *first, size_t stride_bytes, int count,
-                                 int skip_index, uint32_t target,
-                                 const weft_wait_policy_t *policy, weft_wait_check_fn check,
-                                 void *arg);
+weft_status_t weft_flag_wait_all(weft_flag_t *first, size_t stride_bytes, int count, int skip_index,
+                                 uint32_t target, const weft_wait_policy_t *policy,
+                                 weft_wait_check_fn check, void *arg);
 
 #endif /* WEFT_UTIL_WAIT_H */
