@@ -142,14 +142,18 @@ WEFT_API weft_backend_t weft_comm_backend(weft_comm_t comm);
 WEFT_API weft_status_t weft_malloc(weft_comm_t comm, void **ptr, size_t bytes);
 
 /* Local, returns at once; peers unmap in the background. ptr must be a pointer returned by
- * weft_malloc on this communicator (not an interior pointer), or NULL (no-op). */
+ * weft_malloc on this communicator (not an interior pointer), or NULL (no-op). On the CUDA
+ * backend, as with any device memory, no queued operation may still use the buffer: synchronise
+ * the streams that use it first. */
 WEFT_API weft_status_t weft_free(weft_comm_t comm, void *ptr);
 
 /* ---------------------------------------------------------------------------------------------
  * Collectives
  *
  * stream is a cudaStream_t on the CUDA backend and must be NULL on the host backend, where
- * operations complete before returning. Every operation accepts any pointer: memory from
+ * operations complete before returning. On the CUDA backend the operations of a communicator
+ * run in the order they were called and must be ordered on the device too: issue them on one
+ * stream (or order the streams yourself), and in the same order on every rank. Every operation accepts any pointer: memory from
  * weft_malloc (interior pointers included) takes the zero-copy path, other memory the staged
  * path. A count of 0 is valid: it returns success and moves nothing.
  * ------------------------------------------------------------------------------------------- */

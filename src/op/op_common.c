@@ -129,7 +129,8 @@ weft_status_t weft_op_exchange(weft_op_t *op, const weft_op_desc_t *desc,
     weft_registry_observe_mappings(comm->registry);
     int common;
     st = weft_hs_check_match(comm, op->seq, desc, pair_send, pair_recv, op->call, &common);
-    if (pair_send && comm->backend == WEFT_BACKEND_CUDA && (st == WEFT_SUCCESS || !common)) {
+    if (desc->coll == WEFT_COLL_ALL_TO_ALLV && comm->backend == WEFT_BACKEND_CUDA &&
+        (st == WEFT_SUCCESS || !common)) {
         /* A pair-count verdict must reach every rank before any of them launches a kernel
          * that would wait for the others: agree through the host closing signal. */
         return host_signal(op, WEFT_SIGNAL_DONE, st, 0);
