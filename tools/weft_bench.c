@@ -22,7 +22,8 @@
  * - Verification (-c 1) runs one extra call per size and placement on freshly written inputs
  *   whose reductions are exact in every dtype (small integers, products of +-1 and one 2, sums
  *   divisible by nranks for AVG), with the outputs poisoned first; every element is compared
- *   bit for bit and the wrong elements are summed over ranks.
+ *   bit for bit and the wrong elements are summed over ranks. The inputs, the traffic matrix of
+ *   all-to-allv and the expected results are bench_data.c's; this file measures and prints.
  * - Buffers: one send and one receive buffer of the largest size, from weft_malloc (zero-copy
  *   path) or posix_memalign (--buffers malloc: the staged path); smaller sizes use their start.
  *   One untimed all-reduce over both whole buffers precedes the sweep, so that their background
@@ -51,6 +52,8 @@
 
 #include "weft.h"
 
+#include "bench_data.h"
+
 #ifdef WEFT_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -58,17 +61,6 @@
 /* ---------------------------------------------------------------------------------------------
  * Tables: collectives, dtypes, reductions
  * ------------------------------------------------------------------------------------------- */
-typedef enum {
-    COLL_ALL_REDUCE,
-    COLL_ALL_GATHER,
-    COLL_REDUCE_SCATTER,
-    COLL_BROADCAST,
-    COLL_ALL_TO_ALL,
-    COLL_ALL_TO_ALLV,
-    COLL_BARRIER,
-    NUM_COLLS
-} coll_t;
-
 typedef struct coll_info {
     const char *name;
     bool reduces;     /* takes a redop */
@@ -88,27 +80,6 @@ static const coll_info_t colls[NUM_COLLS] = {
     [COLL_BARRIER] = {"barrier", false, false, false, false, -1},
 };
 
-typedef struct dtype_info {
-    const char *name;  /* nccl-tests name, printed */
-    const char *alias; /* weft name, also accepted */
-    size_t size;
-    bool is_signed; /* floats count as signed */
-    int64_t limit;  /* largest magnitude every partial result may reach and stay exact */
-} dtype_info_t;
-
-static const dtype_info_t dtypes[WEFT_NUM_DTYPES] = {
-    [WEFT_INT8] = {"int8", "int8", 1, true, 127},
-    [WEFT_UINT8] = {"uint8", "uint8", 1, false, 255},
-    [WEFT_INT32] = {"int32", "int32", 4, true, 1 << 20},
-    [WEFT_UINT32] = {"uint32", "uint32", 4, false, 1 << 20},
-    [WEFT_INT64] = {"int64", "int64", 8, true, 1 << 20},
-    [WEFT_UINT64] = {"uint64", "uint64", 8, false, 1 << 20},
-    [WEFT_FLOAT16] = {"half", "float16", 2, true, 2048},
-    [WEFT_BFLOAT16] = {"bfloat16", "bf16", 2, true, 256},
-    [WEFT_FLOAT32] = {"float", "float32", 4, true, 1 << 20},
-    [WEFT_FLOAT64] = {"double", "float64", 8, true, 1 << 20},
-};
-
 static const char *const redop_names[WEFT_NUM_REDOPS] = {
     [WEFT_SUM] = "sum", [WEFT_PROD] = "prod", [WEFT_MAX] = "max",
     [WEFT_MIN] = "min", [WEFT_AVG] = "avg",
@@ -121,12 +92,6 @@ static const char *const registration_names[] = {
 static const char *const backend_names[] = {
     [WEFT_BACKEND_AUTO] = "auto", [WEFT_BACKEND_HOST] = "host", [WEFT_BACKEND_CUDA] = "cuda"};
 
-/* Copy-collective inputs cycle through this many values (prime, so blocks differ). */
-#define COPY_MODULUS 101
-/* Reduction inputs of SUM, MAX and MIN cycle through at most this many values. */
-#define REDUCE_MODULUS 64
-/* Byte written over outputs before a verified call. */
-#define POISON_BYTE 0xA5
 /* Alignment of plain-malloc buffers (weft_malloc chooses its own). */
 #define MALLOC_ALIGN 4096
 
@@ -174,7 +139,7 @@ typedef struct bench {
     bool cuda;          /* the communicator uses the CUDA backend */
     void *stream;       /* cudaStream_t on the CUDA backend, NULL on the host */
     uint64_t *times_ns; /* opt.iters entries */
-    size_t *sendcounts, *sdispls, *recvcounts, *rdispls; /* all-to-allv, nranks each */
+    a2av_layout_t a2av; /* of the current size; one allocation of 4 * nranks entries */
     FILE *json;
     uint64_t timed_calls, other_calls;
     uint64_t wrong_total;
@@ -417,192 +382,18 @@ static int parse_args(int argc, char **argv, bench_opts_t *opt)
 }
 
 /* ---------------------------------------------------------------------------------------------
- * Values: encoding into a dtype, and inputs whose results are exact
+ * One call
  * ------------------------------------------------------------------------------------------- */
 
-/* IEEE binary16 of f, rounded to nearest even. */
-static uint16_t half_from_float(float f)
+/* What determines this rank's inputs and expected results (bench_data.h). */
+static data_spec_t data_spec(const bench_t *b)
 {
-    uint32_t x;
-    memcpy(&x, &f, sizeof x);
-    uint32_t sign = (x >> 16) & 0x8000u;
-    uint32_t a = x & 0x7fffffffu;
-    if (a > 0x7f800000u)
-        return (uint16_t)(sign | 0x7e00u); /* NaN */
-    if (a >= 0x47800000u)
-        return (uint16_t)(sign | 0x7c00u); /* 65536 and up (or inf): inf */
-    if (a < 0x38800000u) {
-        /* Below 2^-14: a subnormal half, counted in units of 2^-24; rint rounds to even. */
-        float af;
-        memcpy(&af, &a, sizeof af);
-        return (uint16_t)(sign | (uint32_t)__builtin_rintf(af * 16777216.0f));
-    }
-    uint32_t h = (a >> 13) - (112u << 10); /* rebias the exponent from 127 to 15 */
-    uint32_t rest = a & 0x1fffu;
-    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u)))
-        h++; /* a carry into the exponent is the correct result, up to inf */
-    return (uint16_t)(sign | h);
+    return (data_spec_t){.dtype = b->opt.dtype,
+                         .op = b->opt.op,
+                         .root = b->opt.root,
+                         .rank = b->rank,
+                         .nranks = b->nranks};
 }
-
-/* bfloat16 of f, rounded to nearest even. */
-static uint16_t bf16_from_float(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, sizeof x);
-    if ((x & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN */
-    x += 0x7fffu + ((x >> 16) & 1u);
-    return (uint16_t)(x >> 16);
-}
-
-/* Store the integer v (exactly representable by construction) as one element of dtype. */
-static void encode(weft_dtype_t dtype, int64_t v, void *dst)
-{
-    switch (dtype) {
-    case WEFT_INT8:
-        *(int8_t *)dst = (int8_t)v;
-        break;
-    case WEFT_UINT8:
-        *(uint8_t *)dst = (uint8_t)v;
-        break;
-    case WEFT_INT32:
-        *(int32_t *)dst = (int32_t)v;
-        break;
-    case WEFT_UINT32:
-        *(uint32_t *)dst = (uint32_t)v;
-        break;
-    case WEFT_INT64:
-        *(int64_t *)dst = v;
-        break;
-    case WEFT_UINT64:
-        *(uint64_t *)dst = (uint64_t)v;
-        break;
-    case WEFT_FLOAT16: {
-        uint16_t h = half_from_float((float)v);
-        memcpy(dst, &h, sizeof h);
-        break;
-    }
-    case WEFT_BFLOAT16: {
-        uint16_t h = bf16_from_float((float)v);
-        memcpy(dst, &h, sizeof h);
-        break;
-    }
-    case WEFT_FLOAT32:
-        *(float *)dst = (float)v;
-        break;
-    case WEFT_FLOAT64:
-        *(double *)dst = (double)v;
-        break;
-    }
-}
-
-/* Element i of rank r's input to a copy collective (all-gather, broadcast, all-to-all(v)). */
-static int64_t copy_value(const bench_t *b, int r, size_t i)
-{
-    int64_t v = (int64_t)(((size_t)r % COPY_MODULUS) * 31 + (i % COPY_MODULUS) * 7) % COPY_MODULUS;
-    return b->dt->is_signed ? v - COPY_MODULUS / 2 : v;
-}
-
-/* Element i of rank r's input to a reduction. Every partial result of any order stays within
- * the dtype's exact limit: SUM adds values below limit/nranks + 1; PROD multiplies +-1 and one 2;
- * MAX/MIN need no headroom; AVG pairs ranks with +1/-1 around a common base so that the sum is
- * exactly nranks * base. */
-static int64_t reduce_input(const bench_t *b, int r, size_t i)
-{
-    int64_t n = b->nranks, lim = b->dt->limit;
-    switch (b->opt.op) {
-    case WEFT_SUM: {
-        int64_t m = lim / n + 1 < REDUCE_MODULUS ? lim / n + 1 : REDUCE_MODULUS;
-        return ((int64_t)(i % (size_t)m) * 7 + (int64_t)r * 13 + 1) % m;
-    }
-    case WEFT_PROD: {
-        int64_t v = (int64_t)(i % (size_t)n) == r ? 2 : 1;
-        return b->dt->is_signed && (int64_t)((i / (size_t)n + (size_t)r) % 3) == 0 ? -v : v;
-    }
-    case WEFT_MAX:
-    case WEFT_MIN: {
-        int64_t v = ((int64_t)(i % REDUCE_MODULUS) * 7 + (int64_t)r * 13) % REDUCE_MODULUS;
-        return b->dt->is_signed ? v - REDUCE_MODULUS / 2 : v;
-    }
-    case WEFT_AVG: {
-        int64_t m = lim / n - 1 > 1 ? lim / n - 1 : 1;
-        int64_t base = 1 + ((int64_t)(i % (size_t)m) * 7) % m;
-        int64_t d = (r % 2 == 0 && r + 1 < n) ? 1 : (r % 2 == 1 ? -1 : 0);
-        return base + d;
-    }
-    }
-    return 0;
-}
-
-/* The exact reduction over all ranks of element i. */
-static int64_t reduce_expected(const bench_t *b, size_t i)
-{
-    int64_t acc = reduce_input(b, 0, i);
-    for (int r = 1; r < b->nranks; r++) {
-        int64_t v = reduce_input(b, r, i);
-        switch (b->opt.op) {
-        case WEFT_SUM:
-        case WEFT_AVG:
-            acc += v;
-            break;
-        case WEFT_PROD:
-            acc *= v;
-            break;
-        case WEFT_MAX:
-            acc = v > acc ? v : acc;
-            break;
-        case WEFT_MIN:
-            acc = v < acc ? v : acc;
-            break;
-        }
-    }
-    return b->opt.op == WEFT_AVG ? acc / b->nranks : acc; /* divisible by construction */
-}
-
-/* ---------------------------------------------------------------------------------------------
- * All-to-allv layout: rank s sends f((d - s) mod n) elements to rank d, with
- * f(j) = floor(2 * per * (j + 1) / (n + 1)) and the rounding remainder on f(n - 1), so every
- * row and every column sums to n * per: a skew of about n:1 between the smallest and largest
- * block, with the same total bytes as all-to-all.
- * ------------------------------------------------------------------------------------------- */
-static size_t a2av_block(size_t per, int n, int j)
-{
-    size_t nn = (size_t)n;
-    if (j == n - 1) {
-        size_t sum = 0;
-        for (int k = 0; k < n - 1; k++)
-            sum += 2 * per * (size_t)(k + 1) / (nn + 1);
-        return nn * per - sum;
-    }
-    return 2 * per * (size_t)(j + 1) / (nn + 1);
-}
-
-/* Displacement of rank s's block for rank d within s's send buffer. */
-static size_t a2av_sdispl(size_t per, int n, int s, int d)
-{
-    size_t off = 0;
-    for (int k = 0; k < d; k++)
-        off += a2av_block(per, n, (k - s + n) % n);
-    return off;
-}
-
-static void a2av_setup(bench_t *b, size_t per)
-{
-    int n = b->nranks, me = b->rank;
-    size_t soff = 0, roff = 0;
-    for (int p = 0; p < n; p++) {
-        b->sendcounts[p] = a2av_block(per, n, (p - me + n) % n);
-        b->sdispls[p] = soff;
-        soff += b->sendcounts[p];
-        b->recvcounts[p] = a2av_block(per, n, (me - p + n) % n);
-        b->rdispls[p] = roff;
-        roff += b->recvcounts[p];
-    }
-}
-
-/* ---------------------------------------------------------------------------------------------
- * One call, inputs and verification
- * ------------------------------------------------------------------------------------------- */
 
 /* Issue one call of coll over a full buffer of total elements (a multiple of nranks for the
  * per-rank collectives). */
@@ -626,8 +417,8 @@ static weft_status_t run_once(bench_t *b, coll_t coll, size_t total, bool inplac
     case COLL_ALL_TO_ALL:
         return weft_all_to_all(b->comm, send, recv, per, dt, st);
     case COLL_ALL_TO_ALLV:
-        return weft_all_to_allv(b->comm, send, b->sendcounts, b->sdispls, recv, b->recvcounts,
-                                b->rdispls, dt, st);
+        return weft_all_to_allv(b->comm, send, b->a2av.sendcounts, b->a2av.sdispls, recv,
+                                b->a2av.recvcounts, b->a2av.rdispls, dt, st);
     case COLL_BARRIER:
     case NUM_COLLS:
         break;
@@ -691,98 +482,6 @@ static weft_status_t reduce_meta(bench_t *b, size_t n, weft_dtype_t dt, weft_red
     if (s == WEFT_SUCCESS && (dev_sync(b) != 0 || dev_copy(b, b->meta, b->dmeta, n * 8) != 0))
         s = WEFT_ERR_CUDA;
     return s;
-}
-
-/* Write this rank's inputs for a verified call and poison the outputs (in the host buffers). */
-static void fill_inputs(bench_t *b, coll_t coll, size_t total, bool inplace)
-{
-    size_t es = b->dt->size, per = total / (size_t)b->nranks;
-    weft_dtype_t dt = b->opt.dtype;
-    int me = b->rank;
-    memset(b->recvbuf, POISON_BYTE, total * es);
-    switch (coll) {
-    case COLL_ALL_REDUCE: {
-        char *in = inplace ? b->recvbuf : b->sendbuf;
-        for (size_t i = 0; i < total; i++)
-            encode(dt, reduce_input(b, me, i), in + i * es);
-        break;
-    }
-    case COLL_REDUCE_SCATTER:
-        for (size_t i = 0; i < total; i++)
-            encode(dt, reduce_input(b, me, i), b->sendbuf + i * es);
-        break;
-    case COLL_ALL_GATHER: {
-        char *in = inplace ? b->recvbuf + (size_t)me * per * es : b->sendbuf;
-        for (size_t i = 0; i < per; i++)
-            encode(dt, copy_value(b, me, i), in + i * es);
-        break;
-    }
-    case COLL_BROADCAST: {
-        char *in = inplace ? b->recvbuf : b->sendbuf;
-        if (me == b->opt.root)
-            for (size_t i = 0; i < total; i++)
-                encode(dt, copy_value(b, me, i), in + i * es);
-        break;
-    }
-    case COLL_ALL_TO_ALL:
-    case COLL_ALL_TO_ALLV:
-        for (size_t i = 0; i < total; i++)
-            encode(dt, copy_value(b, me, i), b->sendbuf + i * es);
-        break;
-    case COLL_BARRIER:
-    case NUM_COLLS:
-        break;
-    }
-}
-
-/* Count the output elements of this rank that differ, bit for bit, from the exact result. */
-static uint64_t verify(const bench_t *b, coll_t coll, size_t total, bool inplace)
-{
-    size_t es = b->dt->size, per = total / (size_t)b->nranks;
-    int n = b->nranks, me = b->rank;
-    const char *out = b->recvbuf; /* host; the caller copied the device results back */
-    size_t out_count = total;
-    if (coll == COLL_REDUCE_SCATTER) {
-        out = inplace ? b->sendbuf + (size_t)me * per * es : b->recvbuf;
-        out_count = per;
-    }
-    uint64_t wrong = 0;
-    for (size_t k = 0; k < out_count; k++) {
-        int64_t want = 0;
-        switch (coll) {
-        case COLL_ALL_REDUCE:
-            want = reduce_expected(b, k);
-            break;
-        case COLL_REDUCE_SCATTER:
-            want = reduce_expected(b, (size_t)me * per + k);
-            break;
-        case COLL_ALL_GATHER:
-            want = copy_value(b, (int)(k / per), k % per);
-            break;
-        case COLL_BROADCAST:
-            want = copy_value(b, b->opt.root, k);
-            break;
-        case COLL_ALL_TO_ALL:
-            want = copy_value(b, (int)(k / per), (size_t)me * per + k % per);
-            break;
-        case COLL_ALL_TO_ALLV: {
-            int p = 0;
-            while (p + 1 < n && b->rdispls[p + 1] <= k)
-                p++;
-            size_t j = k - b->rdispls[p];
-            want = copy_value(b, p, a2av_sdispl(per, n, p, me) + j);
-            break;
-        }
-        case COLL_BARRIER:
-        case NUM_COLLS:
-            break;
-        }
-        unsigned char bytes[8];
-        encode(b->opt.dtype, want, bytes);
-        if (memcmp(out + k * es, bytes, es) != 0)
-            wrong++;
-    }
-    return wrong;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -865,7 +564,8 @@ static int measure(bench_t *b, coll_t coll, size_t total, bool inplace, result_t
 
     if (b->opt.check && coll != COLL_BARRIER) {
         size_t bytes = total * b->dt->size;
-        fill_inputs(b, coll, total, inplace);
+        data_spec_t spec = data_spec(b);
+        fill_inputs(&spec, coll, total, inplace, b->sendbuf, b->recvbuf);
         if (dev_copy(b, b->dsend, b->sendbuf, bytes) != 0 ||
             dev_copy(b, b->drecv, b->recvbuf, bytes) != 0)
             return report_failure(b, "copying the inputs to the device", coll, total,
@@ -878,7 +578,8 @@ static int measure(bench_t *b, coll_t coll, size_t total, bool inplace, result_t
             dev_copy(b, b->sendbuf, b->dsend, bytes) != 0)
             return report_failure(b, "copying the results from the device", coll, total,
                                   WEFT_ERR_CUDA);
-        uint64_t wrong = verify(b, coll, total, inplace);
+        /* Host buffers: the results were copied back from the device above. */
+        uint64_t wrong = verify(&spec, coll, total, inplace, b->sendbuf, b->recvbuf, &b->a2av);
         memcpy(b->meta, &wrong, sizeof wrong);
         s = reduce_meta(b, 1, WEFT_UINT64, WEFT_SUM);
         if (s != WEFT_SUCCESS)
@@ -976,8 +677,10 @@ static int bench_coll(bench_t *b, coll_t coll)
         size_t total = bytes / es;
         if (ci->per_rank)
             total = total / n * n;
-        if (coll == COLL_ALL_TO_ALLV)
-            a2av_setup(b, total / n);
+        if (coll == COLL_ALL_TO_ALLV) {
+            data_spec_t spec = data_spec(b);
+            a2av_setup(&spec, total / n, &b->a2av);
+        }
         result_t res[2] = {{0}, {0}};
         for (int p = 0; p < 2; p++) {
             bool inplace = p == 1;
@@ -1088,14 +791,14 @@ static int bench_setup(bench_t *b)
         b->buf_bytes = n * es; /* room for one element per rank, and never 0 */
 
     b->times_ns = calloc((size_t)b->opt.iters, sizeof *b->times_ns);
-    b->sendcounts = calloc(4 * n, sizeof(size_t));
-    if (!b->times_ns || !b->sendcounts) {
+    b->a2av.sendcounts = calloc(4 * n, sizeof(size_t));
+    if (!b->times_ns || !b->a2av.sendcounts) {
         fprintf(stderr, "weft-bench: rank %d: out of memory\n", b->rank);
         return -1;
     }
-    b->sdispls = b->sendcounts + n;
-    b->recvcounts = b->sendcounts + 2 * n;
-    b->rdispls = b->sendcounts + 3 * n;
+    b->a2av.sdispls = b->a2av.sendcounts + n;
+    b->a2av.recvcounts = b->a2av.sendcounts + 2 * n;
+    b->a2av.rdispls = b->a2av.sendcounts + 3 * n;
 
     void *meta = NULL;
     weft_status_t s = weft_malloc(b->comm, &meta, 4 * sizeof(double));
@@ -1122,9 +825,10 @@ static int bench_setup(bench_t *b)
         b->recvbuf = b->drecv;
     }
     /* First touch outside the timed region; small integers keep every dtype finite. */
+    data_spec_t spec = data_spec(b);
     for (size_t i = 0; i < b->buf_bytes / es; i++) {
-        encode(b->opt.dtype, copy_value(b, b->rank, i), b->sendbuf + i * es);
-        encode(b->opt.dtype, copy_value(b, b->rank, i), b->recvbuf + i * es);
+        encode(b->opt.dtype, copy_value(&spec, b->rank, i), b->sendbuf + i * es);
+        encode(b->opt.dtype, copy_value(&spec, b->rank, i), b->recvbuf + i * es);
     }
     if (dev_copy(b, b->dsend, b->sendbuf, b->buf_bytes) != 0 ||
         dev_copy(b, b->drecv, b->recvbuf, b->buf_bytes) != 0)
@@ -1186,7 +890,7 @@ static void bench_teardown(bench_t *b, bool comm_usable)
 #endif
     if (comm_usable)
         (void)weft_free(b->comm, b->dmeta);
-    free(b->sendcounts);
+    free(b->a2av.sendcounts);
     free(b->times_ns);
 }
 

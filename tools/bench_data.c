@@ -1,0 +1,320 @@
+/*
+ * bench_data.c - weft-bench's inputs whose results are exact, and the expected results.
+ *
+ * Design (the contracts are in bench_data.h):
+ * - Values are small integers encoded into the dtype; the 16-bit floats are encoded here, with
+ *   rounding to nearest even, so that the tool depends on the public API only.
+ * - Copy collectives (all-gather, broadcast, all-to-all(v)) move values that cycle with a prime
+ *   period, so that a block delivered to the wrong place or at the wrong offset differs.
+ * - Reductions take inputs whose every partial result, in any order, stays within the dtype's
+ *   exact limit (dtypes[].limit): SUM adds values below limit/nranks + 1; PROD multiplies +-1
+ *   and a single 2; MAX/MIN need no headroom; AVG pairs ranks with +1/-1 around a common base,
+ *   so that the sum is exactly nranks * base and the division is exact.
+ * - The expected value of an element is recomputed from every rank's input formula, so checking
+ *   needs no communication; a rank counts its own wrong elements.
+ *
+ * Thread safety: pure computation over the caller's buffers; the tables are constant.
+ */
+#include <string.h>
+
+#include "bench_data.h"
+
+/* Copy-collective inputs cycle through this many values (prime, so blocks differ). */
+#define COPY_MODULUS 101
+/* Reduction inputs of SUM, MAX and MIN cycle through at most this many values. */
+#define REDUCE_MODULUS 64
+/* Byte written over outputs before a verified call. */
+#define POISON_BYTE 0xA5
+
+const dtype_info_t dtypes[WEFT_NUM_DTYPES] = {
+    [WEFT_INT8] = {"int8", "int8", 1, true, 127},
+    [WEFT_UINT8] = {"uint8", "uint8", 1, false, 255},
+    [WEFT_INT32] = {"int32", "int32", 4, true, 1 << 20},
+    [WEFT_UINT32] = {"uint32", "uint32", 4, false, 1 << 20},
+    [WEFT_INT64] = {"int64", "int64", 8, true, 1 << 20},
+    [WEFT_UINT64] = {"uint64", "uint64", 8, false, 1 << 20},
+    [WEFT_FLOAT16] = {"half", "float16", 2, true, 2048},
+    [WEFT_BFLOAT16] = {"bfloat16", "bf16", 2, true, 256},
+    [WEFT_FLOAT32] = {"float", "float32", 4, true, 1 << 20},
+    [WEFT_FLOAT64] = {"double", "float64", 8, true, 1 << 20},
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * Encoding into a dtype
+ * ------------------------------------------------------------------------------------------- */
+
+/* IEEE binary16 of f, rounded to nearest even. */
+static uint16_t half_from_float(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    uint32_t sign = (x >> 16) & 0x8000u;
+    uint32_t a = x & 0x7fffffffu;
+    if (a > 0x7f800000u)
+        return (uint16_t)(sign | 0x7e00u); /* NaN */
+    if (a >= 0x47800000u)
+        return (uint16_t)(sign | 0x7c00u); /* 65536 and up (or inf): inf */
+    if (a < 0x38800000u) {
+        /* Below 2^-14: a subnormal half, counted in units of 2^-24; rint rounds to even. */
+        float af;
+        memcpy(&af, &a, sizeof af);
+        return (uint16_t)(sign | (uint32_t)__builtin_rintf(af * 16777216.0f));
+    }
+    uint32_t h = (a >> 13) - (112u << 10); /* rebias the exponent from 127 to 15 */
+    uint32_t rest = a & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u)))
+        h++; /* a carry into the exponent is the correct result, up to inf */
+    return (uint16_t)(sign | h);
+}
+
+/* bfloat16 of f, rounded to nearest even. */
+static uint16_t bf16_from_float(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN */
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+void encode(weft_dtype_t dtype, int64_t v, void *dst)
+{
+    switch (dtype) {
+    case WEFT_INT8:
+        *(int8_t *)dst = (int8_t)v;
+        break;
+    case WEFT_UINT8:
+        *(uint8_t *)dst = (uint8_t)v;
+        break;
+    case WEFT_INT32:
+        *(int32_t *)dst = (int32_t)v;
+        break;
+    case WEFT_UINT32:
+        *(uint32_t *)dst = (uint32_t)v;
+        break;
+    case WEFT_INT64:
+        *(int64_t *)dst = v;
+        break;
+    case WEFT_UINT64:
+        *(uint64_t *)dst = (uint64_t)v;
+        break;
+    case WEFT_FLOAT16: {
+        uint16_t h = half_from_float((float)v);
+        memcpy(dst, &h, sizeof h);
+        break;
+    }
+    case WEFT_BFLOAT16: {
+        uint16_t h = bf16_from_float((float)v);
+        memcpy(dst, &h, sizeof h);
+        break;
+    }
+    case WEFT_FLOAT32:
+        *(float *)dst = (float)v;
+        break;
+    case WEFT_FLOAT64:
+        *(double *)dst = (double)v;
+        break;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Input values and exact results
+ * ------------------------------------------------------------------------------------------- */
+
+int64_t copy_value(const data_spec_t *spec, int r, size_t i)
+{
+    int64_t v = (int64_t)(((size_t)r % COPY_MODULUS) * 31 + (i % COPY_MODULUS) * 7) % COPY_MODULUS;
+    return dtypes[spec->dtype].is_signed ? v - COPY_MODULUS / 2 : v;
+}
+
+/* Element i of rank r's input to a reduction: every partial result of any order stays within
+ * the dtype's exact limit (see the file comment). */
+static int64_t reduce_input(const data_spec_t *spec, int r, size_t i)
+{
+    const dtype_info_t *dt = &dtypes[spec->dtype];
+    int64_t n = spec->nranks, lim = dt->limit;
+    switch (spec->op) {
+    case WEFT_SUM: {
+        int64_t m = lim / n + 1 < REDUCE_MODULUS ? lim / n + 1 : REDUCE_MODULUS;
+        return ((int64_t)(i % (size_t)m) * 7 + (int64_t)r * 13 + 1) % m;
+    }
+    case WEFT_PROD: {
+        int64_t v = (int64_t)(i % (size_t)n) == r ? 2 : 1;
+        return dt->is_signed && (int64_t)((i / (size_t)n + (size_t)r) % 3) == 0 ? -v : v;
+    }
+    case WEFT_MAX:
+    case WEFT_MIN: {
+        int64_t v = ((int64_t)(i % REDUCE_MODULUS) * 7 + (int64_t)r * 13) % REDUCE_MODULUS;
+        return dt->is_signed ? v - REDUCE_MODULUS / 2 : v;
+    }
+    case WEFT_AVG: {
+        int64_t m = lim / n - 1 > 1 ? lim / n - 1 : 1;
+        int64_t base = 1 + ((int64_t)(i % (size_t)m) * 7) % m;
+        int64_t d = (r % 2 == 0 && r + 1 < n) ? 1 : (r % 2 == 1 ? -1 : 0);
+        return base + d;
+    }
+    }
+    return 0;
+}
+
+/* The exact reduction over all ranks of element i. */
+static int64_t reduce_expected(const data_spec_t *spec, size_t i)
+{
+    int64_t acc = reduce_input(spec, 0, i);
+    for (int r = 1; r < spec->nranks; r++) {
+        int64_t v = reduce_input(spec, r, i);
+        switch (spec->op) {
+        case WEFT_SUM:
+        case WEFT_AVG:
+            acc += v;
+            break;
+        case WEFT_PROD:
+            acc *= v;
+            break;
+        case WEFT_MAX:
+            acc = v > acc ? v : acc;
+            break;
+        case WEFT_MIN:
+            acc = v < acc ? v : acc;
+            break;
+        }
+    }
+    return spec->op == WEFT_AVG ? acc / spec->nranks : acc; /* divisible by construction */
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * All-to-allv layout (the traffic matrix is described at a2av_setup in bench_data.h)
+ * ------------------------------------------------------------------------------------------- */
+
+/* f(j): the elements a rank sends to the rank j places after it. */
+static size_t a2av_block(size_t per, int n, int j)
+{
+    size_t nn = (size_t)n;
+    if (j == n - 1) {
+        size_t sum = 0;
+        for (int k = 0; k < n - 1; k++)
+            sum += 2 * per * (size_t)(k + 1) / (nn + 1);
+        return nn * per - sum;
+    }
+    return 2 * per * (size_t)(j + 1) / (nn + 1);
+}
+
+/* Displacement of rank s's block for rank d within s's send buffer. */
+static size_t a2av_sdispl(size_t per, int n, int s, int d)
+{
+    size_t off = 0;
+    for (int k = 0; k < d; k++)
+        off += a2av_block(per, n, (k - s + n) % n);
+    return off;
+}
+
+void a2av_setup(const data_spec_t *spec, size_t per, a2av_layout_t *layout)
+{
+    int n = spec->nranks, me = spec->rank;
+    size_t soff = 0, roff = 0;
+    for (int p = 0; p < n; p++) {
+        layout->sendcounts[p] = a2av_block(per, n, (p - me + n) % n);
+        layout->sdispls[p] = soff;
+        soff += layout->sendcounts[p];
+        layout->recvcounts[p] = a2av_block(per, n, (me - p + n) % n);
+        layout->rdispls[p] = roff;
+        roff += layout->recvcounts[p];
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Inputs and verification of one call
+ * ------------------------------------------------------------------------------------------- */
+
+void fill_inputs(const data_spec_t *spec, coll_t coll, size_t total, bool inplace, char *sendbuf,
+                 char *recvbuf)
+{
+    size_t es = dtypes[spec->dtype].size, per = total / (size_t)spec->nranks;
+    weft_dtype_t dt = spec->dtype;
+    int me = spec->rank;
+    memset(recvbuf, POISON_BYTE, total * es);
+    switch (coll) {
+    case COLL_ALL_REDUCE: {
+        char *in = inplace ? recvbuf : sendbuf;
+        for (size_t i = 0; i < total; i++)
+            encode(dt, reduce_input(spec, me, i), in + i * es);
+        break;
+    }
+    case COLL_REDUCE_SCATTER:
+        for (size_t i = 0; i < total; i++)
+            encode(dt, reduce_input(spec, me, i), sendbuf + i * es);
+        break;
+    case COLL_ALL_GATHER: {
+        char *in = inplace ? recvbuf + (size_t)me * per * es : sendbuf;
+        for (size_t i = 0; i < per; i++)
+            encode(dt, copy_value(spec, me, i), in + i * es);
+        break;
+    }
+    case COLL_BROADCAST: {
+        char *in = inplace ? recvbuf : sendbuf;
+        if (me == spec->root)
+            for (size_t i = 0; i < total; i++)
+                encode(dt, copy_value(spec, me, i), in + i * es);
+        break;
+    }
+    case COLL_ALL_TO_ALL:
+    case COLL_ALL_TO_ALLV:
+        for (size_t i = 0; i < total; i++)
+            encode(dt, copy_value(spec, me, i), sendbuf + i * es);
+        break;
+    case COLL_BARRIER:
+    case NUM_COLLS:
+        break;
+    }
+}
+
+uint64_t verify(const data_spec_t *spec, coll_t coll, size_t total, bool inplace,
+                const char *sendbuf, const char *recvbuf, const a2av_layout_t *layout)
+{
+    size_t es = dtypes[spec->dtype].size, per = total / (size_t)spec->nranks;
+    int n = spec->nranks, me = spec->rank;
+    const char *out = recvbuf;
+    size_t out_count = total;
+    if (coll == COLL_REDUCE_SCATTER) {
+        out = inplace ? sendbuf + (size_t)me * per * es : recvbuf;
+        out_count = per;
+    }
+    uint64_t wrong = 0;
+    for (size_t k = 0; k < out_count; k++) {
+        int64_t want = 0;
+        switch (coll) {
+        case COLL_ALL_REDUCE:
+            want = reduce_expected(spec, k);
+            break;
+        case COLL_REDUCE_SCATTER:
+            want = reduce_expected(spec, (size_t)me * per + k);
+            break;
+        case COLL_ALL_GATHER:
+            want = copy_value(spec, (int)(k / per), k % per);
+            break;
+        case COLL_BROADCAST:
+            want = copy_value(spec, spec->root, k);
+            break;
+        case COLL_ALL_TO_ALL:
+            want = copy_value(spec, (int)(k / per), (size_t)me * per + k % per);
+            break;
+        case COLL_ALL_TO_ALLV: {
+            int p = 0;
+            while (p + 1 < n && layout->rdispls[p + 1] <= k)
+                p++;
+            size_t j = k - layout->rdispls[p];
+            want = copy_value(spec, p, a2av_sdispl(per, n, p, me) + j);
+            break;
+        }
+        case COLL_BARRIER:
+        case NUM_COLLS:
+            break;
+        }
+        unsigned char bytes[8];
+        encode(spec->dtype, want, bytes);
+        if (memcmp(out + k * es, bytes, es) != 0)
+            wrong++;
+    }
+    return wrong;
+}
