@@ -32,12 +32,11 @@
  * Small cases reuse buffers carved from slabs allocated once per mode (registration is not what
  * this program measures; gpu_registration is), large cases allocate fresh ones.
  */
+#include "../mp/cases.h"
 #include "gpu_harness.h"
 
 #include <inttypes.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #define SLAB_BYTES ((size_t)2 << 20)
 #define SMALL_COUNT 4099
@@ -267,13 +266,7 @@ static void run_all_to_all(gpu_ctx_t *g, const pool_t *pool, gpu_buf_kind_t kind
     int ok = mp_ok(ctx, st, "weft_all_to_all");
     pull_all(g, "all_to_all", &send, &recv);
     if (ok) {
-        for (int p = 0; p < ctx->nranks; p++) {
-            char what[64];
-            snprintf(what, sizeof what, "recvbuf block %d", p);
-            mp_raw_check(ctx, what, recv.host + (size_t)p * bytes, dt, p,
-                         (uint64_t)ctx->rank * count, count);
-        }
-        mp_raw_check(ctx, "sendbuf", send.host, dt, ctx->rank, 0, n * count);
+        mp_a2a_check(ctx, dt, count, send.host, recv.host);
         if (count > 0)
             gpu_check_path(g, &s0, &s1, kind, bytes, 1);
     }
@@ -286,115 +279,31 @@ static void run_all_to_all(gpu_ctx_t *g, const pool_t *pool, gpu_buf_kind_t kind
 /* ---------------------------------------------------------------------------------------------
  * all_to_allv
  * ------------------------------------------------------------------------------------------- */
-typedef enum {
-    PATTERN_SMALL,  /* counts in [0, 7] */
-    PATTERN_MEDIUM, /* counts in [0, 300] */
-    PATTERN_SKEWED, /* rank 0 sends nothing, the last rank receives nothing, others [1, 50] */
-    PATTERN_LARGE,  /* counts in [0, 5000] */
-    PATTERN_ZERO,   /* every count 0 */
-    PATTERN_HUGE,   /* counts in [0, 200000] (large cases only) */
-    NUM_PATTERNS
-} pattern_t;
-
-static const char *const pattern_names[NUM_PATTERNS] = {"small", "medium", "skewed",
-                                                        "large", "zero",   "huge"};
-
-/* Elements rank s sends to rank d in the current case; the same on every rank. */
-static size_t a2av_count(const mp_ctx_t *ctx, pattern_t pattern, int s, int d)
-{
-    uint64_t h = mp_hash(ctx->seed + ctx->case_id, (uint64_t)s, (uint64_t)d, 7);
-    int zero = (h & 3) == 0;
-    h >>= 2;
-    switch (pattern) {
-    case PATTERN_SMALL:
-        return zero ? 0 : h % 8;
-    case PATTERN_MEDIUM:
-        return zero ? 0 : h % 301;
-    case PATTERN_SKEWED:
-        return s == 0 || d == ctx->nranks - 1 ? 0 : 1 + h % 50;
-    case PATTERN_LARGE:
-        return zero ? 0 : h % 5001;
-    case PATTERN_ZERO:
-        return 0;
-    default:
-        return zero ? 0 : h % 200001;
-    }
-}
-
-/* Place the blocks of counts[] in a buffer: rotated (sometimes reversed) order with gaps of 0-2
- * elements before each block. Sets displs[] and returns the buffer's length in elements. */
-static size_t a2av_layout(const mp_ctx_t *ctx, int side, const size_t *counts, size_t *displs)
-{
-    int n = ctx->nranks;
-    uint64_t h = mp_hash(ctx->seed + ctx->case_id, (uint64_t)ctx->rank, (uint64_t)side, 11);
-    int rot = (int)(h % (uint64_t)n), rev = (int)((h >> 32) & 1);
-    size_t off = 0;
-    for (int k = 0; k < n; k++) {
-        int p = rev ? (rot + n - k) % n : (rot + k) % n;
-        off += (size_t)(mp_hash(h, (uint64_t)p, 0, 0) % 3);
-        displs[p] = off;
-        off += counts[p];
-    }
-    return off + 1;
-}
-
-/* Element i from rank s to rank d is (s, (d << 32) + i). */
+/* Element i from rank s to rank d is (s, (d << 32) + i); counts and layout from cases.h. */
 static void run_all_to_allv(gpu_ctx_t *g, const pool_t *pool, gpu_buf_kind_t kind,
-                            pattern_t pattern, weft_dtype_t dt)
+                            mp_a2av_pattern_t pattern, weft_dtype_t dt)
 {
     mp_ctx_t *ctx = &g->mp;
-    int n = ctx->nranks, me = ctx->rank;
     size_t es = mp_dtype_bytes(dt);
-    mp_case(ctx, "all_to_allv %s pattern=%s %s", gpu_buf_kind_name(kind), pattern_names[pattern],
-            mp_dtype_name(dt));
-    size_t *arrays = calloc(4 * (size_t)n, sizeof *arrays);
-    if (!arrays)
-        mp_fatal(ctx, "out of memory");
-    size_t *sendcounts = arrays, *sdispls = arrays + n;
-    size_t *recvcounts = arrays + 2 * n, *rdispls = arrays + 3 * n;
-    for (int p = 0; p < n; p++) {
-        sendcounts[p] = a2av_count(ctx, pattern, me, p);
-        recvcounts[p] = a2av_count(ctx, pattern, p, me);
-    }
-    size_t slen = a2av_layout(ctx, 0, sendcounts, sdispls);
-    size_t rlen = a2av_layout(ctx, 1, recvcounts, rdispls);
+    mp_case(ctx, "all_to_allv %s pattern=%s %s", gpu_buf_kind_name(kind),
+            mp_a2av_pattern_name(pattern), mp_dtype_name(dt));
+    mp_a2av_plan_t plan;
+    mp_a2av_plan_create(ctx, pattern, &plan);
     gpu_buf_t send, recv;
-    gpu_buf_get(g, &send, slab(pool, kind, 0), kind, slen * es, es);
-    gpu_buf_get(g, &recv, slab(pool, kind, 1), kind, rlen * es, es);
-    for (int p = 0; p < n; p++) {
-        mp_raw_fill(ctx, dt, me, (uint64_t)p << 32, sendcounts[p], send.host + sdispls[p] * es);
-        gpu_buf_push(g, &send, sdispls[p] * es, sendcounts[p] * es);
-    }
+    gpu_buf_get(g, &send, slab(pool, kind, 0), kind, plan.slen * es, es);
+    gpu_buf_get(g, &recv, slab(pool, kind, 1), kind, plan.rlen * es, es);
+    mp_a2av_fill(ctx, &plan, dt, send.host);
+    for (int p = 0; p < ctx->nranks; p++)
+        gpu_buf_push(g, &send, plan.sdispls[p] * es, plan.sendcounts[p] * es);
     weft_stats_t s0, s1;
     mp_stats(ctx, &s0);
-    weft_status_t st = weft_all_to_allv(ctx->comm, send.ptr, sendcounts, sdispls, recv.ptr,
-                                        recvcounts, rdispls, dt, g->stream);
+    weft_status_t st = weft_all_to_allv(ctx->comm, send.ptr, plan.sendcounts, plan.sdispls,
+                                        recv.ptr, plan.recvcounts, plan.rdispls, dt, g->stream);
     mp_stats(ctx, &s1);
     int ok = mp_ok(ctx, st, "weft_all_to_allv");
     pull_all(g, "all_to_allv", &send, &recv);
     if (ok) {
-        char what[64];
-        for (int p = 0; p < n; p++) {
-            snprintf(what, sizeof what, "recvbuf block from rank %d", p);
-            mp_raw_check(ctx, what, recv.host + rdispls[p] * es, dt, p, (uint64_t)me << 32,
-                         recvcounts[p]);
-            snprintf(what, sizeof what, "sendbuf block to rank %d", p);
-            mp_raw_check(ctx, what, send.host + sdispls[p] * es, dt, me, (uint64_t)p << 32,
-                         sendcounts[p]);
-        }
-        /* The gaps between receive blocks were never a destination. */
-        unsigned char *covered = calloc(rlen, 1);
-        if (!covered)
-            mp_fatal(ctx, "out of memory");
-        for (int p = 0; p < n; p++)
-            memset(covered + rdispls[p], 1, recvcounts[p]);
-        for (size_t i = 0; i < rlen; i++) {
-            if (covered[i])
-                continue;
-            snprintf(what, sizeof what, "recvbuf gap element %zu", i);
-            mp_check_poison(ctx, what, recv.host + i * es, es);
-        }
-        free(covered);
+        mp_a2av_check(ctx, &plan, dt, send.host, recv.host);
         /* Counted once; the path is not checked (a rank that sends nothing reads nothing). */
         gpu_check_path(g, &s0, &s1, kind, 0, 1);
     }
@@ -402,7 +311,7 @@ static void run_all_to_allv(gpu_ctx_t *g, const pool_t *pool, gpu_buf_kind_t kin
     gpu_buf_check_guards(g, &recv, "recvbuf");
     gpu_buf_put(g, &send);
     gpu_buf_put(g, &recv);
-    free(arrays);
+    mp_a2av_plan_destroy(&plan);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -631,11 +540,11 @@ static void run_mode(gpu_ctx_t *g, weft_registration_t reg)
                         run_broadcast(g, &pool, k, counts[c], (weft_dtype_t)dt, root, ip);
             }
         }
-        for (int pat = 0; pat < PATTERN_HUGE; pat++) {
+        for (int pat = 0; pat < MP_A2AV_HUGE; pat++) {
             if (ctx->quick && pat % 2 != kind % 2)
                 continue;
             int dt = (pat * 3 + kind + (int)reg * 7) % WEFT_NUM_DTYPES;
-            run_all_to_allv(g, &pool, k, (pattern_t)pat, (weft_dtype_t)dt);
+            run_all_to_allv(g, &pool, k, (mp_a2av_pattern_t)pat, (weft_dtype_t)dt);
         }
     }
     barriers(g);
@@ -645,7 +554,7 @@ static void run_mode(gpu_ctx_t *g, weft_registration_t reg)
             if (large_cases[i].reg == reg)
                 run_large(g, &large_cases[i]);
         int dt = (int)(reg * 3 + 2) % WEFT_NUM_DTYPES;
-        run_all_to_allv(g, NULL, (gpu_buf_kind_t)((reg + 1) % GPU_NUM_BUF_KINDS), PATTERN_HUGE,
+        run_all_to_allv(g, NULL, (gpu_buf_kind_t)((reg + 1) % GPU_NUM_BUF_KINDS), MP_A2AV_HUGE,
                         (weft_dtype_t)dt);
     }
     /* A kernel failure would be reported by the next call: end the mode with one. */

@@ -13,13 +13,11 @@
  * to rank d is (s, (d << 32) + i).
  *
  * Each case checks every element, the guard zones and that the input is left untouched;
- * all_to_all also checks the zero-copy/staged path in the stats.
+ * all_to_all also checks the zero-copy/staged path in the stats. The data, count patterns,
+ * layouts and checks are shared with tests/gpu/gpu_collectives.c (cases.h).
  */
+#include "cases.h"
 #include "harness.h"
-
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 /* ---------------------------------------------------------------------------------------------
  * all_to_all
@@ -38,13 +36,7 @@ static void run_a2a(mp_ctx_t *ctx, mp_buf_kind_t kind, size_t count, weft_dtype_
     weft_status_t st = weft_all_to_all(ctx->comm, send.ptr, recv.ptr, count, dt, NULL);
     mp_stats(ctx, &s1);
     if (mp_ok(ctx, st, "weft_all_to_all")) {
-        for (int p = 0; p < ctx->nranks; p++) {
-            char what[64];
-            snprintf(what, sizeof what, "recvbuf block %d", p);
-            mp_raw_check(ctx, what, recv.ptr + (size_t)p * bytes, dt, p,
-                         (uint64_t)ctx->rank * count, count);
-        }
-        mp_raw_check(ctx, "sendbuf", send.ptr, dt, ctx->rank, 0, n * count);
+        mp_a2a_check(ctx, dt, count, send.ptr, recv.ptr);
         mp_check_path(ctx, &s0, &s1, kind, bytes);
     }
     mp_buf_free(ctx, &send, "sendbuf");
@@ -54,109 +46,24 @@ static void run_a2a(mp_ctx_t *ctx, mp_buf_kind_t kind, size_t count, weft_dtype_
 /* ---------------------------------------------------------------------------------------------
  * all_to_allv
  * ------------------------------------------------------------------------------------------- */
-typedef enum {
-    PATTERN_SMALL,  /* counts in [0, 7] */
-    PATTERN_MEDIUM, /* counts in [0, 300] */
-    PATTERN_SKEWED, /* rank 0 sends nothing, the last rank receives nothing, others [1, 50] */
-    PATTERN_LARGE,  /* counts in [0, 5000] */
-    PATTERN_ZERO,   /* every count 0 */
-    PATTERN_HUGE,   /* counts in [0, 200000] (not in quick mode) */
-    NUM_PATTERNS
-} pattern_t;
-
-static const char *const pattern_names[NUM_PATTERNS] = {"small", "medium", "skewed",
-                                                        "large", "zero",   "huge"};
-
-/* Elements rank s sends to rank d in the current case; the same on every rank. */
-static size_t a2av_count(const mp_ctx_t *ctx, pattern_t pattern, int s, int d)
+static void run_a2av(mp_ctx_t *ctx, mp_buf_kind_t kind, mp_a2av_pattern_t pattern, weft_dtype_t dt)
 {
-    uint64_t h = mp_hash(ctx->seed + ctx->case_id, (uint64_t)s, (uint64_t)d, 7);
-    int zero = (h & 3) == 0; /* about a quarter of the blocks */
-    h >>= 2;
-    switch (pattern) {
-    case PATTERN_SMALL:
-        return zero ? 0 : h % 8;
-    case PATTERN_MEDIUM:
-        return zero ? 0 : h % 301;
-    case PATTERN_SKEWED:
-        return s == 0 || d == ctx->nranks - 1 ? 0 : 1 + h % 50;
-    case PATTERN_LARGE:
-        return zero ? 0 : h % 5001;
-    case PATTERN_ZERO:
-        return 0;
-    default:
-        return zero ? 0 : h % 200001;
-    }
-}
-
-/* Place the blocks of counts[] in a buffer: rotated (and sometimes reversed) order with gaps of
- * 0-2 elements before each block. Sets displs[] and returns the buffer's length in elements. */
-static size_t a2av_layout(const mp_ctx_t *ctx, int side, const size_t *counts, size_t *displs)
-{
-    int n = ctx->nranks;
-    uint64_t h = mp_hash(ctx->seed + ctx->case_id, (uint64_t)ctx->rank, (uint64_t)side, 11);
-    int rot = (int)(h % (uint64_t)n), rev = (int)((h >> 32) & 1);
-    size_t off = 0;
-    for (int k = 0; k < n; k++) {
-        int p = rev ? (rot + n - k) % n : (rot + k) % n;
-        off += (size_t)(mp_hash(h, (uint64_t)p, 0, 0) % 3);
-        displs[p] = off;
-        off += counts[p];
-    }
-    return off + 1;
-}
-
-static void run_a2av(mp_ctx_t *ctx, mp_buf_kind_t kind, pattern_t pattern, weft_dtype_t dt)
-{
-    int n = ctx->nranks, me = ctx->rank;
     size_t es = mp_dtype_bytes(dt);
-    mp_case(ctx, "all_to_allv %s pattern=%s %s", mp_buf_kind_name(kind), pattern_names[pattern],
-            mp_dtype_name(dt));
-    size_t *arrays = calloc(4 * (size_t)n, sizeof *arrays);
-    if (!arrays)
-        mp_fatal(ctx, "out of memory");
-    size_t *sendcounts = arrays, *sdispls = arrays + n;
-    size_t *recvcounts = arrays + 2 * n, *rdispls = arrays + 3 * n;
-    for (int p = 0; p < n; p++) {
-        sendcounts[p] = a2av_count(ctx, pattern, me, p);
-        recvcounts[p] = a2av_count(ctx, pattern, p, me);
-    }
-    size_t slen = a2av_layout(ctx, 0, sendcounts, sdispls);
-    size_t rlen = a2av_layout(ctx, 1, recvcounts, rdispls);
+    mp_case(ctx, "all_to_allv %s pattern=%s %s", mp_buf_kind_name(kind),
+            mp_a2av_pattern_name(pattern), mp_dtype_name(dt));
+    mp_a2av_plan_t plan;
+    mp_a2av_plan_create(ctx, pattern, &plan);
     mp_buf_t send, recv;
-    mp_buf_alloc(ctx, &send, kind, slen * es);
-    mp_buf_alloc(ctx, &recv, kind, rlen * es);
-    for (int p = 0; p < n; p++)
-        mp_raw_fill(ctx, dt, me, (uint64_t)p << 32, sendcounts[p], send.ptr + sdispls[p] * es);
-    weft_status_t st = weft_all_to_allv(ctx->comm, send.ptr, sendcounts, sdispls, recv.ptr,
-                                        recvcounts, rdispls, dt, NULL);
-    if (mp_ok(ctx, st, "weft_all_to_allv")) {
-        char what[64];
-        for (int p = 0; p < n; p++) {
-            snprintf(what, sizeof what, "recvbuf block from rank %d", p);
-            mp_raw_check(ctx, what, recv.ptr + rdispls[p] * es, dt, p, (uint64_t)me << 32,
-                         recvcounts[p]);
-            snprintf(what, sizeof what, "sendbuf block to rank %d", p);
-            mp_raw_check(ctx, what, send.ptr + sdispls[p] * es, dt, me, (uint64_t)p << 32,
-                         sendcounts[p]);
-        }
-        /* The gaps between receive blocks were never a destination. */
-        unsigned char *covered = calloc(rlen, 1);
-        if (!covered)
-            mp_fatal(ctx, "out of memory");
-        for (int p = 0; p < n; p++)
-            memset(covered + rdispls[p], 1, recvcounts[p]);
-        for (size_t i = 0; i < rlen; i++) {
-            if (covered[i])
-                continue;
-            snprintf(what, sizeof what, "recvbuf gap element %zu", i);
-            mp_check_poison(ctx, what, recv.ptr + i * es, es);
-        }
-        free(covered);
-    }
+    mp_buf_alloc(ctx, &send, kind, plan.slen * es);
+    mp_buf_alloc(ctx, &recv, kind, plan.rlen * es);
+    mp_a2av_fill(ctx, &plan, dt, send.ptr);
+    weft_status_t st = weft_all_to_allv(ctx->comm, send.ptr, plan.sendcounts, plan.sdispls,
+                                        recv.ptr, plan.recvcounts, plan.rdispls, dt, NULL);
+    if (mp_ok(ctx, st, "weft_all_to_allv"))
+        mp_a2av_check(ctx, &plan, dt, send.ptr, recv.ptr);
     mp_buf_free(ctx, &send, "sendbuf");
     mp_buf_free(ctx, &recv, "recvbuf");
-    free(arrays);
+    mp_a2av_plan_destroy(&plan);
 }
 
 int main(void)
@@ -172,11 +79,11 @@ int main(void)
                 for (int dt = 0; dt < WEFT_NUM_DTYPES; dt++)
                     if (mp_selected(&ctx, (unsigned)dt, (mp_buf_kind_t)kind))
                         run_a2a(&ctx, (mp_buf_kind_t)kind, counts[c], (weft_dtype_t)dt);
-            for (int pat = 0; pat < NUM_PATTERNS; pat++) {
-                if (pat == PATTERN_HUGE && (ctx.quick || kind != (reg + 1) % MP_NUM_BUF_KINDS))
+            for (int pat = 0; pat < MP_A2AV_NUM_PATTERNS; pat++) {
+                if (pat == MP_A2AV_HUGE && (ctx.quick || kind != (reg + 1) % MP_NUM_BUF_KINDS))
                     continue;
                 int dt = (pat * 3 + kind + reg * 7) % WEFT_NUM_DTYPES;
-                run_a2av(&ctx, (mp_buf_kind_t)kind, (pattern_t)pat, (weft_dtype_t)dt);
+                run_a2av(&ctx, (mp_buf_kind_t)kind, (mp_a2av_pattern_t)pat, (weft_dtype_t)dt);
             }
         }
         if (!ctx.quick)

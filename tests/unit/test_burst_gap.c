@@ -1,0 +1,647 @@
+/*
+ * test_burst_gap.c - the Burst-Gap model: golden tables of its equations and of the planner
+ * (hand-computed, exact in binary where possible), monotonicity and invariants on random
+ * parameter tables, the fits on synthetic measurements drawn from known parameters with noise
+ * and outliers, and rejection of invalid inputs with outputs left untouched. The seed is
+ * printed; pass one as argv[1] to replay a run.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "model/burst_gap.h"
+
+static int failures;
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            failures++;                                                                            \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
+            printf(__VA_ARGS__);                                                                   \
+            printf("\n");                                                                          \
+        }                                                                                          \
+    } while (0)
+
+#define POISON (-12345.0)
+
+static bool close_to(double got, double want, double rel)
+{
+    return fabs(got - want) <= rel * fmax(1.0, fabs(want));
+}
+
+/*
+ * Golden parameters. R = 2 GB/s = 2000 bytes/us. Row K=4: T_iss0 goes 1.0 us at 1000 bytes to
+ * 2.0 us at 9000 bytes (1/8000 us per byte), Q = 4000 bytes. Row K=8: half those times
+ * (0.5 -> 1.0 us), Q = 8000 bytes. K=6 sits halfway: T_iss0 the mean of the two rows, Q 6000.
+ */
+static weft_bg_params_t golden_params(void)
+{
+    weft_bg_params_t p;
+    memset(&p, 0, sizeof p);
+    p.drain_gbps = 2.0;
+    p.nrows = 2;
+    p.row[0] = (weft_bg_row_t){.producers = 4, .npoints = 2, .capacity_bytes = 4000.0};
+    p.row[0].bytes[0] = 1000;
+    p.row[0].bytes[1] = 9000;
+    p.row[0].t_iss0_us[0] = 1.0;
+    p.row[0].t_iss0_us[1] = 2.0;
+    p.row[1] = (weft_bg_row_t){.producers = 8, .npoints = 2, .capacity_bytes = 8000.0};
+    p.row[1].bytes[0] = 1000;
+    p.row[1].bytes[1] = 9000;
+    p.row[1].t_iss0_us[0] = 0.5;
+    p.row[1].t_iss0_us[1] = 1.0;
+    return p;
+}
+
+static void test_golden_equations(void)
+{
+    static const struct {
+        int k;
+        uint64_t bytes;
+        double gap_us;
+        double t_iss0_us, issue_us, period_us, recovery_us, excess_bytes;
+        bool fits, free;
+    } rows[] = {
+        /* K=4, V=5000: T0 = 1 + 4000/8000 = 1.5; V/R = 2.5; G* = 1.0; E = 5000 - 3000 = 2000. */
+        {4, 5000, 0.0, 1.5, 2.5, 2.5, 1.0, 2000.0, true, false}, /* drain-bound, no gap */
+        {4, 5000, 0.5, 1.5, 2.0, 2.5, 1.0, 2000.0, true, false}, /* gap too short by 0.5 */
+        {4, 5000, 1.0, 1.5, 1.5, 2.5, 1.0, 2000.0, true, true},  /* G = G*: just free */
+        {4, 5000, 3.0, 1.5, 1.5, 4.5, 1.0, 2000.0, true, true},  /* compute-bound period */
+        /* Below the table T0 is clamped to the first point: 1.0; V/R = 0.25, so no recovery. */
+        {4, 500, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0, true, true},
+        {4, 0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0, true, true}, /* an empty burst still costs T0 */
+        /* Beyond the table the last segment extends: T0 = 1 + 16000/8000 = 3; V/R = 8.5;
+         * E = 17000 - 6000 = 11000 > Q = 4000: never free, whatever the gap. */
+        {4, 17000, 0.0, 3.0, 8.5, 8.5, 5.5, 11000.0, false, false},
+        {4, 17000, 10.0, 3.0, 3.0, 13.0, 5.5, 11000.0, false, false},
+        /* K=8, V=5000: T0 = 0.5 + 4000/16000 = 0.75; G* = 1.75; E = 5000 - 1500 = 3500. */
+        {8, 5000, 0.0, 0.75, 2.5, 2.5, 1.75, 3500.0, true, false},
+        /* K=8 at the last point: T0 = 1.0; V/R = 4.5; G* = 3.5; E = 9000 - 2000 = 7000 <= 8000. */
+        {8, 9000, 0.25, 1.0, 4.25, 4.5, 3.5, 7000.0, true, false},
+        /* K=6 halfway: T0 = (1.5 + 0.75) / 2 = 1.125, Q = 6000; G* = 1.375; E = 2750. */
+        {6, 5000, 2.0, 1.125, 1.125, 3.125, 1.375, 2750.0, true, true},
+    };
+    weft_bg_params_t p = golden_params();
+    CHECK(weft_bg_params_check(&p) == WEFT_SUCCESS, "golden params rejected");
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        int k = rows[i].k;
+        uint64_t v = rows[i].bytes;
+        double g = rows[i].gap_us;
+        double t0 = POISON, iss = POISON, per = POISON, rec = POISON, exc = POISON;
+        bool fits = !rows[i].fits, free_ = !rows[i].free;
+        CHECK(weft_bg_t_iss0(&p, k, v, &t0) == WEFT_SUCCESS, "row %zu: t_iss0 failed", i);
+        CHECK(weft_bg_issue_time(&p, k, v, g, &iss) == WEFT_SUCCESS, "row %zu: issue failed", i);
+        CHECK(weft_bg_period(&p, k, v, g, &per) == WEFT_SUCCESS, "row %zu: period failed", i);
+        CHECK(weft_bg_recovery_gap(&p, k, v, &rec) == WEFT_SUCCESS, "row %zu: recovery failed", i);
+        CHECK(weft_bg_capacity_check(&p, k, v, &exc, &fits) == WEFT_SUCCESS,
+              "row %zu: capacity check failed", i);
+        CHECK(weft_bg_backpressure_free(&p, k, v, g, &free_) == WEFT_SUCCESS,
+              "row %zu: backpressure test failed", i);
+        CHECK(t0 == rows[i].t_iss0_us, "row %zu: T_iss0 %.17g, expected %.17g", i, t0,
+              rows[i].t_iss0_us);
+        CHECK(iss == rows[i].issue_us, "row %zu: T_iss %.17g, expected %.17g", i, iss,
+              rows[i].issue_us);
+        CHECK(per == rows[i].period_us, "row %zu: period %.17g, expected %.17g", i, per,
+              rows[i].period_us);
+        CHECK(rec == rows[i].recovery_us, "row %zu: G* %.17g, expected %.17g", i, rec,
+              rows[i].recovery_us);
+        CHECK(exc == rows[i].excess_bytes, "row %zu: excess %.17g, expected %.17g", i, exc,
+              rows[i].excess_bytes);
+        CHECK(fits == rows[i].fits, "row %zu: fits %d, expected %d", i, fits, rows[i].fits);
+        CHECK(free_ == rows[i].free, "row %zu: free %d, expected %d", i, free_, rows[i].free);
+    }
+    double q = POISON;
+    CHECK(weft_bg_capacity(&p, 6, &q) == WEFT_SUCCESS && q == 6000.0, "Q(6) %g, expected 6000", q);
+    CHECK(weft_bg_capacity(&p, 8, &q) == WEFT_SUCCESS && q == 8000.0, "Q(8) %g, expected 8000", q);
+
+    /* One point: a constant T_iss0 at every volume. */
+    weft_bg_params_t one = golden_params();
+    one.nrows = 1;
+    one.row[0].npoints = 1;
+    double t0 = POISON;
+    CHECK(weft_bg_t_iss0(&one, 4, 1u << 30, &t0) == WEFT_SUCCESS && t0 == 1.0,
+          "one-point row: T_iss0 %g, expected 1", t0);
+}
+
+static void test_golden_plans(void)
+{
+    static const struct {
+        int k;
+        uint64_t bytes;
+        double tile_us;
+        weft_bg_advice_t advice;
+        int m;
+        uint64_t sub_bytes;
+        int d;
+        double gap_us, issue_us, period_us;
+        bool rate_ok, capacity_ok;
+    } rows[] = {
+        /* K=4, V=5000: G* = 1.0, E = 2000 <= 4000. */
+        {4, 5000, 2.0, WEFT_BG_ADVICE_NONE, 1, 5000, 1, 2.0, 1.5, 3.5, true, true},
+        {4, 5000, 1.0, WEFT_BG_ADVICE_NONE, 1, 5000, 1, 1.0, 1.5, 2.5, true, true}, /* G = G* */
+        /* 1.0 / 0.25 = 4 tiles exactly; the period becomes T0 + 4 * 0.25 = 2.5 = V/R. */
+        {4, 5000, 0.25, WEFT_BG_ADVICE_INTERLEAVE, 1, 5000, 4, 1.0, 1.5, 2.5, false, true},
+        /* 1.0 / 0.3 = 3.33 -> 4 tiles = 1.2 us; period max(1.5 + 1.2, 2.5) = 2.7. */
+        {4, 5000, 0.3, WEFT_BG_ADVICE_INTERLEAVE, 1, 5000, 4, 1.2, 1.5, 2.7, false, true},
+        /* K=8, V=5000: G* = 1.75; 1.75 / 0.5 = 3.5 -> 4 tiles = 2.0 us; period 0.75 + 2 = 2.75. */
+        {8, 5000, 0.5, WEFT_BG_ADVICE_INTERLEAVE, 1, 5000, 4, 2.0, 0.75, 2.75, false, true},
+        /* K=4, V=17000: E = 11000 > 4000. m=2: 8500 bytes, T0 = 1 + 7500/8000 = 1.9375,
+         * E = 8500 - 3875 = 4625 > 4000. m=3: ceil(17000/3) = 5667 bytes, T0 = 1 + 4667/8000 =
+         * 1.583375, E = 5667 - 3166.75 = 2500.25 fits. Sub-burst G* = 2.8335 - 1.583375 =
+         * 1.250125: 2 tiles of 1 us; period max(1.583375 + 2, 2.8335) = 3.583375. */
+        {4, 17000, 1.0, WEFT_BG_ADVICE_SPLIT, 3, 5667, 2, 2.0, 1.583375, 3.583375, false, false},
+        /* Same burst with 10 us tiles: the rate is fine (10 >= 5.5) but capacity still splits. */
+        {4, 17000, 10.0, WEFT_BG_ADVICE_SPLIT, 3, 5667, 1, 10.0, 1.583375, 11.583375, true, false},
+    };
+    weft_bg_params_t p = golden_params();
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        weft_bg_plan_t plan;
+        memset(&plan, 0xa5, sizeof plan);
+        weft_status_t st = weft_bg_plan(&p, rows[i].k, rows[i].bytes, rows[i].tile_us, &plan);
+        CHECK(st == WEFT_SUCCESS, "plan %zu failed: %s", i, weft_last_error());
+        if (st != WEFT_SUCCESS)
+            continue;
+        CHECK(plan.advice == rows[i].advice, "plan %zu: advice %d, expected %d", i,
+              (int)plan.advice, (int)rows[i].advice);
+        CHECK(plan.sub_bursts == rows[i].m, "plan %zu: m %d, expected %d", i, plan.sub_bursts,
+              rows[i].m);
+        CHECK(plan.sub_burst_bytes == rows[i].sub_bytes,
+              "plan %zu: sub-burst %" PRIu64 " bytes, expected %" PRIu64, i, plan.sub_burst_bytes,
+              rows[i].sub_bytes);
+        CHECK(plan.interleave_tiles == rows[i].d, "plan %zu: d %d, expected %d", i,
+              plan.interleave_tiles, rows[i].d);
+        CHECK(close_to(plan.planned_gap_us, rows[i].gap_us, 1e-12), "plan %zu: gap %.17g vs %g", i,
+              plan.planned_gap_us, rows[i].gap_us);
+        CHECK(close_to(plan.planned_issue_us, rows[i].issue_us, 1e-12),
+              "plan %zu: issue %.17g vs %g", i, plan.planned_issue_us, rows[i].issue_us);
+        CHECK(close_to(plan.planned_period_us, rows[i].period_us, 1e-12),
+              "plan %zu: period %.17g vs %g", i, plan.planned_period_us, rows[i].period_us);
+        CHECK(plan.rate_ok == rows[i].rate_ok && plan.capacity_ok == rows[i].capacity_ok &&
+                  plan.backpressure_free == (rows[i].rate_ok && rows[i].capacity_ok),
+              "plan %zu: rate_ok %d capacity_ok %d free %d", i, plan.rate_ok, plan.capacity_ok,
+              plan.backpressure_free);
+    }
+}
+
+/* Randomness: splitmix64, uniform in [0, 1), standard normal by Box-Muller. */
+static uint64_t next_u64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double uniform(uint64_t *state)
+{
+    return (double)(next_u64(state) >> 11) * 0x1.0p-53;
+}
+
+static double normal(uint64_t *state)
+{
+    double u = 1.0 - uniform(state), v = uniform(state);
+    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
+}
+
+/* Random valid parameters: 1..4 rows, 1..6 points each, nondecreasing times. */
+static weft_bg_params_t random_params(uint64_t *rng)
+{
+    weft_bg_params_t p;
+    memset(&p, 0, sizeof p);
+    p.drain_gbps = 1.0 + 200.0 * uniform(rng);
+    p.nrows = 1 + (int)(next_u64(rng) % 4);
+    int k = 0;
+    for (int r = 0; r < p.nrows; r++) {
+        weft_bg_row_t *row = &p.row[r];
+        k += 1 + (int)(next_u64(rng) % 16);
+        row->producers = k;
+        row->npoints = 1 + (int)(next_u64(rng) % 6);
+        row->capacity_bytes = 1e4 + 1e6 * uniform(rng);
+        uint64_t b = 1 + next_u64(rng) % 4096;
+        double t = 0.1 + 5.0 * uniform(rng);
+        for (int i = 0; i < row->npoints; i++) {
+            row->bytes[i] = b;
+            row->t_iss0_us[i] = t;
+            b += 1 + next_u64(rng) % (1u << 20);
+            t += uniform(rng) < 0.2 ? 0.0 : 10.0 * uniform(rng);
+        }
+    }
+    return p;
+}
+
+static void test_random(uint64_t seed)
+{
+    uint64_t rng = seed;
+    for (int iter = 0; iter < 2000; iter++) {
+        weft_bg_params_t p = random_params(&rng);
+        CHECK(weft_bg_params_check(&p) == WEFT_SUCCESS, "seed %" PRIu64 " iter %d: rejected: %s",
+              seed, iter, weft_last_error());
+        int kmin = p.row[0].producers, kmax = p.row[p.nrows - 1].producers;
+        int k = kmin + (int)(next_u64(&rng) % (uint64_t)(kmax - kmin + 1));
+        uint64_t v1 = next_u64(&rng) % (8u << 20), v2 = v1 + next_u64(&rng) % (8u << 20);
+        double g1 = 50.0 * uniform(&rng), g2 = g1 + 50.0 * uniform(&rng);
+        double i11, i21, i12, p11, p21, r1, r2, e1, e2;
+        bool fit1, fit2;
+        weft_status_t st = WEFT_SUCCESS;
+        st |= weft_bg_issue_time(&p, k, v1, g1, &i11);
+        st |= weft_bg_issue_time(&p, k, v2, g1, &i21);
+        st |= weft_bg_issue_time(&p, k, v1, g2, &i12);
+        st |= weft_bg_period(&p, k, v1, g1, &p11);
+        st |= weft_bg_period(&p, k, v2, g1, &p21);
+        st |= weft_bg_recovery_gap(&p, k, v1, &r1);
+        st |= weft_bg_recovery_gap(&p, k, v2, &r2);
+        st |= weft_bg_capacity_check(&p, k, v1, &e1, &fit1);
+        st |= weft_bg_capacity_check(&p, k, v2, &e2, &fit2);
+        if (st != WEFT_SUCCESS) {
+            CHECK(0, "seed %" PRIu64 " iter %d: evaluation failed: %s", seed, iter,
+                  weft_last_error());
+            continue;
+        }
+        /* Monotone: more bytes never less time; a longer gap never a longer issue time. */
+        CHECK(i21 >= i11 && p21 >= p11 && r2 >= r1,
+              "seed %" PRIu64 " iter %d: V %" PRIu64 " -> %" PRIu64 ": issue %g -> %g, period %g "
+              "-> %g, G* %g -> %g",
+              seed, iter, v1, v2, i11, i21, p11, p21, r1, r2);
+        CHECK(i12 <= i11, "seed %" PRIu64 " iter %d: G %g -> %g: issue %g -> %g", seed, iter, g1,
+              g2, i11, i12);
+        /* The period is the issue time plus the gap. */
+        CHECK(close_to(p11, i11 + g1, 1e-12), "seed %" PRIu64 " iter %d: period %.17g vs %.17g",
+              seed, iter, p11, i11 + g1);
+
+        /* Planner invariants at a random tile time. */
+        uint64_t v = 1 + v2;
+        double tile = 0.01 + 20.0 * uniform(&rng);
+        weft_bg_plan_t plan;
+        st = weft_bg_plan(&p, k, v, tile, &plan);
+        if (st != WEFT_SUCCESS) {
+            CHECK(0, "seed %" PRIu64 " iter %d: plan failed: %s", seed, iter, weft_last_error());
+            continue;
+        }
+        bool free_;
+        weft_bg_backpressure_free(&p, k, v, tile, &free_);
+        CHECK(plan.backpressure_free == free_, "seed %" PRIu64 " iter %d: plan free %d, test %d",
+              seed, iter, plan.backpressure_free, free_);
+        CHECK((plan.advice == WEFT_BG_ADVICE_NONE) == plan.backpressure_free,
+              "seed %" PRIu64 " iter %d: advice %d with free %d", seed, iter, (int)plan.advice,
+              plan.backpressure_free);
+        uint64_t m = (uint64_t)plan.sub_bursts;
+        CHECK(plan.sub_burst_bytes == (v + m - 1) / m, "seed %" PRIu64 " iter %d: sub-burst size",
+              seed, iter);
+        double e, gs;
+        bool fits;
+        weft_bg_capacity_check(&p, k, plan.sub_burst_bytes, &e, &fits);
+        weft_bg_recovery_gap(&p, k, plan.sub_burst_bytes, &gs);
+        CHECK(fits, "seed %" PRIu64 " iter %d: sub-burst of %" PRIu64 " bytes does not fit", seed,
+              iter, plan.sub_burst_bytes);
+        if (m > 1) {
+            weft_bg_capacity_check(&p, k, (v + m - 2) / (m - 1), &e, &fits);
+            CHECK(!fits, "seed %" PRIu64 " iter %d: m = %" PRIu64 " is not the fewest", seed, iter,
+                  m);
+        }
+        int d = plan.interleave_tiles;
+        CHECK(d >= 1 && d * tile >= gs && (d == 1 || (d - 1) * tile < gs),
+              "seed %" PRIu64 " iter %d: d %d tiles of %g us for G* %g", seed, iter, d, tile, gs);
+        double pi;
+        weft_bg_issue_time(&p, k, plan.sub_burst_bytes, plan.planned_gap_us, &pi);
+        CHECK(pi == plan.planned_issue_us, "seed %" PRIu64 " iter %d: planned issue", seed, iter);
+    }
+}
+
+/*
+ * Synthetic platform: R = 150 GB/s (150000 bytes/us); isolated issue time t0 + V/P with
+ * t0 = 2 us and P = 600 GB/s until the capacity Q = 2 MiB stalls the issuer, after which the
+ * issue time is (V - Q)/R. The knee: t0 + V/P = (V - Q)/R, V_k = (t0 + Q/R) / (1/R - 1/P)
+ * = (2 + 13.981013) / 5e-6 = 3196203 bytes, and Q = V_k - R * (t0 + V_k/P) holds there.
+ */
+#define SYN_R_BPUS 150000.0
+#define SYN_P_BPUS 600000.0
+#define SYN_T0_US 2.0
+#define SYN_Q_BYTES 2097152.0
+
+static double syn_t_iss0(double v)
+{
+    return SYN_T0_US + v / SYN_P_BPUS;
+}
+
+static double syn_isolated(double v)
+{
+    return fmax(syn_t_iss0(v), (v - SYN_Q_BYTES) / SYN_R_BPUS);
+}
+
+static void test_fit_synthetic(uint64_t seed)
+{
+    double knee_true =
+        (SYN_T0_US + SYN_Q_BYTES / SYN_R_BPUS) / (1.0 / SYN_R_BPUS - 1.0 / SYN_P_BPUS);
+    double worst_r = 0.0, worst_t = 0.0, worst_k = 0.0, worst_q = 0.0;
+    for (int trial = 0; trial < 20; trial++) {
+        uint64_t rng = seed + (uint64_t)trial * 7919u;
+        weft_bg_sample_t s[128];
+
+        /* R: zero-gap periodic bursts of 1..64 MiB, 3 each, 1% noise, 2 outliers 2x slower. */
+        size_t n = 0;
+        for (int e = 20; e <= 26; e++) {
+            for (int rep = 0; rep < 3; rep++) {
+                double v = (double)(1ull << e);
+                s[n++] = (weft_bg_sample_t){1ull << e, 0.0,
+                                            v / SYN_R_BPUS * (1.0 + 0.01 * normal(&rng))};
+            }
+        }
+        s[3].time_us *= 2.0;
+        s[10].time_us *= 2.0;
+        weft_bg_rate_fit_t rf;
+        if (weft_bg_fit_rate(s, n, &rf) != WEFT_SUCCESS) {
+            CHECK(0, "seed %" PRIu64 " trial %d: rate fit failed: %s", seed, trial,
+                  weft_last_error());
+            continue;
+        }
+        double rerr = fabs(rf.drain_gbps - 150.0) / 150.0;
+        worst_r = fmax(worst_r, rerr);
+        CHECK(rerr <= 0.01 && rf.nsamples == n && rf.drain_spread_gbps > 0.0 &&
+                  rf.drain_spread_gbps < 0.05 * 150.0,
+              "seed %" PRIu64 " trial %d: R %g +- %g GB/s, expected 150 within 1%%", seed, trial,
+              rf.drain_gbps, rf.drain_spread_gbps);
+
+        /* T_iss0 at 1 MiB: gaps 0..40 us, noise 0.02 us, one plateau outlier of +5 us. With
+         * V/R = 6.99 us, the samples at gaps 7..40 (34 of them) are on the plateau. */
+        n = 0;
+        for (int g = 0; g <= 40; g++) {
+            double v = 1048576.0;
+            double t = fmax(syn_t_iss0(v), v / SYN_R_BPUS - g) + 0.02 * normal(&rng);
+            s[n++] = (weft_bg_sample_t){1048576, (double)g, t};
+        }
+        s[20].time_us += 5.0;
+        weft_bg_plateau_fit_t pf;
+        if (weft_bg_fit_plateau(s, n, rf.drain_gbps, &pf) != WEFT_SUCCESS) {
+            CHECK(0, "seed %" PRIu64 " trial %d: plateau fit failed: %s", seed, trial,
+                  weft_last_error());
+            continue;
+        }
+        double terr = fabs(pf.t_iss0_us - syn_t_iss0(1048576.0));
+        worst_t = fmax(worst_t, terr);
+        CHECK(terr <= 0.02 && pf.nsamples == 34 && pf.t_iss0_spread_us < 0.1,
+              "seed %" PRIu64 " trial %d: T_iss0 %g +- %g us from %zu samples, expected %g", seed,
+              trial, pf.t_iss0_us, pf.t_iss0_spread_us, pf.nsamples, syn_t_iss0(1048576.0));
+
+        /* Knee: isolated bursts of 256 KiB .. 8 MiB in steps of 128 KiB, noise 0.05 us. */
+        n = 0;
+        for (uint64_t v = 256u << 10; v <= 8u << 20; v += 128u << 10)
+            s[n++] = (weft_bg_sample_t){v, 1000.0, syn_isolated((double)v) + 0.05 * normal(&rng)};
+        weft_bg_knee_fit_t kf;
+        if (weft_bg_fit_knee(s, n, rf.drain_gbps, &kf) != WEFT_SUCCESS) {
+            CHECK(0, "seed %" PRIu64 " trial %d: knee fit failed: %s", seed, trial,
+                  weft_last_error());
+            continue;
+        }
+        double kerr = fabs(kf.knee_bytes - knee_true) / knee_true;
+        double qerr = fabs(kf.capacity_bytes - SYN_Q_BYTES) / SYN_Q_BYTES;
+        worst_k = fmax(worst_k, kerr);
+        worst_q = fmax(worst_q, qerr);
+        CHECK(kerr <= 0.01, "seed %" PRIu64 " trial %d: V_k %g +- %g bytes, expected %g", seed,
+              trial, kf.knee_bytes, kf.knee_spread_bytes, knee_true);
+        CHECK(qerr <= 0.03, "seed %" PRIu64 " trial %d: Q %g +- %g bytes, expected %g", seed, trial,
+              kf.capacity_bytes, kf.capacity_spread_bytes, SYN_Q_BYTES);
+        CHECK(fabs(kf.below_us_per_byte * SYN_P_BPUS - 1.0) <= 0.1 &&
+                  fabs(kf.above_us_per_byte * SYN_R_BPUS - 1.0) <= 0.02,
+              "seed %" PRIu64 " trial %d: slopes %g, %g us/byte, expected %g, %g", seed, trial,
+              kf.below_us_per_byte, kf.above_us_per_byte, 1.0 / SYN_P_BPUS, 1.0 / SYN_R_BPUS);
+        CHECK(kf.nsamples == n && kf.residual_iqr_us > 0.0 && kf.residual_iqr_us < 0.2 &&
+                  kf.knee_spread_bytes > 0.0 && kf.knee_spread_bytes < 0.05 * knee_true,
+              "seed %" PRIu64 " trial %d: spreads: residual %g us, knee %g bytes", seed, trial,
+              kf.residual_iqr_us, kf.knee_spread_bytes);
+
+        /* End to end: a K=16 row from plateau fits below the knee, Q from the knee; the planner
+         * then predicts the true recovery gap of a 1 MiB burst within 2%. */
+        weft_bg_params_t p;
+        memset(&p, 0, sizeof p);
+        p.drain_gbps = rf.drain_gbps;
+        p.nrows = 1;
+        p.row[0].producers = 16;
+        p.row[0].capacity_bytes = kf.capacity_bytes;
+        static const uint64_t vols[] = {65536, 262144, 1048576, 2097152};
+        for (int i = 0; i < 4; i++) {
+            n = 0;
+            for (int g = 0; g < 24; g++) {
+                double v = (double)vols[i], gap = 0.5 * (double)g * v / SYN_R_BPUS;
+                double t = fmax(syn_t_iss0(v), v / SYN_R_BPUS - gap) + 0.02 * normal(&rng);
+                s[n++] = (weft_bg_sample_t){vols[i], gap, t};
+            }
+            if (weft_bg_fit_plateau(s, n, rf.drain_gbps, &pf) != WEFT_SUCCESS) {
+                CHECK(0, "seed %" PRIu64 " trial %d: plateau %d failed: %s", seed, trial, i,
+                      weft_last_error());
+                break;
+            }
+            p.row[0].bytes[i] = vols[i];
+            p.row[0].t_iss0_us[i] = pf.t_iss0_us;
+            p.row[0].npoints = i + 1;
+        }
+        /* Fitted times can dip by noise between close points; enforce the table's order. */
+        for (int i = 1; i < p.row[0].npoints; i++)
+            p.row[0].t_iss0_us[i] = fmax(p.row[0].t_iss0_us[i], p.row[0].t_iss0_us[i - 1]);
+        weft_bg_plan_t plan;
+        if (p.row[0].npoints != 4 || weft_bg_plan(&p, 16, 1048576, 1.0, &plan) != WEFT_SUCCESS) {
+            CHECK(0, "seed %" PRIu64 " trial %d: end-to-end plan failed: %s", seed, trial,
+                  weft_last_error());
+            continue;
+        }
+        double g_true = 1048576.0 / SYN_R_BPUS - syn_t_iss0(1048576.0);
+        CHECK(fabs(plan.recovery_gap_us - g_true) <= 0.02 * g_true && plan.capacity_ok &&
+                  plan.advice == WEFT_BG_ADVICE_INTERLEAVE && plan.interleave_tiles == 4,
+              "seed %" PRIu64 " trial %d: G* %g us (true %g), advice %d, d %d", seed, trial,
+              plan.recovery_gap_us, g_true, (int)plan.advice, plan.interleave_tiles);
+    }
+    printf("test_burst_gap: worst relative errors over 20 trials: R %.4f, V_k %.4f, Q %.4f; "
+           "T_iss0 %.4f us\n",
+           worst_r, worst_k, worst_q, worst_t);
+}
+
+static void test_invalid(void)
+{
+    weft_bg_params_t good = golden_params(), p;
+    double out = POISON;
+    bool flag = true;
+
+    /* Parameter checks, field by field. */
+    CHECK(weft_bg_params_check(NULL) == WEFT_ERR_INVALID_ARGUMENT, "NULL params accepted");
+    static const double bad_doubles[] = {0.0, -1.0, NAN, INFINITY};
+    for (size_t i = 0; i < 4; i++) {
+        p = good;
+        p.drain_gbps = bad_doubles[i];
+        CHECK(weft_bg_params_check(&p) == WEFT_ERR_INVALID_ARGUMENT, "drain_gbps %g accepted",
+              bad_doubles[i]);
+        p = good;
+        p.row[1].t_iss0_us[0] = bad_doubles[i];
+        CHECK(weft_bg_params_check(&p) == WEFT_ERR_INVALID_ARGUMENT, "t_iss0_us %g accepted",
+              bad_doubles[i]);
+        p = good;
+        p.row[0].capacity_bytes = i == 0 ? -1e-9 : bad_doubles[i];
+        CHECK(weft_bg_params_check(&p) == WEFT_ERR_INVALID_ARGUMENT, "capacity %g accepted",
+              p.row[0].capacity_bytes);
+    }
+    p = good;
+    p.row[0].capacity_bytes = 0.0;
+    CHECK(weft_bg_params_check(&p) == WEFT_SUCCESS, "capacity 0 rejected");
+    p = good;
+    p.nrows = 0;
+    CHECK(weft_bg_params_check(&p) == WEFT_ERR_INVALID_ARGUMENT, "nrows 0 accepted");
+    p.nrows = WEFT_BG_MAX_ROWS + 1;
+    CHECK(weft_bg_params_check(&p) == WEFT_ERR_INVALID_ARGUMENT, "nrows too big accepted");
+    p = good;
+    p.row[1].producers = 4;
+    CHECK(weft_bg_params_check(&p) == WEFT_ERR_INVALID_ARGUMENT, "equal producers accepted");
+    p = good;
+    p.row[0].producers = 0;
+    CHECK(weft_bg_params_check(&p) == WEFT_ERR_INVALID_ARGUMENT, "producers 0 accepted");
+    p = good;
+    p.row[0].npoints = 0;
+    CHECK(weft_bg_params_check(&p) == WEFT_ERR_INVALID_ARGUMENT, "npoints 0 accepted");
+    p.row[0].npoints = WEFT_BG_MAX_POINTS + 1;
+    CHECK(weft_bg_params_check(&p) == WEFT_ERR_INVALID_ARGUMENT, "npoints too big accepted");
+    p = good;
+    p.row[0].bytes[1] = 1000;
+    CHECK(weft_bg_params_check(&p) == WEFT_ERR_INVALID_ARGUMENT, "repeated volume accepted");
+    p = good;
+    p.row[0].t_iss0_us[1] = 0.99;
+    CHECK(weft_bg_params_check(&p) == WEFT_ERR_INVALID_ARGUMENT, "decreasing T_iss0 accepted");
+
+    /* Evaluation arguments; outputs untouched on failure. */
+    p = good;
+    p.drain_gbps = -2.0;
+    CHECK(weft_bg_issue_time(&p, 4, 100, 0.0, &out) == WEFT_ERR_INVALID_ARGUMENT && out == POISON,
+          "bad params accepted by issue_time");
+    CHECK(weft_bg_t_iss0(&good, 3, 100, &out) == WEFT_ERR_INVALID_ARGUMENT && out == POISON,
+          "K below the table accepted");
+    CHECK(weft_bg_capacity(&good, 9, &out) == WEFT_ERR_INVALID_ARGUMENT && out == POISON,
+          "K above the table accepted");
+    CHECK(weft_bg_issue_time(&good, 4, 100, -0.5, &out) == WEFT_ERR_INVALID_ARGUMENT &&
+              out == POISON,
+          "negative gap accepted");
+    CHECK(weft_bg_period(&good, 4, 100, NAN, &out) == WEFT_ERR_INVALID_ARGUMENT && out == POISON,
+          "NaN gap accepted");
+    CHECK(weft_bg_backpressure_free(&good, 4, 100, INFINITY, &flag) == WEFT_ERR_INVALID_ARGUMENT &&
+              flag,
+          "infinite gap accepted");
+    CHECK(weft_bg_recovery_gap(&good, 4, 100, NULL) == WEFT_ERR_INVALID_ARGUMENT,
+          "NULL output accepted");
+    CHECK(weft_bg_capacity_check(&good, 4, 100, &out, NULL) == WEFT_ERR_INVALID_ARGUMENT &&
+              out == POISON,
+          "NULL fits_out accepted");
+
+    /* Planner arguments. */
+    weft_bg_plan_t plan;
+    memset(&plan, 0x5a, sizeof plan);
+    weft_bg_plan_t before = plan;
+    CHECK(weft_bg_plan(&good, 4, 0, 1.0, &plan) == WEFT_ERR_INVALID_ARGUMENT, "V = 0 accepted");
+    CHECK(weft_bg_plan(&good, 4, 5000, 0.0, &plan) == WEFT_ERR_INVALID_ARGUMENT,
+          "tile time 0 accepted");
+    CHECK(weft_bg_plan(&good, 4, 5000, NAN, &plan) == WEFT_ERR_INVALID_ARGUMENT,
+          "tile time NaN accepted");
+    CHECK(weft_bg_plan(&good, 2, 5000, 1.0, &plan) == WEFT_ERR_INVALID_ARGUMENT,
+          "K out of range accepted by the planner");
+    /* 1e-300 us tiles: the recovery gap of 1 us needs far more than INT_MAX of them. */
+    CHECK(weft_bg_plan(&good, 4, 5000, 1e-300, &plan) == WEFT_ERR_INVALID_ARGUMENT,
+          "an interleave beyond INT_MAX accepted");
+    /* Q = 0 with R * T_iss0 far below a byte: no split can fit. */
+    p = good;
+    p.nrows = 1;
+    p.row[0].capacity_bytes = 0.0;
+    p.drain_gbps = 1e-9;
+    CHECK(weft_bg_plan(&p, 4, 1u << 30, 1.0, &plan) == WEFT_ERR_INVALID_ARGUMENT,
+          "an impossible split accepted");
+    CHECK(memcmp(&plan, &before, sizeof plan) == 0, "plan written on failure");
+    CHECK(weft_bg_plan(&good, 4, 5000, 1.0, NULL) == WEFT_ERR_INVALID_ARGUMENT,
+          "NULL plan accepted");
+
+    /* Fits. */
+    weft_bg_sample_t s[8];
+    for (int i = 0; i < 8; i++)
+        s[i] = (weft_bg_sample_t){1000u * (uint64_t)(i + 1), 0.0, 1.0 + i};
+    weft_bg_rate_fit_t rf;
+    memset(&rf, 0x5a, sizeof rf);
+    weft_bg_rate_fit_t rf_before = rf;
+    CHECK(weft_bg_fit_rate(s, 2, &rf) == WEFT_ERR_INVALID_ARGUMENT, "2 samples accepted");
+    CHECK(weft_bg_fit_rate(NULL, 8, &rf) == WEFT_ERR_INVALID_ARGUMENT, "NULL samples accepted");
+    CHECK(weft_bg_fit_rate(s, 8, NULL) == WEFT_ERR_INVALID_ARGUMENT, "NULL fit accepted");
+    s[5].time_us = 0.0;
+    CHECK(weft_bg_fit_rate(s, 8, &rf) == WEFT_ERR_INVALID_ARGUMENT, "zero period accepted");
+    s[5].time_us = NAN;
+    CHECK(weft_bg_fit_rate(s, 8, &rf) == WEFT_ERR_INVALID_ARGUMENT, "NaN period accepted");
+    s[5].time_us = 6.0;
+    s[2].bytes = 0;
+    CHECK(weft_bg_fit_rate(s, 8, &rf) == WEFT_ERR_INVALID_ARGUMENT, "zero bytes accepted");
+    s[2].bytes = 3000;
+    s[7].gap_us = 1.0;
+    CHECK(weft_bg_fit_rate(s, 8, &rf) == WEFT_ERR_INVALID_ARGUMENT, "nonzero gap accepted");
+    CHECK(memcmp(&rf, &rf_before, sizeof rf) == 0, "rate fit written on failure");
+    s[7].gap_us = 0.0;
+    /* Golden: V / period = 1000 * (i+1) / (1+i) = 1000 bytes/us = 1 GB/s exactly, spread 0. */
+    CHECK(weft_bg_fit_rate(s, 8, &rf) == WEFT_SUCCESS && rf.drain_gbps == 1.0 &&
+              rf.drain_spread_gbps == 0.0 && rf.nsamples == 8,
+          "golden rate: %g +- %g GB/s", rf.drain_gbps, rf.drain_spread_gbps);
+
+    /* Plateau: R = 1 GB/s, V = 1000 bytes, V/R = 1 us. Gaps 0, 0.5 are off the plateau. */
+    weft_bg_plateau_fit_t pf;
+    memset(&pf, 0x5a, sizeof pf);
+    weft_bg_plateau_fit_t pf_before = pf;
+    static const double gaps[] = {0.0, 0.5, 1.0, 2.0, 4.0, 8.0};
+    static const double times[] = {5.0, 4.0, 0.3, 0.2, 0.4, 0.6};
+    for (int i = 0; i < 6; i++)
+        s[i] = (weft_bg_sample_t){1000, gaps[i], times[i]};
+    CHECK(weft_bg_fit_plateau(s, 6, 0.0, &pf) == WEFT_ERR_INVALID_ARGUMENT, "R = 0 accepted");
+    CHECK(weft_bg_fit_plateau(s, 6, 0.25, &pf) == WEFT_ERR_INVALID_ARGUMENT,
+          "2 plateau samples (gap >= V/R = 4 us) accepted");
+    s[3].bytes = 2000;
+    CHECK(weft_bg_fit_plateau(s, 6, 1.0, &pf) == WEFT_ERR_INVALID_ARGUMENT,
+          "mixed volumes accepted");
+    CHECK(memcmp(&pf, &pf_before, sizeof pf) == 0, "plateau fit written on failure");
+    s[3].bytes = 1000;
+    /* Golden: plateau {0.3, 0.2, 0.4, 0.6}: median 0.35; quartiles at positions 0.75 and 2.25
+     * of {0.2, 0.3, 0.4, 0.6}: 0.275 and 0.45, IQR 0.175. */
+    CHECK(weft_bg_fit_plateau(s, 6, 1.0, &pf) == WEFT_SUCCESS && pf.nsamples == 4 &&
+              close_to(pf.t_iss0_us, 0.35, 1e-15) && close_to(pf.t_iss0_spread_us, 0.175, 1e-15),
+          "golden plateau: %.17g +- %.17g us from %zu", pf.t_iss0_us, pf.t_iss0_spread_us,
+          pf.nsamples);
+
+    /* Knee: too few samples; one volume only; a concave sweep (no knee). */
+    weft_bg_knee_fit_t kf;
+    memset(&kf, 0x5a, sizeof kf);
+    weft_bg_knee_fit_t kf_before = kf;
+    for (int i = 0; i < 8; i++)
+        s[i] = (weft_bg_sample_t){1000u * (uint64_t)(i + 1), 100.0, i < 4 ? 1.0 + i : 4.0};
+    CHECK(weft_bg_fit_knee(s, 5, 1.0, &kf) == WEFT_ERR_INVALID_ARGUMENT, "5 samples accepted");
+    CHECK(weft_bg_fit_knee(s, 8, 1.0, &kf) == WEFT_ERR_INVALID_ARGUMENT, "concave sweep accepted");
+    for (int i = 0; i < 8; i++)
+        s[i].bytes = 1000;
+    CHECK(weft_bg_fit_knee(s, 8, 1.0, &kf) == WEFT_ERR_INVALID_ARGUMENT, "one volume accepted");
+    CHECK(memcmp(&kf, &kf_before, sizeof kf) == 0, "knee fit written on failure");
+    /* Golden, noise-free: flat 1 us up to 4000 bytes, then 1 us per 1000 bytes: the lines
+     * y = 1 and y = (V - 3000)/1000 cross at V_k = 4000; at R = 0.5 GB/s (500 bytes/us),
+     * Q = 4000 - 500 * 1 = 3500. */
+    for (int i = 0; i < 8; i++) {
+        double v = 1000.0 * (i + 1);
+        s[i] = (weft_bg_sample_t){(uint64_t)v, 100.0, fmax(1.0, (v - 3000.0) / 1000.0)};
+    }
+    CHECK(weft_bg_fit_knee(s, 8, 0.5, &kf) == WEFT_SUCCESS &&
+              close_to(kf.knee_bytes, 4000.0, 1e-12) &&
+              close_to(kf.capacity_bytes, 3500.0, 1e-12) && close_to(kf.t_knee_us, 1.0, 1e-12) &&
+              kf.residual_iqr_us < 1e-12,
+          "golden knee: V_k %.17g, Q %.17g, T %.17g, residual %g", kf.knee_bytes, kf.capacity_bytes,
+          kf.t_knee_us, kf.residual_iqr_us);
+}
+
+int main(int argc, char **argv)
+{
+    uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 0) : (uint64_t)time(NULL);
+    printf("test_burst_gap: seed %" PRIu64 "\n", seed);
+    test_golden_equations();
+    test_golden_plans();
+    test_random(seed);
+    test_fit_synthetic(seed);
+    test_invalid();
+    if (failures != 0)
+        printf("test_burst_gap: %d checks failed\n", failures);
+    return failures != 0;
+}
