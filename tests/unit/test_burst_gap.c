@@ -185,6 +185,18 @@ static void test_golden_plans(void)
               "plan %zu: rate_ok %d capacity_ok %d free %d", i, plan.rate_ok, plan.capacity_ok,
               plan.backpressure_free);
     }
+
+    /* Rounding: with one point (T_iss0 = 1 us) and V = 2008, G* = 1.004 - 1 =
+     * 0.0040000000000000036 us. Tiles of 0.0013333333333333344 us: the quotient rounds to
+     * 3.0000000000000004, whose ceiling is 4, yet 3 tiles already cover G* in floating point. */
+    weft_bg_params_t one = golden_params();
+    one.nrows = 1;
+    one.row[0].npoints = 1;
+    weft_bg_plan_t plan;
+    CHECK(weft_bg_plan(&one, 4, 2008, 0.0013333333333333344, &plan) == WEFT_SUCCESS &&
+              plan.recovery_gap_us == 0.0040000000000000036 && plan.interleave_tiles == 3 &&
+              plan.advice == WEFT_BG_ADVICE_INTERLEAVE,
+          "rounding plan: G* %.17g, d %d, expected 3", plan.recovery_gap_us, plan.interleave_tiles);
 }
 
 /* Randomness: splitmix64, uniform in [0, 1), standard normal by Box-Muller. */
@@ -252,22 +264,35 @@ static void test_random(uint64_t seed)
         st |= weft_bg_issue_time(&p, k, v1, g2, &i12);
         st |= weft_bg_period(&p, k, v1, g1, &p11);
         st |= weft_bg_period(&p, k, v2, g1, &p21);
-        st |= weft_bg_recovery_gap(&p, k, v1, &r1);
-        st |= weft_bg_recovery_gap(&p, k, v2, &r2);
-        st |= weft_bg_capacity_check(&p, k, v1, &e1, &fit1);
-        st |= weft_bg_capacity_check(&p, k, v2, &e2, &fit2);
         if (st != WEFT_SUCCESS) {
             CHECK(0, "seed %" PRIu64 " iter %d: evaluation failed: %s", seed, iter,
                   weft_last_error());
             continue;
         }
         /* Monotone: more bytes never less time; a longer gap never a longer issue time. */
-        CHECK(i21 >= i11 && p21 >= p11 && r2 >= r1,
+        CHECK(i21 >= i11 && p21 >= p11,
               "seed %" PRIu64 " iter %d: V %" PRIu64 " -> %" PRIu64 ": issue %g -> %g, period %g "
-              "-> %g, G* %g -> %g",
-              seed, iter, v1, v2, i11, i21, p11, p21, r1, r2);
+              "-> %g",
+              seed, iter, v1, v2, i11, i21, p11, p21);
         CHECK(i12 <= i11, "seed %" PRIu64 " iter %d: G %g -> %g: issue %g -> %g", seed, iter, g1,
               g2, i11, i12);
+        /* G* and the excess grow with V only while T_iss0 grows at most as fast as V/R (the
+         * issue outpaces the drain): make every row's slope 1/(2R) and check them there. */
+        weft_bg_params_t fast = p;
+        for (int r = 0; r < fast.nrows; r++) {
+            weft_bg_row_t *row = &fast.row[r];
+            for (int i = 1; i < row->npoints; i++)
+                row->t_iss0_us[i] = row->t_iss0_us[0] + (double)(row->bytes[i] - row->bytes[0]) /
+                                                            (2e3 * fast.drain_gbps);
+        }
+        st = weft_bg_recovery_gap(&fast, k, v1, &r1);
+        st |= weft_bg_recovery_gap(&fast, k, v2, &r2);
+        st |= weft_bg_capacity_check(&fast, k, v1, &e1, &fit1);
+        st |= weft_bg_capacity_check(&fast, k, v2, &e2, &fit2);
+        CHECK(st == WEFT_SUCCESS && r2 >= r1 && e2 >= e1 && (fit1 || !fit2),
+              "seed %" PRIu64 " iter %d: fast issue, V %" PRIu64 " -> %" PRIu64 ": G* %g -> %g, "
+              "excess %g -> %g",
+              seed, iter, v1, v2, r1, r2, e1, e2);
         /* The period is the issue time plus the gap. */
         CHECK(close_to(p11, i11 + g1, 1e-12), "seed %" PRIu64 " iter %d: period %.17g vs %.17g",
               seed, iter, p11, i11 + g1);
@@ -360,13 +385,14 @@ static void test_fit_synthetic(uint64_t seed)
         }
         double rerr = fabs(rf.drain_gbps - 150.0) / 150.0;
         worst_r = fmax(worst_r, rerr);
-        CHECK(rerr <= 0.01 && rf.nsamples == n && rf.drain_spread_gbps > 0.0 &&
+        CHECK(rerr <= 0.02 && rf.nsamples == n && rf.drain_spread_gbps > 0.0 &&
                   rf.drain_spread_gbps < 0.05 * 150.0,
-              "seed %" PRIu64 " trial %d: R %g +- %g GB/s, expected 150 within 1%%", seed, trial,
+              "seed %" PRIu64 " trial %d: R %g +- %g GB/s, expected 150 within 2%%", seed, trial,
               rf.drain_gbps, rf.drain_spread_gbps);
 
         /* T_iss0 at 1 MiB: gaps 0..40 us, noise 0.02 us, one plateau outlier of +5 us. With
-         * V/R = 6.99 us, the samples at gaps 7..40 (34 of them) are on the plateau. */
+         * V/R = 6.99 us, the samples at gaps 7..40 (34 of them; 33 if the fitted R is a little
+         * low) are on the plateau. */
         n = 0;
         for (int g = 0; g <= 40; g++) {
             double v = 1048576.0;
@@ -382,7 +408,7 @@ static void test_fit_synthetic(uint64_t seed)
         }
         double terr = fabs(pf.t_iss0_us - syn_t_iss0(1048576.0));
         worst_t = fmax(worst_t, terr);
-        CHECK(terr <= 0.02 && pf.nsamples == 34 && pf.t_iss0_spread_us < 0.1,
+        CHECK(terr <= 0.025 && pf.nsamples >= 33 && pf.nsamples <= 34 && pf.t_iss0_spread_us < 0.1,
               "seed %" PRIu64 " trial %d: T_iss0 %g +- %g us from %zu samples, expected %g", seed,
               trial, pf.t_iss0_us, pf.t_iss0_spread_us, pf.nsamples, syn_t_iss0(1048576.0));
 
@@ -402,7 +428,7 @@ static void test_fit_synthetic(uint64_t seed)
         worst_q = fmax(worst_q, qerr);
         CHECK(kerr <= 0.01, "seed %" PRIu64 " trial %d: V_k %g +- %g bytes, expected %g", seed,
               trial, kf.knee_bytes, kf.knee_spread_bytes, knee_true);
-        CHECK(qerr <= 0.03, "seed %" PRIu64 " trial %d: Q %g +- %g bytes, expected %g", seed, trial,
+        CHECK(qerr <= 0.02, "seed %" PRIu64 " trial %d: Q %g +- %g bytes, expected %g", seed, trial,
               kf.capacity_bytes, kf.capacity_spread_bytes, SYN_Q_BYTES);
         CHECK(fabs(kf.below_us_per_byte * SYN_P_BPUS - 1.0) <= 0.1 &&
                   fabs(kf.above_us_per_byte * SYN_R_BPUS - 1.0) <= 0.02,
@@ -414,7 +440,7 @@ static void test_fit_synthetic(uint64_t seed)
               kf.residual_iqr_us, kf.knee_spread_bytes);
 
         /* End to end: a K=16 row from plateau fits below the knee, Q from the knee; the planner
-         * then predicts the true recovery gap of a 1 MiB burst within 2%. */
+         * then predicts the true recovery gap of a 1 MiB burst within the fits' tolerances. */
         weft_bg_params_t p;
         memset(&p, 0, sizeof p);
         p.drain_gbps = rf.drain_gbps;
@@ -447,8 +473,11 @@ static void test_fit_synthetic(uint64_t seed)
                   weft_last_error());
             continue;
         }
+        /* G* = V/R - T_iss0 inherits the tolerances asserted above: R within 2% moves V/R by
+         * at most V/R * 0.02 / 0.98, and T_iss0 is within 0.025 us. */
         double g_true = 1048576.0 / SYN_R_BPUS - syn_t_iss0(1048576.0);
-        CHECK(fabs(plan.recovery_gap_us - g_true) <= 0.02 * g_true && plan.capacity_ok &&
+        double g_tol = 1048576.0 / SYN_R_BPUS * 0.02 / 0.98 + 0.025;
+        CHECK(fabs(plan.recovery_gap_us - g_true) <= g_tol && plan.capacity_ok &&
                   plan.advice == WEFT_BG_ADVICE_INTERLEAVE && plan.interleave_tiles == 4,
               "seed %" PRIu64 " trial %d: G* %g us (true %g), advice %d, d %d", seed, trial,
               plan.recovery_gap_us, g_true, (int)plan.advice, plan.interleave_tiles);
@@ -630,6 +659,16 @@ static void test_invalid(void)
               kf.residual_iqr_us < 1e-12,
           "golden knee: V_k %.17g, Q %.17g, T %.17g, residual %g", kf.knee_bytes, kf.capacity_bytes,
           kf.t_knee_us, kf.residual_iqr_us);
+    /* Golden, off the candidate grid: the knee at 4300 bytes lies between the grid's 4250 and
+     * 4375, so only the refinement finds it: below 1 us flat, above 1 us per 1000 bytes. At
+     * R = 0.5 GB/s, Q = 4300 - 500 = 3800. */
+    for (int i = 0; i < 8; i++) {
+        double v = 1000.0 * (i + 1);
+        s[i] = (weft_bg_sample_t){(uint64_t)v, 100.0, fmax(1.0, 1.0 + (v - 4300.0) / 1000.0)};
+    }
+    CHECK(weft_bg_fit_knee(s, 8, 0.5, &kf) == WEFT_SUCCESS &&
+              close_to(kf.knee_bytes, 4300.0, 1e-9) && close_to(kf.capacity_bytes, 3800.0, 1e-9),
+          "off-grid knee: V_k %.17g, Q %.17g", kf.knee_bytes, kf.capacity_bytes);
 }
 
 int main(int argc, char **argv)

@@ -1,0 +1,683 @@
+/*
+ * burst_gap.c - the Burst-Gap model: evaluation of its equations over a calibrated parameter
+ * table, robust fitting of R, T_iss0 and V_k/Q from measurements, and the planner.
+ *
+ * Design. Every evaluation resolves (K, V) into one operating point (T_iss0, Q, R in bytes/us)
+ * and applies the equations of burst_gap.h to it; the equations live in one place each
+ * (issue_us, period_us, recovery_us, excess_bytes), so the public functions and the planner
+ * cannot disagree. T_iss0 is interpolated piecewise-linearly in V inside a row and linearly in K
+ * between rows; a convex combination of nondecreasing functions is nondecreasing, which is what
+ * makes the predictions monotone in V. The rate condition is always tested as G >= G*, never as a
+ * division, so it agrees with the recovery gap bit for bit.
+ *
+ * Fitting uses order statistics (median, quartiles by linear interpolation between order
+ * statistics) so that a minority of outliers moves neither the estimate nor its spread much. The
+ * knee fit is a continuous two-segment (hinge) least-squares fit: for a fixed knee the model is
+ * linear in its three coefficients (3x3 normal equations, volumes scaled into (0, 1] for
+ * conditioning); the knee is searched on a grid of KNEE_GRID candidates per interval between
+ * adjacent volumes, then refined by golden-section search between the best candidate's
+ * neighbours, so it is not pinned to a measured volume. O(KNEE_GRID * n^2) for n samples (sweeps
+ * have tens to hundreds of points).
+ *
+ * Thread safety: pure functions of their arguments; callable from any thread. Errors are
+ * recorded with weft_error(), the only output of this file besides the *_out arguments.
+ */
+#include "model/burst_gap.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "util/log.h"
+
+/* One operating point: the parameters resolved at (K, V). */
+typedef struct bg_point {
+    double t_iss0_us;
+    double capacity_bytes;
+    double bytes_per_us; /* R */
+} bg_point_t;
+
+/* The equations of burst_gap.h, over one operating point; v in bytes, gap in us. */
+
+static double issue_us(const bg_point_t *p, double v, double gap_us)
+{
+    return fmax(p->t_iss0_us, v / p->bytes_per_us - gap_us);
+}
+
+static double period_us(const bg_point_t *p, double v, double gap_us)
+{
+    return fmax(p->t_iss0_us + gap_us, v / p->bytes_per_us);
+}
+
+static double recovery_us(const bg_point_t *p, double v)
+{
+    return fmax(0.0, v / p->bytes_per_us - p->t_iss0_us);
+}
+
+static double excess_bytes(const bg_point_t *p, double v)
+{
+    return fmax(0.0, v - p->bytes_per_us * p->t_iss0_us);
+}
+
+/* Parameters */
+
+static bool finite_positive(double x)
+{
+    return isfinite(x) && x > 0.0;
+}
+
+static weft_status_t check_params(const char *fn, const weft_bg_params_t *params)
+{
+    if (params == NULL)
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "%s: params is NULL", fn);
+    if (!finite_positive(params->drain_gbps))
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "%s: drain_gbps %g must be finite and > 0", fn,
+                          params->drain_gbps);
+    if (params->nrows < 1 || params->nrows > WEFT_BG_MAX_ROWS)
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "%s: nrows %d must be in 1..%d", fn,
+                          params->nrows, WEFT_BG_MAX_ROWS);
+    for (int r = 0; r < params->nrows; r++) {
+        const weft_bg_row_t *row = &params->row[r];
+        if (row->producers < 1)
+            return weft_error(WEFT_ERR_INVALID_ARGUMENT, "%s: row[%d].producers %d must be >= 1",
+                              fn, r, row->producers);
+        if (r > 0 && row->producers <= params->row[r - 1].producers)
+            return weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                              "%s: row[%d].producers %d is not above row[%d]'s %d", fn, r,
+                              row->producers, r - 1, params->row[r - 1].producers);
+        if (!(isfinite(row->capacity_bytes) && row->capacity_bytes >= 0.0))
+            return weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                              "%s: row[%d].capacity_bytes %g must be finite and >= 0", fn, r,
+                              row->capacity_bytes);
+        if (row->npoints < 1 || row->npoints > WEFT_BG_MAX_POINTS)
+            return weft_error(WEFT_ERR_INVALID_ARGUMENT, "%s: row[%d].npoints %d must be in 1..%d",
+                              fn, r, row->npoints, WEFT_BG_MAX_POINTS);
+        for (int i = 0; i < row->npoints; i++) {
+            if (!finite_positive(row->t_iss0_us[i]))
+                return weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                                  "%s: row[%d].t_iss0_us[%d] %g must be finite and > 0", fn, r, i,
+                                  row->t_iss0_us[i]);
+            if (i > 0 && row->bytes[i] <= row->bytes[i - 1])
+                return weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                                  "%s: row[%d].bytes[%d] %llu is not above the previous %llu", fn,
+                                  r, i, (unsigned long long)row->bytes[i],
+                                  (unsigned long long)row->bytes[i - 1]);
+            if (i > 0 && row->t_iss0_us[i] < row->t_iss0_us[i - 1])
+                return weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                                  "%s: row[%d].t_iss0_us[%d] %g decreases (previous %g)", fn, r, i,
+                                  row->t_iss0_us[i], row->t_iss0_us[i - 1]);
+        }
+    }
+    return WEFT_SUCCESS;
+}
+
+weft_status_t weft_bg_params_check(const weft_bg_params_t *params)
+{
+    return check_params("weft_bg_params_check", params);
+}
+
+/* T_iss0 of one row at v bytes: clamped below the first point, last segment extended above. */
+static double row_t_iss0_us(const weft_bg_row_t *row, double v)
+{
+    int n = row->npoints;
+    if (n == 1 || v <= (double)row->bytes[0])
+        return row->t_iss0_us[0];
+    int i = 0;
+    while (i < n - 2 && v > (double)row->bytes[i + 1])
+        i++;
+    double x0 = (double)row->bytes[i], x1 = (double)row->bytes[i + 1];
+    double y0 = row->t_iss0_us[i], y1 = row->t_iss0_us[i + 1];
+    return y0 + (y1 - y0) * ((v - x0) / (x1 - x0));
+}
+
+/* The rows bracketing K and the weight of the upper one; false if K is outside the table. */
+static bool find_rows(const weft_bg_params_t *params, int producers, int *lo_out, double *w_out)
+{
+    int n = params->nrows;
+    if (producers < params->row[0].producers || producers > params->row[n - 1].producers)
+        return false;
+    int lo = 0;
+    while (lo < n - 1 && producers >= params->row[lo + 1].producers)
+        lo++;
+    double w = 0.0;
+    if (lo < n - 1) {
+        w = (double)(producers - params->row[lo].producers) /
+            (double)(params->row[lo + 1].producers - params->row[lo].producers);
+    }
+    *lo_out = lo;
+    *w_out = w;
+    return true;
+}
+
+/* The operating point at (K, v); params checked and K in range. */
+static bg_point_t resolve(const weft_bg_params_t *params, int lo, double w, double v)
+{
+    const weft_bg_row_t *a = &params->row[lo];
+    bg_point_t p = {row_t_iss0_us(a, v), a->capacity_bytes, params->drain_gbps * 1e3};
+    if (w > 0.0) {
+        const weft_bg_row_t *b = &params->row[lo + 1];
+        p.t_iss0_us = (1.0 - w) * p.t_iss0_us + w * row_t_iss0_us(b, v);
+        p.capacity_bytes = (1.0 - w) * a->capacity_bytes + w * b->capacity_bytes;
+    }
+    return p;
+}
+
+/* Check the common arguments and resolve the operating point at (K, bytes). */
+static weft_status_t eval_args(const char *fn, const weft_bg_params_t *params, int producers,
+                               uint64_t bytes, const void *out, int *lo_out, double *w_out,
+                               bg_point_t *point_out)
+{
+    weft_status_t status = check_params(fn, params);
+    if (status != WEFT_SUCCESS)
+        return status;
+    if (out == NULL)
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "%s: output pointer is NULL", fn);
+    int lo;
+    double w;
+    if (!find_rows(params, producers, &lo, &w))
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                          "%s: producers %d is outside the calibrated range %d..%d", fn, producers,
+                          params->row[0].producers, params->row[params->nrows - 1].producers);
+    if (lo_out != NULL) {
+        *lo_out = lo;
+        *w_out = w;
+    }
+    *point_out = resolve(params, lo, w, (double)bytes);
+    return WEFT_SUCCESS;
+}
+
+static weft_status_t check_gap(const char *fn, const char *name, double gap_us)
+{
+    if (!(isfinite(gap_us) && gap_us >= 0.0))
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "%s: %s %g must be finite and >= 0", fn, name,
+                          gap_us);
+    return WEFT_SUCCESS;
+}
+
+weft_status_t weft_bg_t_iss0(const weft_bg_params_t *params, int producers, uint64_t bytes,
+                             double *t_iss0_us_out)
+{
+    bg_point_t p;
+    weft_status_t status =
+        eval_args("weft_bg_t_iss0", params, producers, bytes, t_iss0_us_out, NULL, NULL, &p);
+    if (status != WEFT_SUCCESS)
+        return status;
+    *t_iss0_us_out = p.t_iss0_us;
+    return WEFT_SUCCESS;
+}
+
+weft_status_t weft_bg_capacity(const weft_bg_params_t *params, int producers,
+                               double *capacity_bytes_out)
+{
+    bg_point_t p;
+    weft_status_t status =
+        eval_args("weft_bg_capacity", params, producers, 0, capacity_bytes_out, NULL, NULL, &p);
+    if (status != WEFT_SUCCESS)
+        return status;
+    *capacity_bytes_out = p.capacity_bytes;
+    return WEFT_SUCCESS;
+}
+
+weft_status_t weft_bg_issue_time(const weft_bg_params_t *params, int producers, uint64_t bytes,
+                                 double gap_us, double *issue_us_out)
+{
+    static const char fn[] = "weft_bg_issue_time";
+    bg_point_t p;
+    weft_status_t status = eval_args(fn, params, producers, bytes, issue_us_out, NULL, NULL, &p);
+    if (status == WEFT_SUCCESS)
+        status = check_gap(fn, "gap_us", gap_us);
+    if (status != WEFT_SUCCESS)
+        return status;
+    *issue_us_out = issue_us(&p, (double)bytes, gap_us);
+    return WEFT_SUCCESS;
+}
+
+weft_status_t weft_bg_period(const weft_bg_params_t *params, int producers, uint64_t bytes,
+                             double gap_us, double *period_us_out)
+{
+    static const char fn[] = "weft_bg_period";
+    bg_point_t p;
+    weft_status_t status = eval_args(fn, params, producers, bytes, period_us_out, NULL, NULL, &p);
+    if (status == WEFT_SUCCESS)
+        status = check_gap(fn, "gap_us", gap_us);
+    if (status != WEFT_SUCCESS)
+        return status;
+    *period_us_out = period_us(&p, (double)bytes, gap_us);
+    return WEFT_SUCCESS;
+}
+
+weft_status_t weft_bg_recovery_gap(const weft_bg_params_t *params, int producers, uint64_t bytes,
+                                   double *gap_us_out)
+{
+    bg_point_t p;
+    weft_status_t status =
+        eval_args("weft_bg_recovery_gap", params, producers, bytes, gap_us_out, NULL, NULL, &p);
+    if (status != WEFT_SUCCESS)
+        return status;
+    *gap_us_out = recovery_us(&p, (double)bytes);
+    return WEFT_SUCCESS;
+}
+
+weft_status_t weft_bg_capacity_check(const weft_bg_params_t *params, int producers, uint64_t bytes,
+                                     double *excess_bytes_out, bool *fits_out)
+{
+    static const char fn[] = "weft_bg_capacity_check";
+    bg_point_t p;
+    weft_status_t status =
+        eval_args(fn, params, producers, bytes, excess_bytes_out, NULL, NULL, &p);
+    if (status != WEFT_SUCCESS)
+        return status;
+    if (fits_out == NULL)
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "%s: fits_out is NULL", fn);
+    double e = excess_bytes(&p, (double)bytes);
+    *excess_bytes_out = e;
+    *fits_out = e <= p.capacity_bytes;
+    return WEFT_SUCCESS;
+}
+
+weft_status_t weft_bg_backpressure_free(const weft_bg_params_t *params, int producers,
+                                        uint64_t bytes, double gap_us, bool *free_out)
+{
+    static const char fn[] = "weft_bg_backpressure_free";
+    bg_point_t p;
+    weft_status_t status = eval_args(fn, params, producers, bytes, free_out, NULL, NULL, &p);
+    if (status == WEFT_SUCCESS)
+        status = check_gap(fn, "gap_us", gap_us);
+    if (status != WEFT_SUCCESS)
+        return status;
+    double v = (double)bytes;
+    *free_out = gap_us >= recovery_us(&p, v) && excess_bytes(&p, v) <= p.capacity_bytes;
+    return WEFT_SUCCESS;
+}
+
+/* Fitting */
+
+static int compare_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The q-quantile (0 <= q <= 1) of n >= 1 sorted values, interpolating between order
+ * statistics: position q * (n - 1). */
+static double quantile_sorted(const double *x, size_t n, double q)
+{
+    double pos = q * (double)(n - 1);
+    size_t i = (size_t)pos;
+    if (i + 1 >= n)
+        return x[n - 1];
+    double f = pos - (double)i;
+    return x[i] + f * (x[i + 1] - x[i]);
+}
+
+/* Sort x in place; the median and the interquartile range. */
+static void median_iqr(double *x, size_t n, double *median_out, double *iqr_out)
+{
+    qsort(x, n, sizeof *x, compare_double);
+    *median_out = quantile_sorted(x, n, 0.5);
+    *iqr_out = quantile_sorted(x, n, 0.75) - quantile_sorted(x, n, 0.25);
+}
+
+static weft_status_t check_samples(const char *fn, const weft_bg_sample_t *samples, size_t nsamples,
+                                   size_t min_samples, const void *out)
+{
+    if (out == NULL)
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "%s: fit_out is NULL", fn);
+    if (samples == NULL)
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "%s: samples is NULL", fn);
+    if (nsamples < min_samples)
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "%s: %zu samples, at least %zu needed", fn,
+                          nsamples, min_samples);
+    for (size_t i = 0; i < nsamples; i++) {
+        if (samples[i].bytes == 0)
+            return weft_error(WEFT_ERR_INVALID_ARGUMENT, "%s: samples[%zu].bytes is 0", fn, i);
+        if (!finite_positive(samples[i].time_us))
+            return weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                              "%s: samples[%zu].time_us %g must be finite and > 0", fn, i,
+                              samples[i].time_us);
+        if (!(isfinite(samples[i].gap_us) && samples[i].gap_us >= 0.0))
+            return weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                              "%s: samples[%zu].gap_us %g must be finite and >= 0", fn, i,
+                              samples[i].gap_us);
+    }
+    return WEFT_SUCCESS;
+}
+
+static weft_status_t check_drain(const char *fn, double drain_gbps)
+{
+    if (!finite_positive(drain_gbps))
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "%s: drain_gbps %g must be finite and > 0", fn,
+                          drain_gbps);
+    return WEFT_SUCCESS;
+}
+
+weft_status_t weft_bg_fit_rate(const weft_bg_sample_t *samples, size_t nsamples,
+                               weft_bg_rate_fit_t *fit_out)
+{
+    static const char fn[] = "weft_bg_fit_rate";
+    weft_status_t status = check_samples(fn, samples, nsamples, WEFT_BG_FIT_MIN_SAMPLES, fit_out);
+    if (status != WEFT_SUCCESS)
+        return status;
+    for (size_t i = 0; i < nsamples; i++) {
+        if (samples[i].gap_us != 0.0)
+            return weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                              "%s: samples[%zu].gap_us is %g, zero-gap bursts expected", fn, i,
+                              samples[i].gap_us);
+    }
+    double *gbps = malloc(nsamples * sizeof *gbps);
+    if (gbps == NULL)
+        return weft_error(WEFT_ERR_NO_MEMORY, "%s: scratch for %zu samples", fn, nsamples);
+    /* 1 byte/us = 1e6 bytes/s = 1e-3 GB/s. */
+    for (size_t i = 0; i < nsamples; i++)
+        gbps[i] = (double)samples[i].bytes / samples[i].time_us / 1e3;
+    double median, iqr;
+    median_iqr(gbps, nsamples, &median, &iqr);
+    free(gbps);
+    fit_out->drain_gbps = median;
+    fit_out->drain_spread_gbps = iqr;
+    fit_out->nsamples = nsamples;
+    return WEFT_SUCCESS;
+}
+
+weft_status_t weft_bg_fit_plateau(const weft_bg_sample_t *samples, size_t nsamples,
+                                  double drain_gbps, weft_bg_plateau_fit_t *fit_out)
+{
+    static const char fn[] = "weft_bg_fit_plateau";
+    weft_status_t status = check_samples(fn, samples, nsamples, WEFT_BG_FIT_MIN_SAMPLES, fit_out);
+    if (status == WEFT_SUCCESS)
+        status = check_drain(fn, drain_gbps);
+    if (status != WEFT_SUCCESS)
+        return status;
+    for (size_t i = 1; i < nsamples; i++) {
+        if (samples[i].bytes != samples[0].bytes)
+            return weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                              "%s: samples[%zu].bytes %llu differs from samples[0]'s %llu (one "
+                              "volume per fit)",
+                              fn, i, (unsigned long long)samples[i].bytes,
+                              (unsigned long long)samples[0].bytes);
+    }
+    double drain_us = (double)samples[0].bytes / (drain_gbps * 1e3);
+    double *t = malloc(nsamples * sizeof *t);
+    if (t == NULL)
+        return weft_error(WEFT_ERR_NO_MEMORY, "%s: scratch for %zu samples", fn, nsamples);
+    size_t n = 0;
+    for (size_t i = 0; i < nsamples; i++) {
+        if (samples[i].gap_us >= drain_us)
+            t[n++] = samples[i].time_us;
+    }
+    if (n < WEFT_BG_FIT_MIN_SAMPLES) {
+        free(t);
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                          "%s: %zu samples have gap_us >= V/R = %g us, at least %d needed", fn, n,
+                          drain_us, WEFT_BG_FIT_MIN_SAMPLES);
+    }
+    double median, iqr;
+    median_iqr(t, n, &median, &iqr);
+    free(t);
+    fit_out->t_iss0_us = median;
+    fit_out->t_iss0_spread_us = iqr;
+    fit_out->nsamples = n;
+    return WEFT_SUCCESS;
+}
+
+typedef struct bg_xy {
+    double x; /* bytes, divided by the largest volume (so in (0, 1]) */
+    double y; /* us */
+} bg_xy_t;
+
+static int compare_x(const void *a, const void *b)
+{
+    double x = ((const bg_xy_t *)a)->x, y = ((const bg_xy_t *)b)->x;
+    return (x > y) - (x < y);
+}
+
+/* The hinge y = a + b*x + c*[x - knee]+ fitted to pts by least squares; x scaled as in bg_xy. */
+typedef struct bg_hinge {
+    double knee, a, b, c;
+    double sse; /* sum of squared residuals, us^2 */
+} bg_hinge_t;
+
+/* Fit the hinge at a fixed knee: the 3x3 normal equations in (a, b, c), solved by Cramer's rule.
+ * False if they are singular (the caller's knees leave two distinct volumes on each side, so
+ * this does not happen with real data). */
+static bool fit_hinge(const bg_xy_t *pts, size_t n, double knee, bg_hinge_t *out)
+{
+    /* m[i][j] = sum of basis_i * basis_j, r[i] = sum of basis_i * y; basis = (1, x, h). */
+    double m[3][3] = {{0.0}}, r[3] = {0.0};
+    for (size_t i = 0; i < n; i++) {
+        double f[3] = {1.0, pts[i].x, fmax(0.0, pts[i].x - knee)};
+        for (int j = 0; j < 3; j++) {
+            for (int k = 0; k < 3; k++)
+                m[j][k] += f[j] * f[k];
+            r[j] += f[j] * pts[i].y;
+        }
+    }
+    double det = m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) -
+                 m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0]) +
+                 m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]);
+    if (!(fabs(det) > 1e-300))
+        return false;
+    double sol[3];
+    for (int col = 0; col < 3; col++) {
+        double a[3][3];
+        for (int j = 0; j < 3; j++) {
+            for (int k = 0; k < 3; k++)
+                a[j][k] = k == col ? r[j] : m[j][k];
+        }
+        sol[col] = (a[0][0] * (a[1][1] * a[2][2] - a[1][2] * a[2][1]) -
+                    a[0][1] * (a[1][0] * a[2][2] - a[1][2] * a[2][0]) +
+                    a[0][2] * (a[1][0] * a[2][1] - a[1][1] * a[2][0])) /
+                   det;
+    }
+    bg_hinge_t h = {knee, sol[0], sol[1], sol[2], 0.0};
+    for (size_t i = 0; i < n; i++) {
+        double e = pts[i].y - (h.a + h.b * pts[i].x + h.c * fmax(0.0, pts[i].x - knee));
+        h.sse += e * e;
+    }
+    *out = h;
+    return true;
+}
+
+#define KNEE_GRID 8    /* candidate knees per interval between adjacent volumes */
+#define KNEE_REFINE 48 /* golden-section steps around the best candidate */
+
+weft_status_t weft_bg_fit_knee(const weft_bg_sample_t *samples, size_t nsamples, double drain_gbps,
+                               weft_bg_knee_fit_t *fit_out)
+{
+    static const char fn[] = "weft_bg_fit_knee";
+    weft_status_t status =
+        check_samples(fn, samples, nsamples, 2 * WEFT_BG_KNEE_MIN_PER_SIDE, fit_out);
+    if (status == WEFT_SUCCESS)
+        status = check_drain(fn, drain_gbps);
+    if (status != WEFT_SUCCESS)
+        return status;
+    bg_xy_t *pts = malloc(nsamples * sizeof *pts);
+    if (pts == NULL)
+        return weft_error(WEFT_ERR_NO_MEMORY, "%s: scratch for %zu samples", fn, nsamples);
+    double *resid = malloc(nsamples * sizeof *resid);
+    if (resid == NULL) {
+        status = weft_error(WEFT_ERR_NO_MEMORY, "%s: scratch for %zu samples", fn, nsamples);
+        goto err_free_pts;
+    }
+    double scale = 0.0;
+    for (size_t i = 0; i < nsamples; i++)
+        scale = fmax(scale, (double)samples[i].bytes);
+    for (size_t i = 0; i < nsamples; i++)
+        pts[i] = (bg_xy_t){(double)samples[i].bytes / scale, samples[i].time_us};
+    qsort(pts, nsamples, sizeof *pts, compare_x);
+
+    /* Candidate knees lie in [x_i, x_{i+1}) between adjacent distinct volumes, with at least
+     * WEFT_BG_KNEE_MIN_PER_SIDE samples and two distinct volumes on each side: samples at or
+     * below the knee follow the lower segment. best_lo/best_hi bracket the best candidate. */
+    bg_hinge_t best = {0.0, 0.0, 0.0, 0.0, INFINITY};
+    double best_lo = 0.0, best_hi = 0.0;
+    size_t below = 0, distinct_below = 0;
+    for (size_t i = 0; i + 1 < nsamples; i++) {
+        below++;
+        distinct_below += i == 0 || pts[i].x != pts[i - 1].x;
+        if (pts[i + 1].x == pts[i].x)
+            continue;
+        size_t distinct_above = 1;
+        for (size_t j = i + 2; j < nsamples && distinct_above < 2; j++)
+            distinct_above += pts[j].x != pts[j - 1].x;
+        if (below < WEFT_BG_KNEE_MIN_PER_SIDE || nsamples - below < WEFT_BG_KNEE_MIN_PER_SIDE ||
+            distinct_below < 2 || distinct_above < 2)
+            continue;
+        double step = (pts[i + 1].x - pts[i].x) / KNEE_GRID;
+        for (int g = 0; g < KNEE_GRID; g++) {
+            bg_hinge_t h;
+            double knee = pts[i].x + g * step;
+            if (fit_hinge(pts, nsamples, knee, &h) && h.sse < best.sse) {
+                best = h;
+                best_lo = fmax(pts[i].x, knee - step);
+                best_hi = fmin(pts[i + 1].x, knee + step);
+            }
+        }
+    }
+    if (!isfinite(best.sse)) {
+        status = weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                            "%s: no knee leaves %d samples and 2 distinct volumes on each side", fn,
+                            WEFT_BG_KNEE_MIN_PER_SIDE);
+        goto err_free_resid;
+    }
+    /* Refine between the neighbouring candidates; SSE is smooth there. */
+    double lo = best_lo, hi = best_hi;
+    const double phi = 0.6180339887498949;
+    for (int it = 0; it < KNEE_REFINE; it++) {
+        double k1 = hi - phi * (hi - lo), k2 = lo + phi * (hi - lo);
+        bg_hinge_t h1, h2;
+        bool ok1 = fit_hinge(pts, nsamples, k1, &h1), ok2 = fit_hinge(pts, nsamples, k2, &h2);
+        if (ok1 && h1.sse < best.sse)
+            best = h1;
+        if (ok2 && h2.sse < best.sse)
+            best = h2;
+        if (ok1 && (!ok2 || h1.sse <= h2.sse))
+            hi = k2;
+        else
+            lo = k1;
+    }
+    if (!(best.c > 0.0)) {
+        status = weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                            "%s: no knee in the sweep (the issue time does not get steeper with "
+                            "the volume): extend the sweep to larger volumes",
+                            fn);
+        goto err_free_resid;
+    }
+    for (size_t i = 0; i < nsamples; i++)
+        resid[i] =
+            pts[i].y - (best.a + best.b * pts[i].x + best.c * fmax(0.0, pts[i].x - best.knee));
+    double median, iqr;
+    median_iqr(resid, nsamples, &median, &iqr);
+    double r_bpus = drain_gbps * 1e3;
+    double below_us_per_byte = best.b / scale, above_us_per_byte = (best.b + best.c) / scale;
+    double knee_bytes = best.knee * scale;
+    double t_knee = best.a + best.b * best.knee;
+    double knee_spread = iqr / (above_us_per_byte - below_us_per_byte);
+    fit_out->knee_bytes = knee_bytes;
+    fit_out->knee_spread_bytes = knee_spread;
+    fit_out->t_knee_us = t_knee;
+    fit_out->below_us_per_byte = below_us_per_byte;
+    fit_out->above_us_per_byte = above_us_per_byte;
+    fit_out->residual_iqr_us = iqr;
+    fit_out->capacity_bytes = fmax(0.0, knee_bytes - r_bpus * t_knee);
+    fit_out->capacity_spread_bytes = fabs(1.0 - r_bpus * below_us_per_byte) * knee_spread;
+    fit_out->nsamples = nsamples;
+    status = WEFT_SUCCESS;
+err_free_resid:
+    free(resid);
+err_free_pts:
+    free(pts);
+    return status;
+}
+
+/* Planner */
+
+/* The smallest d >= 1 with d * tile_us >= gap_us; false if it exceeds INT_MAX. */
+static bool tiles_for_gap(double gap_us, double tile_us, int *tiles_out)
+{
+    double d = fmax(1.0, ceil(gap_us / tile_us));
+    /* The division rounds: step to the exact smallest d in floating point. */
+    if (d > 1.0 && (d - 1.0) * tile_us >= gap_us)
+        d -= 1.0;
+    if (d * tile_us < gap_us)
+        d += 1.0;
+    if (d > (double)INT_MAX)
+        return false;
+    *tiles_out = (int)d;
+    return true;
+}
+
+weft_status_t weft_bg_plan(const weft_bg_params_t *params, int producers, uint64_t burst_bytes,
+                           double tile_compute_us, weft_bg_plan_t *plan_out)
+{
+    static const char fn[] = "weft_bg_plan";
+    int lo = 0;
+    double w = 0.0;
+    bg_point_t p;
+    weft_status_t status = eval_args(fn, params, producers, burst_bytes, plan_out, &lo, &w, &p);
+    if (status != WEFT_SUCCESS)
+        return status;
+    if (burst_bytes == 0)
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "%s: burst_bytes is 0", fn);
+    if (!finite_positive(tile_compute_us))
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                          "%s: tile_compute_us %g must be finite and > 0", fn, tile_compute_us);
+
+    weft_bg_plan_t plan = {0};
+    double v = (double)burst_bytes;
+    plan.t_iss0_us = p.t_iss0_us;
+    plan.recovery_gap_us = recovery_us(&p, v);
+    plan.excess_bytes = excess_bytes(&p, v);
+    plan.capacity_bytes = p.capacity_bytes;
+    plan.rate_ok = tile_compute_us >= plan.recovery_gap_us;
+    plan.capacity_ok = plan.excess_bytes <= p.capacity_bytes;
+    plan.backpressure_free = plan.rate_ok && plan.capacity_ok;
+
+    /* Rule 1: the fewest sub-bursts whose excess fits. T_iss0 never drops below its value at
+     * the smallest calibrated volume, t_min, so a sub-burst of at most floor(R * t_min + Q)
+     * bytes fits: when that is at least one byte, m = ceil(V / floor(R * t_min + Q)) is always
+     * enough, and the scan ends there or at WEFT_BG_MAX_SUB_BURSTS. */
+    uint64_t m = 1;
+    bg_point_t sub = p;
+    if (!plan.capacity_ok) {
+        bg_point_t floor_point = resolve(params, lo, w, 0.0);
+        double fit_bytes = floor(p.bytes_per_us * floor_point.t_iss0_us + p.capacity_bytes);
+        double m_max = fit_bytes >= 1.0 ? ceil(v / fit_bytes) : v;
+        m_max = fmin(m_max, (double)WEFT_BG_MAX_SUB_BURSTS);
+        for (m = 2; (double)m <= m_max; m++) {
+            double part = (double)((burst_bytes + m - 1) / m);
+            sub = resolve(params, lo, w, part);
+            if (excess_bytes(&sub, part) <= sub.capacity_bytes)
+                break;
+        }
+        if ((double)m > m_max)
+            return weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                              "%s: no split of %llu bytes into at most %d sub-bursts fits a "
+                              "capacity of %g bytes",
+                              fn, (unsigned long long)burst_bytes, WEFT_BG_MAX_SUB_BURSTS,
+                              p.capacity_bytes);
+    }
+    plan.sub_bursts = (int)m;
+    plan.sub_burst_bytes = (burst_bytes + m - 1) / m;
+
+    /* Rule 2: the gap after each (sub-)burst, in whole tiles. */
+    double part = (double)plan.sub_burst_bytes;
+    double need_us = recovery_us(&sub, part);
+    if (!tiles_for_gap(need_us, tile_compute_us, &plan.interleave_tiles))
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                          "%s: a recovery gap of %g us needs more than INT_MAX tiles of %g us", fn,
+                          need_us, tile_compute_us);
+    plan.planned_gap_us = plan.interleave_tiles * tile_compute_us;
+    plan.planned_issue_us = issue_us(&sub, part, plan.planned_gap_us);
+    plan.planned_period_us = period_us(&sub, part, plan.planned_gap_us);
+
+    /* Rule 3. */
+    if (m > 1)
+        plan.advice = WEFT_BG_ADVICE_SPLIT;
+    else if (plan.interleave_tiles > 1)
+        plan.advice = WEFT_BG_ADVICE_INTERLEAVE;
+    else
+        plan.advice = WEFT_BG_ADVICE_NONE;
+    *plan_out = plan;
+    return WEFT_SUCCESS;
+}
