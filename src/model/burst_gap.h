@@ -195,7 +195,7 @@ typedef enum {
     WEFT_BG_ADVICE_SPLIT       /* sub_bursts (>= 2), each followed by interleave_tiles tiles */
 } weft_bg_advice_t;
 
-typedef struct weft_bg_plan {
+typedef struct weft_bg_plan_result {
     /* The schedule as given: one burst of V bytes, then one tile of compute. */
     bool backpressure_free; /* rate_ok && capacity_ok */
     bool rate_ok;           /* G_tile >= recovery_gap_us */
