@@ -153,9 +153,10 @@ WEFT_API weft_status_t weft_free(weft_comm_t comm, void *ptr);
  * stream is a cudaStream_t on the CUDA backend and must be NULL on the host backend, where
  * operations complete before returning. On the CUDA backend the operations of a communicator
  * run in the order they were called and must be ordered on the device too: issue them on one
- * stream (or order the streams yourself), and in the same order on every rank. Every operation accepts any pointer: memory from
- * weft_malloc (interior pointers included) takes the zero-copy path, other memory the staged
- * path. A count of 0 is valid: it returns success and moves nothing.
+ * stream (or order the streams yourself), and in the same order on every rank.
+ * Every operation accepts any pointer: memory from weft_malloc (interior pointers included)
+ * takes the zero-copy path, other memory the staged path. A count of 0 is valid: it returns
+ * success and moves nothing.
  * ------------------------------------------------------------------------------------------- */
 
 /* recvbuf holds nranks * sendcount elements. In place when sendbuf == recvbuf + rank*sendcount. */
@@ -189,6 +190,59 @@ WEFT_API weft_status_t weft_all_to_allv(weft_comm_t comm, const void *sendbuf,
                                         const size_t *rdispls, weft_dtype_t dtype, void *stream);
 
 WEFT_API weft_status_t weft_barrier(weft_comm_t comm, void *stream);
+
+/* ---------------------------------------------------------------------------------------------
+ * Mixture of experts: dispatch tokens to the ranks that own their experts, and combine the
+ * experts' outputs back.
+ *
+ * Rank r owns experts [r * E/n, (r + 1) * E/n) of num_experts = E (a multiple of the rank count
+ * n). Both calls are collective (every rank calls them, in the same order as the other
+ * operations) and accept any pointer, as the collectives do: weft_malloc memory is read by the
+ * peers in place, other memory through the staging scratch. On the host backend stream must be
+ * NULL and the calls complete before returning. The CUDA backend returns WEFT_ERR_UNSUPPORTED
+ * ("the CUDA path is not implemented yet").
+ * ------------------------------------------------------------------------------------------- */
+typedef struct weft_moe_handle *weft_moe_handle_t;
+
+/* Send each of this rank's num_tokens rows of x (hidden elements of dtype: float32, float16 or
+ * bfloat16) to every rank that owns one of its experts, once per rank however many of its
+ * experts live there. topk_idx and topk_weights hold num_tokens x topk entries (row-major);
+ * an expert id of -1 is masked (goes nowhere), other ids must be in [0, num_experts);
+ * 1 <= topk <= num_experts. x, topk_idx and topk_weights may be NULL when num_tokens is 0.
+ *
+ * Received tokens are ordered by source rank, then by source token index. For received token i:
+ * recv_x row i is the token's row; recv_topk_idx[i * topk + j] is the local id (0 .. E/n - 1) of
+ * the token's expert j if this rank owns it, else -1 (masked, or owned elsewhere);
+ * recv_topk_weights[i * topk + j] the sender's weight for a local expert, else 0.0f.
+ * recv_expert_counts (E/n entries) counts, per local expert, the received tokens routed to it;
+ * *num_recv_tokens is the number of tokens received. recv_x, recv_topk_idx and
+ * recv_topk_weights hold max_recv_tokens rows (may be NULL when it is 0): if any rank would
+ * receive more, every rank returns WEFT_ERR_INVALID_ARGUMENT, writes no output and the
+ * communicator stays usable (the counts are learnt in the handshake, before any data moves).
+ *
+ * On success *handle holds the layout for weft_moe_combine (free it with
+ * weft_moe_handle_destroy); on failure no output parameter is set. x and the routing arrays may
+ * be reused as soon as the call returns. */
+WEFT_API weft_status_t weft_moe_dispatch(weft_comm_t comm, const void *x, size_t num_tokens,
+                                         size_t hidden, weft_dtype_t dtype, const int64_t *topk_idx,
+                                         const float *topk_weights, int topk, int num_experts,
+                                         void *recv_x, int64_t *recv_topk_idx,
+                                         float *recv_topk_weights, int64_t *recv_expert_counts,
+                                         size_t max_recv_tokens, int64_t *num_recv_tokens,
+                                         weft_moe_handle_t *handle, void *stream);
+
+/* The reverse of the dispatch that produced handle (on this communicator): y holds one row
+ * (hidden elements of the dispatch's dtype) per received token, in dispatch order; out gets
+ * num_tokens rows, row t the sum over the ranks that received token t of their row for t
+ * (summed in float32 in increasing rank order; float16 and bfloat16 round once at the end).
+ * Tokens sent nowhere (every expert masked) get zeros. y may be NULL when nothing was received,
+ * out when num_tokens was 0. handle stays valid (combine may run any number of times). Ranks
+ * passing handles of different dispatches get WEFT_ERR_MISMATCH where the token counts disagree. */
+WEFT_API weft_status_t weft_moe_combine(weft_comm_t comm, weft_moe_handle_t handle, const void *y,
+                                        void *out, void *stream);
+
+/* Free a dispatch's handle (NULL: no-op). Local, never fails. */
+WEFT_API weft_status_t weft_moe_handle_destroy(weft_moe_handle_t handle);
 
 /* ---------------------------------------------------------------------------------------------
  * Statistics (fields are appended only)

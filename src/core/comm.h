@@ -38,7 +38,9 @@ typedef enum {
     WEFT_COLL_BROADCAST,
     WEFT_COLL_ALL_TO_ALL,
     WEFT_COLL_ALL_TO_ALLV,
-    WEFT_COLL_DESTROY
+    WEFT_COLL_DESTROY,
+    WEFT_COLL_MOE_DISPATCH,
+    WEFT_COLL_MOE_COMBINE
 } weft_coll_t;
 
 #define WEFT_DESC_INLINE 0x1u /* the payload travels in the slot's data */

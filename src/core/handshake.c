@@ -45,9 +45,9 @@ weft_status_t weft_hs_wait_posted(struct weft_comm *comm, uint32_t seq, weft_wai
 
 static const char *coll_name(uint32_t coll)
 {
-    static const char *const names[] = {"?",           "barrier",   "all_gather", "reduce_scatter",
-                                        "all_reduce",  "broadcast", "all_to_all", "all_to_allv",
-                                        "comm_destroy"};
+    static const char *const names[] = {
+        "?",          "barrier",     "all_gather",   "reduce_scatter", "all_reduce", "broadcast",
+        "all_to_all", "all_to_allv", "comm_destroy", "moe_dispatch",   "moe_combine"};
     return coll < sizeof names / sizeof names[0] ? names[coll] : "?";
 }
 

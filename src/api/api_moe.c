@@ -1,0 +1,128 @@
+/*
+ * api_moe.c - public MoE dispatch and combine: every argument a caller can get wrong is checked
+ * here and rejected with WEFT_ERR_INVALID_ARGUMENT and a message naming the call and the
+ * argument, before any communication (so the communicator stays usable); then the op layer runs
+ * (op/moe.h). The routing table is scanned here once to reject out-of-range expert ids.
+ *
+ * Unlike the other collectives, a count of 0 (num_tokens) does not return at once: the call
+ * still takes part in the exchange, since peers may send this rank tokens.
+ *
+ * Thread safety: as the communicator (one user thread at a time).
+ */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "core/comm.h"
+#include "op/moe.h"
+#include "util/dtype.h"
+#include "util/log.h"
+
+#define INVALID(...) weft_error(WEFT_ERR_INVALID_ARGUMENT, __VA_ARGS__)
+
+static int is_float_dtype(weft_dtype_t dtype)
+{
+    return dtype == WEFT_FLOAT32 || dtype == WEFT_FLOAT16 || dtype == WEFT_BFLOAT16;
+}
+
+/* Checks shared by both calls: comm, stream, backend. */
+static weft_status_t check_comm(const char *call, weft_comm_t comm, void *stream)
+{
+    weft_error_clear();
+    if (!comm)
+        return INVALID("%s: comm is NULL", call);
+    if (comm->backend == WEFT_BACKEND_CUDA)
+        return weft_error(WEFT_ERR_UNSUPPORTED, "%s: the CUDA path is not implemented yet", call);
+    if (stream != NULL)
+        return INVALID("%s: stream must be NULL on the host backend", call);
+    return WEFT_SUCCESS;
+}
+
+weft_status_t weft_moe_dispatch(weft_comm_t comm, const void *x, size_t num_tokens, size_t hidden,
+                                weft_dtype_t dtype, const int64_t *topk_idx,
+                                const float *topk_weights, int topk, int num_experts, void *recv_x,
+                                int64_t *recv_topk_idx, float *recv_topk_weights,
+                                int64_t *recv_expert_counts, size_t max_recv_tokens,
+                                int64_t *num_recv_tokens, weft_moe_handle_t *handle, void *stream)
+{
+    static const char call[] = "weft_moe_dispatch";
+    weft_status_t st = check_comm(call, comm, stream);
+    if (st != WEFT_SUCCESS)
+        return st;
+    int n = comm->nranks;
+    if (!is_float_dtype(dtype))
+        return INVALID("%s: dtype %s is not float32, float16 or bfloat16", call,
+                       weft_dtype_name(dtype));
+    if (hidden == 0)
+        return INVALID("%s: hidden is 0", call);
+    if (num_experts < 1 || num_experts % n != 0)
+        return INVALID("%s: num_experts %d is not a positive multiple of the rank count %d", call,
+                       num_experts, n);
+    if (topk < 1 || topk > num_experts)
+        return INVALID("%s: topk %d is not in [1, num_experts = %d]", call, topk, num_experts);
+    size_t row_bytes = hidden * weft_dtype_size(dtype);
+    if (hidden > SIZE_MAX / weft_dtype_size(dtype) || num_tokens > SIZE_MAX / row_bytes ||
+        num_tokens > SIZE_MAX / sizeof(int64_t) / (size_t)topk)
+        return INVALID("%s: num_tokens %zu x hidden %zu overflows the address space", call,
+                       num_tokens, hidden);
+    if (max_recv_tokens > SIZE_MAX / row_bytes ||
+        max_recv_tokens > SIZE_MAX / sizeof(int64_t) / (size_t)topk)
+        return INVALID("%s: max_recv_tokens %zu x hidden %zu overflows the address space", call,
+                       max_recv_tokens, hidden);
+    if (num_tokens > 0 && (!x || !topk_idx || !topk_weights))
+        return INVALID("%s: %s is NULL with num_tokens %zu", call,
+                       !x          ? "x"
+                       : !topk_idx ? "topk_idx"
+                                   : "topk_weights",
+                       num_tokens);
+    if (max_recv_tokens > 0 && (!recv_x || !recv_topk_idx || !recv_topk_weights))
+        return INVALID("%s: %s is NULL with max_recv_tokens %zu", call,
+                       !recv_x          ? "recv_x"
+                       : !recv_topk_idx ? "recv_topk_idx"
+                                        : "recv_topk_weights",
+                       max_recv_tokens);
+    if (!recv_expert_counts || !num_recv_tokens || !handle)
+        return INVALID("%s: %s is NULL", call,
+                       !recv_expert_counts ? "recv_expert_counts"
+                       : !num_recv_tokens  ? "num_recv_tokens"
+                                           : "handle");
+    for (size_t i = 0; i < num_tokens * (size_t)topk; i++) {
+        if (topk_idx[i] < -1 || topk_idx[i] >= num_experts)
+            return INVALID("%s: topk_idx[%zu] = %lld is neither -1 nor an expert in [0, %d)", call,
+                           i, (long long)topk_idx[i], num_experts);
+    }
+    struct weft_moe_handle *h;
+    int64_t num_recv;
+    st = weft_moe_dispatch_mesh(comm, x, num_tokens, hidden, dtype, topk_idx, topk_weights, topk,
+                                num_experts, recv_x, recv_topk_idx, recv_topk_weights,
+                                recv_expert_counts, max_recv_tokens, &num_recv, &h);
+    if (st != WEFT_SUCCESS)
+        return st;
+    *num_recv_tokens = num_recv;
+    *handle = h;
+    return WEFT_SUCCESS;
+}
+
+weft_status_t weft_moe_combine(weft_comm_t comm, weft_moe_handle_t handle, const void *y, void *out,
+                               void *stream)
+{
+    static const char call[] = "weft_moe_combine";
+    weft_status_t st = check_comm(call, comm, stream);
+    if (st != WEFT_SUCCESS)
+        return st;
+    if (!handle)
+        return INVALID("%s: handle is NULL", call);
+    if (handle->comm != comm)
+        return INVALID("%s: handle comes from a dispatch on another communicator", call);
+    if (handle->num_recv > 0 && !y)
+        return INVALID("%s: y is NULL with %zu received tokens", call, handle->num_recv);
+    if (handle->num_tokens > 0 && !out)
+        return INVALID("%s: out is NULL with num_tokens %zu", call, handle->num_tokens);
+    return weft_moe_combine_mesh(comm, handle, y, out);
+}
+
+weft_status_t weft_moe_handle_destroy(weft_moe_handle_t handle)
+{
+    weft_error_clear();
+    weft_moe_handle_free(handle);
+    return WEFT_SUCCESS;
+}

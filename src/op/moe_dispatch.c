@@ -1,0 +1,306 @@
+/*
+ * moe_dispatch.c - MoE dispatch over the full mesh (host backend), by pull.
+ *
+ * Design. A layout pass lists, per destination rank, the indices of this rank's tokens that go
+ * there (each token once, in increasing order) and, per listed token, its k expert slots as that
+ * destination sees them (local expert id and weight, or -1 and 0.0f for experts owned
+ * elsewhere). The lists are written into the registered staging scratch (together with a copy of
+ * x when x is not registered), and the handshake posts to each peer the address of its list and
+ * its token count. Every rank then knows how many tokens arrive from each peer, hence its
+ * receive layout (source rank, then source token); a phase signal agrees on the capacity verdict
+ * before anyone writes, so an overflow fails every rank and never overruns a buffer. Finally each
+ * rank pulls from every peer that peer's list, its expert slots and the token rows (runs of
+ * consecutive tokens coalesced into one slice), as COPY work split over the workers by the
+ * partitioner, and the closing signal releases the peers' buffers.
+ *
+ * Thread safety: runs on the communicator's user thread; the workers only read peers' memory and
+ * write this rank's outputs.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "op/moe.h"
+#include "op/op.h"
+#include "util/log.h"
+
+static const char call[] = "weft_moe_dispatch";
+
+static size_t align_up(size_t v, size_t a)
+{
+    return (v + a - 1) / a * a;
+}
+
+/* Bytes of one destination's list for c tokens and k slots: tokens, expert ids, weights. */
+static size_t list_bytes(size_t c, size_t k)
+{
+    return align_up(c * sizeof(int64_t) + c * k * sizeof(int64_t) + c * k * sizeof(float), 8);
+}
+
+void weft_moe_handle_free(struct weft_moe_handle *handle)
+{
+    if (!handle)
+        return;
+    free(handle->send_tokens);
+    free(handle->recv_cnt);
+    free(handle->recv_off);
+    free(handle->send_off);
+    free(handle);
+}
+
+/* A handle with its per-rank arrays zeroed, NULL when out of memory. */
+static struct weft_moe_handle *handle_alloc(int nranks)
+{
+    struct weft_moe_handle *h = calloc(1, sizeof *h);
+    if (!h)
+        return NULL;
+    h->nranks = nranks;
+    h->send_off = calloc((size_t)nranks + 1, sizeof *h->send_off);
+    h->recv_off = calloc((size_t)nranks, sizeof *h->recv_off);
+    h->recv_cnt = calloc((size_t)nranks, sizeof *h->recv_cnt);
+    if (!h->send_off || !h->recv_off || !h->recv_cnt) {
+        weft_moe_handle_free(h);
+        return NULL;
+    }
+    return h;
+}
+
+/* The layout pass: h->send_off and h->send_tokens from the routing. */
+static weft_status_t build_send_lists(struct weft_moe_handle *h, const int64_t *topk_idx,
+                                      size_t num_tokens, int topk, int experts_per_rank)
+{
+    int n = h->nranks;
+    int64_t *last = malloc((size_t)n * sizeof *last); /* last token counted per destination */
+    size_t *fill = malloc((size_t)n * sizeof *fill);
+    if (!last || !fill) {
+        free(fill);
+        free(last);
+        return weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory for the layout", call);
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        for (int d = 0; d < n; d++) {
+            last[d] = -1;
+            fill[d] = h->send_off[d];
+        }
+        for (size_t t = 0; t < num_tokens; t++) {
+            for (int j = 0; j < topk; j++) {
+                int64_t e = topk_idx[t * (size_t)topk + (size_t)j];
+                if (e < 0)
+                    continue;
+                int d = (int)(e / experts_per_rank);
+                if (last[d] == (int64_t)t)
+                    continue;
+                last[d] = (int64_t)t;
+                if (pass == 0)
+                    h->send_off[d + 1]++;
+                else
+                    h->send_tokens[fill[d]++] = (int64_t)t;
+            }
+        }
+        if (pass == 0) {
+            for (int d = 0; d < n; d++)
+                h->send_off[d + 1] += h->send_off[d];
+            h->send_tokens =
+                malloc((h->send_off[n] > 0 ? h->send_off[n] : 1) * sizeof *h->send_tokens);
+            if (!h->send_tokens) {
+                free(fill);
+                free(last);
+                return weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory for %zu token entries",
+                                  call, h->send_off[n]);
+            }
+        }
+    }
+    free(fill);
+    free(last);
+    return WEFT_SUCCESS;
+}
+
+/* Write destination d's list at dst: its tokens, then their k expert slots as d sees them. */
+static void write_list(const struct weft_moe_handle *h, int d, const int64_t *topk_idx,
+                       const float *topk_weights, int topk, int experts_per_rank, uint8_t *dst)
+{
+    size_t first = h->send_off[d], c = h->send_off[d + 1] - first, k = (size_t)topk;
+    int64_t *tokens = (int64_t *)dst;
+    int64_t *idx = tokens + c;
+    float *w = (float *)(idx + c * k);
+    int64_t lo = (int64_t)d * experts_per_rank;
+    for (size_t i = 0; i < c; i++) {
+        size_t t = (size_t)h->send_tokens[first + i];
+        tokens[i] = (int64_t)t;
+        for (size_t j = 0; j < k; j++) {
+            int64_t e = topk_idx[t * k + j];
+            int mine = e >= lo && e < lo + experts_per_rank;
+            idx[i * k + j] = mine ? e - lo : -1;
+            w[i * k + j] = mine ? topk_weights[t * k + j] : 0.0f;
+        }
+    }
+}
+
+/* COPY work filled slice by slice and run whenever it is full. */
+typedef struct gather {
+    weft_op_t *op;
+    weft_work_t work;
+} gather_t;
+
+static weft_status_t gather_add(gather_t *g, int peer, void *dst, const void *src, size_t bytes)
+{
+    if (bytes == 0)
+        return WEFT_SUCCESS;
+    weft_work_t *w = &g->work;
+    if (w->nslices == WEFT_MAX_RANKS) {
+        weft_status_t st = weft_op_execute(g->op, w, 0, WEFT_SUCCESS);
+        if (st != WEFT_SUCCESS)
+            return st;
+        w->nslices = 0;
+    }
+    int i = w->nslices++;
+    w->dst[i] = dst;
+    w->src[i] = src;
+    w->slices[i] = (weft_slice_t){
+        .peer = peer, .tier = g->op->comm->peer_tier[peer], .bytes = (uint64_t)bytes};
+    return WEFT_SUCCESS;
+}
+
+/* Pull everything peer p sends: expert slots, weights and token rows, into their places. */
+static weft_status_t gather_peer(gather_t *g, int p, const uint8_t *list, const uint8_t *xs,
+                                 size_t c, size_t off, size_t k, size_t row_bytes, void *recv_x,
+                                 int64_t *recv_topk_idx, float *recv_topk_weights)
+{
+    if (c == 0)
+        return WEFT_SUCCESS;
+    const int64_t *tokens = (const int64_t *)list;
+    const int64_t *idx = tokens + c;
+    const float *w = (const float *)(idx + c * k);
+    weft_status_t st = gather_add(g, p, recv_topk_idx + off * k, idx, c * k * sizeof *idx);
+    if (st == WEFT_SUCCESS)
+        st = gather_add(g, p, recv_topk_weights + off * k, w, c * k * sizeof *w);
+    for (size_t i = 0; i < c && st == WEFT_SUCCESS;) {
+        size_t j = i + 1;
+        while (j < c && tokens[j] == tokens[j - 1] + 1)
+            j++;
+        st = gather_add(g, p, (uint8_t *)recv_x + (off + i) * row_bytes,
+                        xs + (size_t)tokens[i] * row_bytes, (j - i) * row_bytes);
+        i = j;
+    }
+    return st;
+}
+
+weft_status_t weft_moe_dispatch_mesh(struct weft_comm *comm, const void *x, size_t num_tokens,
+                                     size_t hidden, weft_dtype_t dtype, const int64_t *topk_idx,
+                                     const float *topk_weights, int topk, int num_experts,
+                                     void *recv_x, int64_t *recv_topk_idx, float *recv_topk_weights,
+                                     int64_t *recv_expert_counts, size_t max_recv_tokens,
+                                     int64_t *num_recv_out, struct weft_moe_handle **handle_out)
+{
+    weft_op_t op;
+    weft_status_t st = weft_op_begin(comm, call, NULL, &op);
+    if (st != WEFT_SUCCESS)
+        return st;
+    int n = comm->nranks, me = comm->rank, epr = num_experts / n;
+    size_t k = (size_t)topk, row_bytes = hidden * weft_dtype_size(dtype);
+    size_t x_bytes = num_tokens * row_bytes;
+
+    struct weft_moe_handle *h = handle_alloc(n);
+    if (!h)
+        return weft_op_end(&op, weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory", call), 0);
+    h->comm = comm;
+    h->num_tokens = num_tokens;
+    h->hidden = hidden;
+    h->dtype = dtype;
+    st = build_send_lists(h, topk_idx, num_tokens, topk, epr);
+    if (st != WEFT_SUCCESS)
+        goto err_free_handle;
+
+    /* The staging scratch: x first when it is not registered, then one list per destination. */
+    int x_ready = 1;
+    if (x_bytes > 0) {
+        st = weft_op_acquire(&op, x, x_bytes, &x_ready);
+        if (st != WEFT_SUCCESS)
+            goto err_free_handle;
+    }
+    size_t list_off[WEFT_MAX_RANKS];
+    size_t stage_bytes = x_ready ? 0 : align_up(x_bytes, 64);
+    for (int d = 0; d < n; d++) {
+        list_off[d] = stage_bytes;
+        stage_bytes += list_bytes(h->send_off[d + 1] - h->send_off[d], k);
+    }
+    uint8_t *stage = NULL;
+    const void *x_remote = x;
+    if (stage_bytes > 0) {
+        int staged = op.staged;
+        st = weft_op_stage(&op, stage_bytes, &stage);
+        if (st != WEFT_SUCCESS)
+            goto err_free_handle;
+        /* The lists alone are metadata: the operation is staged only when x is. */
+        op.staged = x_ready ? staged : 1;
+        if (!x_ready) {
+            memcpy(stage, x, x_bytes);
+            x_remote = stage;
+        }
+        for (int d = 0; d < n; d++)
+            write_list(h, d, topk_idx, topk_weights, topk, epr, stage + list_off[d]);
+    }
+
+    uint64_t list_addr[WEFT_MAX_RANKS], pair_send[WEFT_MAX_RANKS];
+    for (int d = 0; d < n; d++) {
+        list_addr[d] = stage ? (uint64_t)(uintptr_t)(stage + list_off[d]) : 0;
+        pair_send[d] = h->send_off[d + 1] - h->send_off[d];
+    }
+    weft_op_desc_t desc = {.coll = WEFT_COLL_MOE_DISPATCH,
+                           .dtype = (uint8_t)dtype,
+                           .root = (int16_t)topk,
+                           .count = hidden,
+                           .aux = (uint64_t)(uintptr_t)x_remote};
+    st = weft_op_exchange(&op, &desc, list_addr, pair_send, NULL, NULL, 0, NULL);
+    if (st != WEFT_SUCCESS)
+        goto err_free_handle;
+
+    /* The receive layout, and the capacity verdict agreed on before anyone writes. */
+    for (int p = 0; p < n; p++) {
+        h->recv_cnt[p] = p == me ? (size_t)pair_send[me] : (size_t)weft_op_peer(&op, p)->pair_send;
+        h->recv_off[p] = h->num_recv;
+        h->num_recv += h->recv_cnt[p];
+    }
+    weft_status_t verdict = WEFT_SUCCESS;
+    if (h->num_recv > max_recv_tokens)
+        verdict = weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                             "%s: rank %d receives %zu tokens, more than max_recv_tokens (%zu)",
+                             call, me, h->num_recv, max_recv_tokens);
+    st = weft_op_execute(&op, NULL, WEFT_SYNC_PHASE, verdict);
+    if (st != WEFT_SUCCESS)
+        goto err_free_handle;
+
+    gather_t *g = malloc(sizeof *g);
+    if (!g)
+        st = weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory for the work", call);
+    if (g) {
+        g->op = &op;
+        g->work = (weft_work_t){.kind = WEFT_WORK_COPY};
+        for (int p = 0; p < n && st == WEFT_SUCCESS; p++) {
+            const weft_op_desc_t *pd = p == me ? NULL : weft_op_peer(&op, p);
+            const uint8_t *list = (const uint8_t *)(uintptr_t)(pd ? pd->src : list_addr[me]);
+            const uint8_t *xs = pd ? (const uint8_t *)(uintptr_t)pd->aux : (const uint8_t *)x;
+            st = gather_peer(g, p, list, xs, h->recv_cnt[p], h->recv_off[p], k, row_bytes, recv_x,
+                             recv_topk_idx, recv_topk_weights);
+        }
+        if (st == WEFT_SUCCESS && g->work.nslices > 0)
+            st = weft_op_execute(&op, &g->work, 0, WEFT_SUCCESS);
+        free(g);
+    }
+    st = weft_op_execute(&op, NULL, WEFT_SYNC_DONE, st);
+    if (st != WEFT_SUCCESS)
+        goto err_free_handle;
+
+    for (int e = 0; e < epr; e++)
+        recv_expert_counts[e] = 0;
+    for (size_t i = 0; i < h->num_recv * k; i++) {
+        if (recv_topk_idx[i] >= 0)
+            recv_expert_counts[recv_topk_idx[i]]++;
+    }
+    *num_recv_out = (int64_t)h->num_recv;
+    *handle_out = h;
+    return weft_op_end(&op, WEFT_SUCCESS, 0);
+
+err_free_handle:
+    weft_moe_handle_free(h);
+    return weft_op_end(&op, st, 0);
+}
