@@ -67,6 +67,7 @@
 #include "util/clock.h"
 #include "util/config.h"
 #include "weft.h"
+#include "gpu_prog.h"
 
 #define MAX_MODES 3
 #define MAX_SIZES 16
@@ -101,31 +102,6 @@ typedef struct row {
 } row_t;
 
 static const char *const mode_names[MAX_MODES] = {"roa", "jit", "staged"};
-static int g_rank = -1; /* for messages */
-
-static void fatal(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
-static void fatal(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "first-use: rank %d: ", g_rank);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
-}
-
-static void weft_ok(weft_status_t st, const char *what)
-{
-    if (st != WEFT_SUCCESS)
-        fatal("%s: %s: %s", what, weft_status_string(st), weft_last_error());
-}
-
-static void cuda_ok(cudaError_t err, const char *what)
-{
-    if (err != cudaSuccess)
-        fatal("%s: %s: %s", what, cudaGetErrorName(err), cudaGetErrorString(err));
-}
 
 static void sleep_ms(int ms)
 {
@@ -341,7 +317,7 @@ static void bench_open(bench_t *b, weft_registration_t mode, int calls)
     weft_ok(weft_comm_init(&b->comm, &cfg), "weft_comm_init");
     b->rank = weft_comm_rank(b->comm);
     b->nranks = weft_comm_size(b->comm);
-    g_rank = b->rank;
+    gpu_prog_rank = b->rank;
     b->calls = calls;
     /* weft_comm_init made the rank's device current on this thread. */
     cuda_ok(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -520,6 +496,7 @@ static int parse_args(int argc, char **argv, setup_t *s)
 
 int main(int argc, char **argv)
 {
+    gpu_prog_name = "first-use";
     setup_t s;
     int pa = parse_args(argc, argv, &s);
     if (pa != 0)

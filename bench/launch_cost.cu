@@ -59,6 +59,7 @@
 #include <time.h>
 
 #include "weft.h"
+#include "gpu_prog.h"
 extern "C" {
 #include "util/clock.h"
 #include "util/config.h"
@@ -112,34 +113,9 @@ typedef struct lc {
     char device[256];
 } lc_t;
 
-static int g_rank = -1; /* for messages */
 
 /* The kernel whose launch is timed. */
 static __global__ void empty_kernel(void) {}
-
-static void fatal(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
-static void fatal(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "launch-cost: rank %d: ", g_rank);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
-}
-
-static void weft_ok(weft_status_t st, const char *what)
-{
-    if (st != WEFT_SUCCESS)
-        fatal("%s: %s: %s", what, weft_status_string(st), weft_last_error());
-}
-
-static void cuda_ok(cudaError_t err, const char *what)
-{
-    if (err != cudaSuccess)
-        fatal("%s: %s: %s", what, cudaGetErrorName(err), cudaGetErrorString(err));
-}
 
 static void sleep_ns(uint64_t ns)
 {
@@ -360,7 +336,7 @@ static void lc_open(lc_t *c, const setup_t *s)
     weft_ok(weft_comm_init(&c->comm, &cfg), "weft_comm_init");
     c->rank = weft_comm_rank(c->comm);
     c->nranks = weft_comm_size(c->comm);
-    g_rank = c->rank;
+    gpu_prog_rank = c->rank;
     /* weft_comm_init made the rank's device current on this thread. */
     cuda_ok(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate");
     cuda_ok(cudaMalloc((void **)&c->d_mine, NVALS * sizeof(double)), "cudaMalloc");
@@ -534,6 +510,7 @@ static int parse_args(int argc, char **argv, setup_t *s)
 
 int main(int argc, char **argv)
 {
+    gpu_prog_name = "launch-cost";
     setup_t s;
     int pa = parse_args(argc, argv, &s);
     if (pa != 0)

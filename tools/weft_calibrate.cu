@@ -51,6 +51,7 @@
 #include <string.h>
 
 #include "weft.h"
+#include "gpu_prog.h"
 extern "C" {
 #include "model/burst_gap.h"
 #include "util/config.h"
@@ -100,31 +101,6 @@ typedef struct cal {
     char device[256], driver[32];
 } cal_t;
 
-static int g_rank = -1; /* for messages */
-
-static void fatal(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
-static void fatal(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "weft-calibrate: rank %d: ", g_rank);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
-}
-
-static void weft_ok(weft_status_t st, const char *what)
-{
-    if (st != WEFT_SUCCESS)
-        fatal("%s: %s: %s", what, weft_status_string(st), weft_last_error());
-}
-
-static void cuda_ok(cudaError_t err, const char *what)
-{
-    if (err != cudaSuccess)
-        fatal("%s: %s: %s", what, cudaGetErrorName(err), cudaGetErrorString(err));
-}
 
 /* ------------------------------------------------------------------------------------------- */
 /* Device side                                                                                  */
@@ -711,6 +687,7 @@ static int parse_args(int argc, char **argv, setup_t *s)
 
 int main(int argc, char **argv)
 {
+    gpu_prog_name = "weft-calibrate";
     setup_t s;
     int pa = parse_args(argc, argv, &s);
     if (pa != 0)
@@ -734,7 +711,7 @@ int main(int argc, char **argv)
     weft_ok(weft_comm_init(&c.comm, &cfg), "weft_comm_init");
     c.rank = weft_comm_rank(c.comm);
     c.nranks = weft_comm_size(c.comm);
-    g_rank = c.rank;
+    gpu_prog_rank = c.rank;
     if (c.nranks < 2 || c.nranks > 65)
         fatal("needs 2 to 65 ranks (weftrun -n N), got %d", c.nranks);
     /* weft_comm_init made the rank's device current on this thread. */

@@ -1,0 +1,34 @@
+/*
+ * gpu_prog.c - error exits of the GPU benchmark programs (see gpu_prog.h).
+ */
+#include "gpu_prog.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+const char *gpu_prog_name = "weft";
+int gpu_prog_rank = -1;
+
+void fatal(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: rank %d: ", gpu_prog_name, gpu_prog_rank);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+void weft_ok(weft_status_t st, const char *what)
+{
+    if (st != WEFT_SUCCESS)
+        fatal("%s: %s: %s", what, weft_status_string(st), weft_last_error());
+}
+
+void cuda_ok(cudaError_t err, const char *what)
+{
+    if (err != cudaSuccess)
+        fatal("%s: %s: %s", what, cudaGetErrorName(err), cudaGetErrorString(err));
+}

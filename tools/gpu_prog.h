@@ -1,0 +1,30 @@
+/*
+ * gpu_prog.h - error exits shared by the GPU benchmark programs (first-use, launch-cost,
+ * weft-calibrate): a failing weft or CUDA call prints "<program>: rank <r>: <what>: <why>" and
+ * ends the process with status 1 (weftrun then ends the job).
+ */
+#ifndef WEFT_TOOLS_GPU_PROG_H
+#define WEFT_TOOLS_GPU_PROG_H
+
+#include <cuda_runtime_api.h>
+
+#include "weft.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Set by each program: its name, and its rank once known (-1 before). */
+extern const char *gpu_prog_name;
+extern int gpu_prog_rank;
+
+void fatal(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+/* fatal unless st is WEFT_SUCCESS / err is cudaSuccess; what names the call. */
+void weft_ok(weft_status_t st, const char *what);
+void cuda_ok(cudaError_t err, const char *what);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* WEFT_TOOLS_GPU_PROG_H */
