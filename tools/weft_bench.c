@@ -36,6 +36,10 @@
  *   timed call is measured from before the call until cudaStreamSynchronize returns, after a
  *   stream-ordered barrier that was itself synchronised, so the time is the call's latency.
  *   WEFT_CUDA_COPY_ENGINE=1 selects the copy-engine path of pure copies (no SM).
+ * - weft-bench-nccl is this program built with WEFT_BENCH_NCCL (bench_nccl.h): the measured calls
+ *   go through NCCL, everything else (job, barriers, timing, verification, output) is the same,
+ *   so its rows join weft-bench's size by size. CUDA backend only; buffers default to cudaMalloc
+ *   (what an NCCL user passes); barrier is not measured (NCCL has none).
  *
  * Thread safety: single-threaded.
  *
@@ -53,6 +57,12 @@
 #include "weft.h"
 
 #include "bench_data.h"
+#ifdef WEFT_BENCH_NCCL
+#include "bench_nccl.h"
+#define LIBRARY_NAME "nccl"
+#else
+#define LIBRARY_NAME "weft"
+#endif
 
 #ifdef WEFT_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -141,6 +151,9 @@ typedef struct bench {
     uint64_t *times_ns; /* opt.iters entries */
     a2av_layout_t a2av; /* of the current size; one allocation of 4 * nranks entries */
     FILE *json;
+#ifdef WEFT_BENCH_NCCL
+    bench_nccl_t *nccl; /* the library under test */
+#endif
     uint64_t timed_calls, other_calls;
     uint64_t wrong_total;
     double busbw_sum;
@@ -232,14 +245,20 @@ static int lookup(const char *name, const char *const *names, int n)
     return -1;
 }
 
+/* Whether some collective is selected. */
+static bool parse_coll_any(const bench_opts_t *opt)
+{
+    for (int c = 0; c < NUM_COLLS; c++)
+        if (opt->coll_selected[c])
+            return true;
+    return false;
+}
+
 static int parse_coll(const char *s, bench_opts_t *opt)
 {
     for (int c = 0; c < NUM_COLLS; c++)
         opt->coll_selected[c] = strcmp(s, "all") == 0 || strcmp(s, colls[c].name) == 0;
-    for (int c = 0; c < NUM_COLLS; c++)
-        if (opt->coll_selected[c])
-            return 0;
-    return -1;
+    return parse_coll_any(opt) ? 0 : -1;
 }
 
 static int parse_dtype(const char *s, weft_dtype_t *out)
@@ -293,6 +312,10 @@ static int parse_args(int argc, char **argv, bench_opts_t *opt)
         .backend = WEFT_BACKEND_AUTO,
     };
     (void)parse_coll("all", opt);
+#ifdef WEFT_BENCH_NCCL
+    opt->weft_buffers = false;
+    opt->backend = WEFT_BACKEND_CUDA;
+#endif
 
     int c, v;
     while ((c = getopt_long(argc, argv, "t:b:e:f:o:d:r:n:w:c:h", longopts, NULL)) != -1) {
@@ -373,6 +396,17 @@ static int parse_args(int argc, char **argv, bench_opts_t *opt)
         fprintf(stderr, "weft-bench: unexpected argument '%s'\n", argv[optind]);
         return -1;
     }
+#ifdef WEFT_BENCH_NCCL
+    opt->coll_selected[COLL_BARRIER] = false;
+    if (opt->backend != WEFT_BACKEND_CUDA) {
+        fprintf(stderr, "weft-bench-nccl: NCCL runs on the CUDA backend only\n");
+        return -1;
+    }
+    if (!parse_coll_any(opt)) {
+        fprintf(stderr, "weft-bench-nccl: NCCL has no barrier to measure\n");
+        return -1;
+    }
+#endif
     if (opt->min_bytes > opt->max_bytes) {
         fprintf(stderr, "weft-bench: -b %zu is larger than -e %zu\n", opt->min_bytes,
                 opt->max_bytes);
@@ -396,34 +430,61 @@ static data_spec_t data_spec(const bench_t *b)
 }
 
 /* Issue one call of coll over a full buffer of total elements (a multiple of nranks for the
- * per-rank collectives). */
+ * per-rank collectives), through weft or, in weft-bench-nccl, through NCCL. */
 static weft_status_t run_once(bench_t *b, coll_t coll, size_t total, bool inplace)
 {
     size_t es = b->dt->size, per = total / (size_t)b->nranks;
-    char *send = b->dsend, *recv = b->drecv, *own = NULL;
+    char *send = b->dsend, *recv = b->drecv;
+    /* The arguments of the weft call (in-place forms included), which NCCL's take alike. */
+    const void *in = send;
+    void *out = recv;
+    size_t count = total;
+    switch (coll) {
+    case COLL_ALL_REDUCE:
+    case COLL_BROADCAST:
+        in = inplace ? recv : send;
+        break;
+    case COLL_ALL_GATHER:
+        in = inplace ? recv + (size_t)b->rank * per * es : send;
+        count = per;
+        break;
+    case COLL_REDUCE_SCATTER:
+        out = inplace ? send + (size_t)b->rank * per * es : recv;
+        count = per;
+        break;
+    case COLL_ALL_TO_ALL:
+        count = per;
+        break;
+    case COLL_ALL_TO_ALLV:
+    case COLL_BARRIER:
+    case NUM_COLLS:
+        break;
+    }
     weft_dtype_t dt = b->opt.dtype;
+#ifdef WEFT_BENCH_NCCL
+    return bench_nccl_call(b->nccl, coll, in, out, count, dt, b->opt.op, b->opt.root, &b->a2av);
+#else
     void *st = b->stream;
     switch (coll) {
     case COLL_ALL_REDUCE:
-        return weft_all_reduce(b->comm, inplace ? recv : send, recv, total, dt, b->opt.op, st);
+        return weft_all_reduce(b->comm, in, out, count, dt, b->opt.op, st);
     case COLL_ALL_GATHER:
-        own = recv + (size_t)b->rank * per * es;
-        return weft_all_gather(b->comm, inplace ? own : send, recv, per, dt, st);
+        return weft_all_gather(b->comm, in, out, count, dt, st);
     case COLL_REDUCE_SCATTER:
-        own = send + (size_t)b->rank * per * es;
-        return weft_reduce_scatter(b->comm, send, inplace ? own : recv, per, dt, b->opt.op, st);
+        return weft_reduce_scatter(b->comm, in, out, count, dt, b->opt.op, st);
     case COLL_BROADCAST:
-        return weft_broadcast(b->comm, inplace ? recv : send, recv, total, dt, b->opt.root, st);
+        return weft_broadcast(b->comm, in, out, count, dt, b->opt.root, st);
     case COLL_ALL_TO_ALL:
-        return weft_all_to_all(b->comm, send, recv, per, dt, st);
+        return weft_all_to_all(b->comm, in, out, count, dt, st);
     case COLL_ALL_TO_ALLV:
-        return weft_all_to_allv(b->comm, send, b->a2av.sendcounts, b->a2av.sdispls, recv,
+        return weft_all_to_allv(b->comm, in, b->a2av.sendcounts, b->a2av.sdispls, out,
                                 b->a2av.recvcounts, b->a2av.rdispls, dt, st);
     case COLL_BARRIER:
     case NUM_COLLS:
         break;
     }
     return weft_barrier(b->comm, st);
+#endif
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -653,11 +714,12 @@ static void write_json(const bench_t *b, coll_t coll, size_t total, const char *
         fprintf(b->json, "\"wrong\":null,");
     fprintf(b->json,
             "\"ranks\":%d,\"backend\":\"%s\",\"registration\":\"%s\",\"buffers\":\"%s\","
-            "\"workers\":%d,\"iters\":%d,\"warmup\":%d,\"check\":%d,\"version\":\"%d.%d.%d\"}\n",
+            "\"workers\":%d,\"iters\":%d,\"warmup\":%d,\"check\":%d,\"version\":\"%d.%d.%d\","
+            "\"library\":\"%s\"}\n",
             b->nranks, backend_names[weft_comm_backend(b->comm)],
             registration_names[b->registration], b->opt.weft_buffers ? "weft" : "malloc",
             b->workers, b->opt.iters, b->opt.warmup, b->opt.check ? 1 : 0, WEFT_VERSION_MAJOR,
-            WEFT_VERSION_MINOR, WEFT_VERSION_PATCH);
+            WEFT_VERSION_MINOR, WEFT_VERSION_PATCH, LIBRARY_NAME);
     fflush(b->json);
 }
 
@@ -880,6 +942,9 @@ static void bench_teardown(bench_t *b, bool comm_usable)
         free(b->drecv);
         free(b->dsend);
     }
+#ifdef WEFT_BENCH_NCCL
+    bench_nccl_destroy(b->nccl, !comm_usable);
+#endif
 #ifdef WEFT_HAVE_CUDA
     if (!b->opt.weft_buffers && b->cuda) {
         cudaFree(b->drecv);
@@ -941,6 +1006,16 @@ int main(int argc, char **argv)
         b.stream = stream;
     }
 #endif
+#ifdef WEFT_BENCH_NCCL
+    if (!b.cuda) {
+        fprintf(stderr, "weft-bench-nccl: rank %d: the communicator is not on the CUDA backend\n",
+                b.rank);
+        goto out_abort;
+    }
+    b.nccl = bench_nccl_init(b.comm, b.stream);
+    if (!b.nccl)
+        goto out_abort;
+#endif
     if (bench_setup(&b) != 0 || bench_settle(&b) != 0)
         goto out_abort;
 
@@ -955,6 +1030,10 @@ int main(int argc, char **argv)
                b.opt.min_bytes, b.opt.max_bytes, b.opt.factor, b.dt->name, redop_names[b.opt.op],
                b.opt.root, b.opt.iters, b.opt.warmup, b.opt.check ? 1 : 0);
         printf("# time: max over ranks of the per-rank median of per-call times\n");
+#ifdef WEFT_BENCH_NCCL
+        printf("# library under test: %s (weft provides the job, barriers and reductions)\n",
+               bench_nccl_version(b.nccl));
+#endif
     }
     for (int c = 0; c < NUM_COLLS; c++)
         if (b.opt.coll_selected[c] && bench_coll(&b, (coll_t)c) != 0)
