@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# gpu_registration.sh - the GPU registration benchmarks in one go, on one GPU shared by 4 ranks
-# under MPS (docs/bench.md, "GPU registration benchmarks").
+# gpu_registration.sh - the GPU registration benchmarks in one go (docs/bench.md, "GPU registration
+# benchmarks"): GPUREG_RANKS ranks (default 4), each on the GPU of its LOCAL_RANK modulo the GPU
+# count; under MPS when there are more ranks than GPUs.
 #
 #   bench/gpu_registration.sh BUILD_DIR OUT_DIR
 #
@@ -9,12 +10,14 @@
 #   launch_cost_chunk0  weftrun -n 4 launch-cost with WEFT_CUDA_CHUNK_BYTES=0: a segment per
 #                       allocation, so 1000 x 3 imported mappings per process
 #   first_use_chunk0    first-use with WEFT_CUDA_CHUNK_BYTES=0: every weft_malloc registers
+#   first_use_chunk0_noprefault  the same with WEFT_CUDA_PREFAULT=0: what the registrar's
+#                       prefault of new peer mappings saves the first call
 #   launch_cost         launch-cost, weft's allocator as configured
 #   reg_cost            BUILD_DIR/reg-cost (one process and its peer), if it was built
 # Each runs under `timeout` with at most 240 s and never past the script's budget
 # (GPUREG_BUDGET_S, default 225 s, so the whole script ends within 4 minutes); a step that would
 # get less than 10 s is skipped. The ranks get WEFT_BACKEND=cuda, NCCL_NVLS_ENABLE=0 and
-# WEFT_TIMEOUT_S=60 (a hang fails within a minute, before the timeout). MPS runs with its pipe
+# WEFT_TIMEOUT_S=60 (a hang fails within a minute, before the timeout). MPS (if needed) runs with its pipe
 # and log directories under /tmp, is stopped on exit (trap: `echo quit | nvidia-cuda-mps-control`)
 # and its logs are copied to OUT_DIR/mps/. OUT_DIR/env.txt records the machine and the commands.
 # The tables are printed last.
@@ -46,6 +49,8 @@ if ! command -v nvidia-cuda-mps-control >/dev/null; then
 fi
 mkdir -p "$out"
 start=$(date +%s)
+ranks=${GPUREG_RANKS:-4}
+ngpu=$(nvidia-smi -L | grep -c "^GPU")
 
 mps=$(mktemp -d /tmp/weft-mps.XXXXXX)
 export CUDA_MPS_PIPE_DIRECTORY=$mps/pipe CUDA_MPS_LOG_DIRECTORY=$mps/log
@@ -58,19 +63,22 @@ stop_mps() {
     cp "$CUDA_MPS_LOG_DIRECTORY"/* "$out/mps/" 2>/dev/null
     rm -rf "$mps"
 }
-if ! nvidia-cuda-mps-control -d; then
+if [ "$ranks" -le "$ngpu" ]; then
+    echo "# $ranks ranks on $ngpu GPUs: one rank per GPU, no MPS"
+    rm -rf "$mps"
+elif ! nvidia-cuda-mps-control -d; then
     echo "$0: could not start the MPS control daemon" >&2
     rm -rf "$mps"
     exit 1
+else
+    trap stop_mps EXIT
 fi
-trap stop_mps EXIT
 trap 'exit 130' INT TERM HUP
 
 export WEFT_BACKEND=cuda NCCL_NVLS_ENABLE=0 WEFT_TIMEOUT_S=60
-ranks=4
 {
     echo "date: $(date -Is)"
-    echo "host: $(uname -n), $(uname -r), $(nproc) cores"
+    echo "host: $(uname -n), $(uname -r), $(nproc) cores; $ranks ranks on $ngpu GPU(s)"
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
     echo "commit: $(git -C "$(dirname "$0")" rev-parse HEAD 2>/dev/null || echo unknown)"
     echo "RLIMIT_NOFILE: $(ulimit -Sn) soft, $(ulimit -Hn) hard"
@@ -115,6 +123,9 @@ step launch_cost_chunk0 env WEFT_CUDA_CHUNK_BYTES=0 "${run[@]}" "$build/launch-c
     --tag "WEFT_CUDA_CHUNK_BYTES=0" --json "$out/launch_cost_chunk0.json"
 step first_use_chunk0 env WEFT_CUDA_CHUNK_BYTES=0 "${run[@]}" "$build/first-use" \
     --tag "WEFT_CUDA_CHUNK_BYTES=0" --json "$out/first_use_chunk0.json"
+step first_use_chunk0_noprefault env WEFT_CUDA_CHUNK_BYTES=0 WEFT_CUDA_PREFAULT=0 "${run[@]}" \
+    "$build/first-use" --tag "WEFT_CUDA_CHUNK_BYTES=0 WEFT_CUDA_PREFAULT=0" \
+    --json "$out/first_use_chunk0_noprefault.json"
 step launch_cost "${run[@]}" "$build/launch-cost" --tag "chunks=default" \
     --json "$out/launch_cost.json"
 if [ -x "$build/reg-cost" ]; then
