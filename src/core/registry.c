@@ -93,7 +93,6 @@ struct weft_registry {
     const weft_mem_ops_t *mem;
     int rank, nranks;
     weft_registration_t mode;
-    int prefault; /* access peer mappings once after mapping them (mem->prefault) */
     size_t gran;
 
     pthread_mutex_t mu;
@@ -321,13 +320,6 @@ static void handle_reg(weft_registry_t *reg, int peer, const weft_ctrl_msg_t *ms
     if (st == WEFT_SUCCESS) {
         st = reg->mem->map(&seg, (void *)msg->addr);
         reg->mem->destroy(&seg);
-        /* The first access to a fresh mapping is slow on some devices: pay it here, before the
-         * acknowledgement, not in the first collective that reads it. */
-        if (st == WEFT_SUCCESS && reg->prefault) {
-            st = reg->mem->prefault((const void *)msg->addr, msg->bytes);
-            if (st != WEFT_SUCCESS)
-                reg->mem->unmap((void *)msg->addr, msg->bytes);
-        }
     }
     if (st == WEFT_SUCCESS && VEC_RESERVE(reg->maps, reg->maps.n + 1) != 0) {
         reg->mem->unmap((void *)msg->addr, msg->bytes);
@@ -498,7 +490,7 @@ static void *registrar_main(void *arg)
 
 weft_status_t weft_registry_create(struct weft_comm *comm, const weft_window_t *win, int rank,
                                    int nranks, weft_registration_t mode, size_t chunk_min_bytes,
-                                   int prefault, int *ctrl_fds, weft_registry_t **reg_out)
+                                   int *ctrl_fds, weft_registry_t **reg_out)
 {
     weft_status_t st;
     weft_registry_t *reg = calloc(1, sizeof *reg);
@@ -510,7 +502,6 @@ weft_status_t weft_registry_create(struct weft_comm *comm, const weft_window_t *
     reg->rank = rank;
     reg->nranks = nranks;
     reg->mode = mode;
-    reg->prefault = prefault && win->mem->prefault;
     reg->gran = win->mem->granularity();
     reg->efd = -1;
     pthread_mutex_init(&reg->mu, NULL);

@@ -43,12 +43,10 @@ typedef struct weft_registry_stats {
  * sockets ctrl_fds (nranks entries, -1 at rank; ownership passes to the registry).
  * chunk_min_bytes: 0 gives every allocation a segment of its own; otherwise physical memory is
  * made, mapped and registered in chunks of at least that size, growing geometrically, and
- * allocations are carved out of them (heap.h): one export per chunk, not per allocation.
- * prefault: the registrar accesses every peer mapping once right after mapping it (the
- * provider's prefault, when it has one), before acknowledging it. */
+ * allocations are carved out of them (heap.h): one export per chunk, not per allocation. */
 weft_status_t weft_registry_create(struct weft_comm *comm, const weft_window_t *win, int rank,
                                    int nranks, weft_registration_t mode, size_t chunk_min_bytes,
-                                   int prefault, int *ctrl_fds, weft_registry_t **reg_out);
+                                   int *ctrl_fds, weft_registry_t **reg_out);
 
 /* Stop the registrar: send BYE to every peer and wait for theirs (bounded by deadline_ns), join
  * the thread, unmap every peer segment and every own allocation, close the sockets, free.

@@ -61,12 +61,6 @@ typedef struct weft_mem_ops {
     weft_status_t (*export_fd)(const weft_mem_seg_t *seg, int *fd_out);
     /* Import a descriptor received from a peer; takes ownership of fd in every case. */
     weft_status_t (*import_fd)(int fd, size_t bytes, weft_mem_seg_t *seg_out);
-
-    /* Optional (NULL: nothing to do). Access a fresh mapping [addr, addr + bytes) once from
-     * the device, off the caller's path, so that the first collective that reads it does not
-     * pay for the first access (cuda: one small read per granule on a private non-blocking
-     * stream, waited for; never ordered after the caller's streams). */
-    weft_status_t (*prefault)(const void *addr, size_t bytes);
 } weft_mem_ops_t;
 
 extern const weft_mem_ops_t weft_mem_host_ops;

@@ -276,35 +276,6 @@ out_close_fd:
     return st;
 }
 
-/* Reads of at most this many granules per mapping (spread evenly over larger mappings). */
-#define PREFAULT_MAX_READS 512
-
-static weft_status_t cuda_prefault(const void *addr, size_t bytes)
-{
-    size_t gran = cuda_granularity(), pages = (bytes + gran - 1) / gran;
-    size_t reads = pages < PREFAULT_MAX_READS ? pages : PREFAULT_MAX_READS;
-    uint32_t sink[PREFAULT_MAX_READS];
-    /* Non-blocking: the reads must never wait behind the user's kernels on the legacy stream
-     * (one of them may be waiting for a peer that waits for this mapping). */
-    cudaStream_t stream;
-    cudaError_t err = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
-    if (err != cudaSuccess)
-        return weft_error(WEFT_ERR_CUDA, "prefault: cudaStreamCreateWithFlags: %s",
-                          cudaGetErrorString(err));
-    for (size_t i = 0; i < reads && err == cudaSuccess; i++) {
-        const char *p = (const char *)addr + i * pages / reads * gran;
-        err = cudaMemcpyAsync(&sink[i], p, sizeof sink[i], cudaMemcpyDeviceToHost, stream);
-    }
-    if (err == cudaSuccess)
-        err = cudaStreamSynchronize(stream);
-    weft_status_t st = WEFT_SUCCESS;
-    if (err != cudaSuccess)
-        st = weft_error(WEFT_ERR_CUDA, "prefault: reading %zu bytes at %p: %s", bytes, addr,
-                        cudaGetErrorString(err));
-    cudaStreamDestroy(stream);
-    return st;
-}
-
 const weft_mem_ops_t weft_mem_cuda_ops = {
     .name = "cuda",
     .attach_thread = cuda_attach_thread,
@@ -317,5 +288,4 @@ const weft_mem_ops_t weft_mem_cuda_ops = {
     .unmap = cuda_unmap,
     .export_fd = cuda_export,
     .import_fd = cuda_import,
-    .prefault = cuda_prefault,
 };

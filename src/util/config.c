@@ -102,8 +102,6 @@ static const cfg_row_t rows[] = {
      "CUDA: 1 runs all-gather, all-to-all(v) and broadcast copies on the copy engines (no SM)"},
     {"WEFT_CUDA_CHUNK_BYTES", NULL, "64M", "bytes", CFG_BYTES, OFF(cuda_chunk_bytes), NULL,
      "CUDA: device memory is registered in chunks of at least this size (doubling up to 1G)"},
-    {"WEFT_CUDA_PREFAULT", NULL, "1", "", CFG_INT, OFF(cuda_prefault), NULL,
-     "CUDA: 1 reads each new peer mapping once on the registrar thread (first use is faster)"},
     {"WEFT_RUN_GRACE_S", NULL, "30", "s", CFG_DOUBLE, OFF(run_grace_s), NULL,
      "weftrun: after a rank fails, how long the others get to exit before they are killed"},
 };

@@ -55,7 +55,6 @@ typedef struct weft_env {
     int cuda_fanout;           /* WEFT_CUDA_FANOUT: blocks per peer at once (0: no cap) */
     int cuda_copy_engine;      /* WEFT_CUDA_COPY_ENGINE: pure copies on the copy engines */
     uint64_t cuda_chunk_bytes; /* WEFT_CUDA_CHUNK_BYTES: smallest registered chunk */
-    int cuda_prefault;         /* WEFT_CUDA_PREFAULT: registrar touches new peer mappings */
 
     /* launcher */
     double run_grace_s; /* WEFT_RUN_GRACE_S: weftrun's wait for survivors after a rank dies */
