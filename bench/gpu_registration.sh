@@ -10,8 +10,6 @@
 #   launch_cost_chunk0  weftrun -n 4 launch-cost with WEFT_CUDA_CHUNK_BYTES=0: a segment per
 #                       allocation, so 1000 x 3 imported mappings per process
 #   first_use_chunk0    first-use with WEFT_CUDA_CHUNK_BYTES=0: every weft_malloc registers
-#   first_use_chunk0_noprefault  the same with WEFT_CUDA_PREFAULT=0: what the registrar's
-#                       prefault of new peer mappings saves the first call
 #   launch_cost         launch-cost, weft's allocator as configured
 #   reg_cost            BUILD_DIR/reg-cost (one process and its peer), if it was built
 # Each runs under `timeout` with at most 240 s and never past the script's budget
@@ -123,9 +121,6 @@ step launch_cost_chunk0 env WEFT_CUDA_CHUNK_BYTES=0 "${run[@]}" "$build/launch-c
     --tag "WEFT_CUDA_CHUNK_BYTES=0" --json "$out/launch_cost_chunk0.json"
 step first_use_chunk0 env WEFT_CUDA_CHUNK_BYTES=0 "${run[@]}" "$build/first-use" \
     --tag "WEFT_CUDA_CHUNK_BYTES=0" --json "$out/first_use_chunk0.json"
-step first_use_chunk0_noprefault env WEFT_CUDA_CHUNK_BYTES=0 WEFT_CUDA_PREFAULT=0 "${run[@]}" \
-    "$build/first-use" --tag "WEFT_CUDA_CHUNK_BYTES=0 WEFT_CUDA_PREFAULT=0" \
-    --json "$out/first_use_chunk0_noprefault.json"
 step launch_cost "${run[@]}" "$build/launch-cost" --tag "chunks=default" \
     --json "$out/launch_cost.json"
 if [ -x "$build/reg-cost" ]; then
