@@ -17,7 +17,11 @@
  * conditioning); the knee is searched on a grid of KNEE_GRID candidates per interval between
  * adjacent volumes, then refined by golden-section search between the best candidate's
  * neighbours, so it is not pinned to a measured volume. O(KNEE_GRID * n^2) for n samples (sweeps
- * have tens to hundreds of points).
+ * have tens to hundreds of points). A row of the table is built from the samples below the knee
+ * (per-volume medians, made nondecreasing by pooling adjacent violators, O(n log n)), so the
+ * calibration's T_iss0 table is measured data, as burst_gap.h describes it. The stall times add
+ * the capacity term (V - Q)/R to the capacity-free equations with one more max, which leaves
+ * them bit-identical wherever the capacity holds.
  *
  * Thread safety: pure functions of their arguments; callable from any thread. Errors are
  * recorded with weft_error(), the only output of this file besides the *_out arguments.
@@ -47,6 +51,12 @@ static double issue_us(const bg_point_t *p, double v, double gap_us)
 static double period_us(const bg_point_t *p, double v, double gap_us)
 {
     return fmax(p->t_iss0_us + gap_us, v / p->bytes_per_us);
+}
+
+/* The earliest end of a burst that starts with the drain empty, (V - Q)/R: the capacity stall. */
+static double stall_us(const bg_point_t *p, double v)
+{
+    return (v - p->capacity_bytes) / p->bytes_per_us;
 }
 
 static double recovery_us(const bg_point_t *p, double v)
@@ -243,6 +253,26 @@ weft_status_t weft_bg_period(const weft_bg_params_t *params, int producers, uint
     if (status != WEFT_SUCCESS)
         return status;
     *period_us_out = period_us(&p, (double)bytes, gap_us);
+    return WEFT_SUCCESS;
+}
+
+weft_status_t weft_bg_stall_times(const weft_bg_params_t *params, int producers, uint64_t bytes,
+                                  double gap_us, double *issue_us_out, double *period_us_out)
+{
+    static const char fn[] = "weft_bg_stall_times";
+    bg_point_t p;
+    weft_status_t status = eval_args(fn, params, producers, bytes, issue_us_out, NULL, NULL, &p);
+    if (status == WEFT_SUCCESS)
+        status = check_gap(fn, "gap_us", gap_us);
+    if (status != WEFT_SUCCESS)
+        return status;
+    if (period_us_out == NULL)
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "%s: period_us_out is NULL", fn);
+    /* Each a max of the capacity-free equation and the stall, so the two agree bit for bit
+     * wherever the stall does not bind. */
+    double v = (double)bytes, stall = stall_us(&p, v);
+    *issue_us_out = fmax(issue_us(&p, v, gap_us), stall);
+    *period_us_out = fmax(period_us(&p, v, gap_us), stall + gap_us);
     return WEFT_SUCCESS;
 }
 
@@ -587,6 +617,102 @@ err_free_resid:
     free(resid);
 err_free_pts:
     free(pts);
+    return status;
+}
+
+/* The row fit's samples: sorted by bytes, then by time. */
+static int compare_sample(const void *a, const void *b)
+{
+    const weft_bg_sample_t *x = a, *y = b;
+    if (x->bytes != y->bytes)
+        return (x->bytes > y->bytes) - (x->bytes < y->bytes);
+    return (x->time_us > y->time_us) - (x->time_us < y->time_us);
+}
+
+/* The median time of n >= 1 samples sorted by time. */
+static double median_time_sorted(const weft_bg_sample_t *s, size_t n)
+{
+    const double a = s[(n - 1) / 2].time_us, b = s[n / 2].time_us;
+    return a + 0.5 * (b - a);
+}
+
+weft_status_t weft_bg_fit_row(const weft_bg_sample_t *samples, size_t nsamples, double drain_gbps,
+                              int producers, const weft_bg_knee_fit_t *knee, weft_bg_row_t *row_out)
+{
+    static const char fn[] = "weft_bg_fit_row";
+    weft_status_t status = check_samples(fn, samples, nsamples, 1, row_out);
+    if (status == WEFT_SUCCESS)
+        status = check_drain(fn, drain_gbps);
+    if (status != WEFT_SUCCESS)
+        return status;
+    if (knee == NULL)
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "%s: knee is NULL", fn);
+    if (producers < 1)
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "%s: producers %d must be >= 1", fn,
+                          producers);
+    if (!(isfinite(knee->knee_bytes) && knee->knee_bytes >= 0.0))
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "%s: knee_bytes %g must be finite and >= 0",
+                          fn, knee->knee_bytes);
+    if (!(isfinite(knee->capacity_bytes) && knee->capacity_bytes >= 0.0))
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                          "%s: capacity_bytes %g must be finite and >= 0", fn,
+                          knee->capacity_bytes);
+    weft_bg_sample_t *q = malloc(nsamples * sizeof *q);
+    if (q == NULL)
+        return weft_error(WEFT_ERR_NO_MEMORY, "%s: scratch for %zu samples", fn, nsamples);
+    double r_bpus = drain_gbps * 1e3;
+    size_t n = 0;
+    for (size_t i = 0; i < nsamples; i++) {
+        double v = (double)samples[i].bytes;
+        if (v <= knee->knee_bytes && samples[i].gap_us >= v / r_bpus)
+            q[n++] = samples[i];
+    }
+    qsort(q, n, sizeof *q, compare_sample);
+
+    /* One point per volume, its median weighted by its sample count; a point lower than the
+     * block before it merges with it, repeatedly (pool adjacent violators), so the blocks'
+     * means stay nondecreasing. Block b covers points first[b] .. first[b + 1] - 1. */
+    weft_bg_row_t row = {.producers = producers, .capacity_bytes = knee->capacity_bytes};
+    double mean[WEFT_BG_MAX_POINTS], weight[WEFT_BG_MAX_POINTS];
+    int first[WEFT_BG_MAX_POINTS], nblocks = 0;
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        while (j < n && q[j].bytes == q[i].bytes)
+            j++;
+        if (row.npoints == WEFT_BG_MAX_POINTS) {
+            status = weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                                "%s: more than %d volumes at or below the knee (%g bytes)", fn,
+                                WEFT_BG_MAX_POINTS, knee->knee_bytes);
+            goto err_free_q;
+        }
+        row.bytes[row.npoints] = q[i].bytes;
+        mean[nblocks] = median_time_sorted(q + i, j - i);
+        weight[nblocks] = (double)(j - i);
+        first[nblocks++] = row.npoints++;
+        while (nblocks > 1 && mean[nblocks - 2] > mean[nblocks - 1]) {
+            int a = nblocks - 2, b = nblocks - 1;
+            double w = weight[a] + weight[b];
+            mean[a] = (weight[a] * mean[a] + weight[b] * mean[b]) / w;
+            weight[a] = w;
+            nblocks--;
+        }
+        i = j;
+    }
+    if (row.npoints == 0) {
+        status = weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                            "%s: no sample at or below the knee (%g bytes) with gap_us >= V/R", fn,
+                            knee->knee_bytes);
+        goto err_free_q;
+    }
+    for (int b = 0; b < nblocks; b++) {
+        int end = b + 1 < nblocks ? first[b + 1] : row.npoints;
+        for (int i = first[b]; i < end; i++)
+            row.t_iss0_us[i] = mean[b];
+    }
+    *row_out = row;
+    status = WEFT_SUCCESS;
+err_free_q:
+    free(q);
     return status;
 }
 

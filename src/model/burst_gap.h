@@ -93,6 +93,25 @@ weft_status_t weft_bg_issue_time(const weft_bg_params_t *params, int producers, 
 weft_status_t weft_bg_period(const weft_bg_params_t *params, int producers, uint64_t bytes,
                              double gap_us, double *period_us_out);
 
+/*
+ * Issue time and period with the capacity stall included, for predicting measured bursts of any
+ * volume (weft_bg_issue_time and weft_bg_period assume the capacity holds). The issuer stalls
+ * while Q(K) bytes are outstanding, so a burst that starts with B0 bytes still draining cannot
+ * end before (B0 + V - Q)/R. An isolated burst (B0 = 0) ends at (V - Q)/R at the earliest; a
+ * periodic burst that stalls ends with Q outstanding, which its gap drains to B0 = [Q - R*G]+,
+ * so the next one ends at max((V - Q)/R, V/R - G). Hence
+ *
+ *     T_stall = max(T_iss0, V/R - G, (V - Q)/R)
+ *     P_stall = T_stall + G = max(T_iss0 + G, V/R, (V - Q)/R + G)
+ *
+ * Where (V - Q)/R <= T_iss0 (the capacity holds: E <= Q) they equal weft_bg_issue_time and
+ * weft_bg_period bit for bit. Monotone like them: nondecreasing in V, T_stall nonincreasing in
+ * G. Statuses as the evaluation functions above; both outputs must be non-NULL and are written
+ * only on success.
+ */
+weft_status_t weft_bg_stall_times(const weft_bg_params_t *params, int producers, uint64_t bytes,
+                                  double gap_us, double *issue_us_out, double *period_us_out);
+
 /* G* = [V/R - T_iss0]+ in us: the smallest gap after which the next burst issues at T_iss0. */
 weft_status_t weft_bg_recovery_gap(const weft_bg_params_t *params, int producers, uint64_t bytes,
                                    double *gap_us_out);
@@ -174,6 +193,26 @@ typedef struct weft_bg_knee_fit {
  */
 weft_status_t weft_bg_fit_knee(const weft_bg_sample_t *samples, size_t nsamples, double drain_gbps,
                                weft_bg_knee_fit_t *fit_out);
+
+/*
+ * One row of the parameter table from the samples of one K: the T_iss0(K, V) table from the
+ * samples that start with the drain empty, Q(K) from the knee fit. A sample qualifies if
+ * bytes <= knee->knee_bytes (below the knee an isolated burst issues at T_iss0) and
+ * gap_us >= V/R (whatever the previous burst of V bytes left outstanding has drained: the
+ * isolated bursts of a knee sweep, the long gaps of a gap sweep); the others are skipped. Each
+ * distinct qualifying volume becomes one point, its T_iss0 the median of its samples' times;
+ * the medians are then made nondecreasing in V by pooling adjacent violators (a pooled run of
+ * volumes takes the mean of their medians weighted by their sample counts: the weighted
+ * least-squares nondecreasing fit), as the table requires. capacity_bytes = knee->capacity_bytes.
+ * drain_gbps is R; knee is weft_bg_fit_knee's result for the same K. Statuses:
+ * WEFT_ERR_INVALID_ARGUMENT for NULL pointers, a bad sample (as the fits), bad drain_gbps,
+ * producers < 1, a knee_bytes or capacity_bytes that is not finite and >= 0, no qualifying
+ * sample, or more than WEFT_BG_MAX_POINTS qualifying volumes; WEFT_ERR_NO_MEMORY. On success
+ * the row passes weft_bg_params_check (as a table's only row).
+ */
+weft_status_t weft_bg_fit_row(const weft_bg_sample_t *samples, size_t nsamples, double drain_gbps,
+                              int producers, const weft_bg_knee_fit_t *knee,
+                              weft_bg_row_t *row_out);
 
 /*
  * Planner. A fused kernel computes tiles of tile_compute_us each (G_tile) and emits a burst of
