@@ -33,6 +33,9 @@ struct weft_cuda_state {
 
 #define STATUS_WORD 0
 #define ABORT_WORD 16 /* another cache line */
+/* Smallest unit the partitioner cuts for one block: below it a block's share of the copy costs
+ * less than its launch and signalling. */
+#define CUDA_MIN_UNIT_BYTES (16u << 10)
 
 static weft_status_t cuda_error(cudaError_t err, const char *what)
 {
@@ -255,8 +258,21 @@ weft_status_t weft_cuda_execute(struct weft_comm *comm, const weft_work_t *work,
             p->dst[i] = work->dst[i];
             p->off[i] = work->off[i];
         }
-        /* Cut and assign; coarser units until the launch holds them. */
+        /* Cut and assign. Units start small enough that every block gets a share of the
+         * work (a 2 MiB copy in 1 MiB units would run on two blocks), and grow coarser until
+         * the launch holds them. */
         weft_cost_model_t model = cs->model;
+        uint64_t total = 0;
+        for (int i = 0; i < work->nslices; i++)
+            total += work->slices[i].bytes;
+        uint64_t share = (total + (uint64_t)cs->nblocks - 1) / (uint64_t)cs->nblocks;
+        share = (share + WEFT_WORK_GRANULE - 1) / WEFT_WORK_GRANULE * WEFT_WORK_GRANULE;
+        if (share < CUDA_MIN_UNIT_BYTES)
+            share = CUDA_MIN_UNIT_BYTES;
+        for (int t = 0; t < WEFT_NUM_TIERS; t++) {
+            if (share < model.tier[t].unit_bytes)
+                model.tier[t].unit_bytes = share;
+        }
         for (;;) {
             weft_status_t st = weft_partition(&model, work->slices, (size_t)work->nslices,
                                               cs->nblocks, WEFT_WORK_GRANULE, &comm->plan);

@@ -95,7 +95,8 @@ static const cfg_row_t rows[] = {
     {"WEFT_CUDA_MAX_BLOCKS", NULL, "32", "blocks", CFG_INT, OFF(cuda_max_blocks), NULL,
      "CUDA: thread blocks per launch and rank (also capped so every rank on a GPU co-resides)"},
     {"WEFT_CUDA_UNIT_BYTES", NULL, "1M", "bytes", CFG_BYTES, OFF(cuda_unit_bytes), NULL,
-     "CUDA: partitioner unit size (grows when a launch would hold too many units)"},
+     "CUDA: partitioner unit size (smaller so every block gets work, larger past the launch's "
+     "unit capacity)"},
     {"WEFT_CUDA_FANOUT", NULL, "0", "blocks", CFG_INT, OFF(cuda_fanout), NULL,
      "CUDA: at most this many blocks read one peer at once (0: no cap)"},
     {"WEFT_CUDA_COPY_ENGINE", NULL, "0", "", CFG_INT, OFF(cuda_copy_engine), NULL,
