@@ -2,7 +2,8 @@
  * api_moe.c - public MoE dispatch and combine: every argument a caller can get wrong is checked
  * here and rejected with WEFT_ERR_INVALID_ARGUMENT and a message naming the call and the
  * argument, before any communication (so the communicator stays usable); then the op layer runs
- * (op/moe.h). The routing table is scanned here once to reject out-of-range expert ids.
+ * (op/moe.h). On the host backend the routing table is scanned here once to reject
+ * out-of-range expert ids; on the CUDA backend it is device memory, which the device checks.
  *
  * Unlike the other collectives, a count of 0 (num_tokens) does not return at once: the call
  * still takes part in the exchange, since peers may send this rank tokens.
@@ -24,15 +25,13 @@ static int is_float_dtype(weft_dtype_t dtype)
     return dtype == WEFT_FLOAT32 || dtype == WEFT_FLOAT16 || dtype == WEFT_BFLOAT16;
 }
 
-/* Checks shared by both calls: comm, stream, backend. */
+/* Checks shared by both calls: comm, stream. */
 static weft_status_t check_comm(const char *call, weft_comm_t comm, void *stream)
 {
     weft_error_clear();
     if (!comm)
         return INVALID("%s: comm is NULL", call);
-    if (comm->backend == WEFT_BACKEND_CUDA)
-        return weft_error(WEFT_ERR_UNSUPPORTED, "%s: the CUDA path is not implemented yet", call);
-    if (stream != NULL)
+    if (stream != NULL && comm->backend == WEFT_BACKEND_HOST)
         return INVALID("%s: stream must be NULL on the host backend", call);
     return WEFT_SUCCESS;
 }
@@ -85,6 +84,11 @@ weft_status_t weft_moe_dispatch(weft_comm_t comm, const void *x, size_t num_toke
                        !recv_expert_counts ? "recv_expert_counts"
                        : !num_recv_tokens  ? "num_recv_tokens"
                                            : "handle");
+    if (comm->backend == WEFT_BACKEND_CUDA) /* asynchronous: the counts stay on the device */
+        return weft_moe_dispatch_dev(comm, x, num_tokens, hidden, dtype, topk_idx, topk_weights,
+                                     topk, num_experts, recv_x, recv_topk_idx, recv_topk_weights,
+                                     recv_expert_counts, max_recv_tokens, num_recv_tokens, handle,
+                                     stream);
     for (size_t i = 0; i < num_tokens * (size_t)topk; i++) {
         if (topk_idx[i] < -1 || topk_idx[i] >= num_experts)
             return INVALID("%s: topk_idx[%zu] = %lld is neither -1 nor an expert in [0, %d)", call,
@@ -113,10 +117,15 @@ weft_status_t weft_moe_combine(weft_comm_t comm, weft_moe_handle_t handle, const
         return INVALID("%s: handle is NULL", call);
     if (handle->comm != comm)
         return INVALID("%s: handle comes from a dispatch on another communicator", call);
-    if (handle->num_recv > 0 && !y)
-        return INVALID("%s: y is NULL with %zu received tokens", call, handle->num_recv);
     if (handle->num_tokens > 0 && !out)
         return INVALID("%s: out is NULL with num_tokens %zu", call, handle->num_tokens);
+    if (comm->backend == WEFT_BACKEND_CUDA) { /* the received count is on the device */
+        if (handle->capacity > 0 && !y)
+            return INVALID("%s: y is NULL with max_recv_tokens %zu", call, handle->capacity);
+        return weft_moe_combine_dev(comm, handle, y, out, stream);
+    }
+    if (handle->num_recv > 0 && !y)
+        return INVALID("%s: y is NULL with %zu received tokens", call, handle->num_recv);
     return weft_moe_combine_mesh(comm, handle, y, out);
 }
 

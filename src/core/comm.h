@@ -62,6 +62,10 @@ typedef struct weft_op_desc {
     uint64_t aux;       /* second address (two-shot: the sender's reduced chunk) */
     uint64_t pair_send; /* all_to_allv: elements the sender sends to the receiver */
     uint64_t pair_recv; /* all_to_allv: elements the sender expects from the receiver */
+    /* MoE on the CUDA backend, where the counts are on the device. */
+    uint64_t tokens;     /* the sender's num_tokens */
+    uint64_t capacity;   /* dispatch: the sender's max_recv_tokens */
+    uint64_t rejections; /* rejected dispatches the sender's host has seen so far */
 } weft_op_desc_t;
 
 #define WEFT_DESC_HEADER_BYTES offsetof(weft_op_desc_t, src)
@@ -136,6 +140,7 @@ struct weft_comm {
     weft_tier_t *peer_tier; /* nranks entries */
     weft_wait_policy_t wait_policy;
     struct weft_cuda_state *cuda; /* CUDA backend only (comm_cuda.c) */
+    uint32_t moe_rejections_reported; /* CUDA MoE: rejected dispatches already returned */
 
     _Atomic int async_error; /* first fatal error (weft_status_t): of a background thread, or a
                                 timeout or internal error of an operation */

@@ -17,6 +17,7 @@
 #include "core/comm.h"
 #include "core/registry.h"
 #include "exec/exec_cuda.h"
+#include "exec/moe_cuda.h"
 #include "util/config.h"
 #include "util/log.h"
 
@@ -24,7 +25,8 @@ struct weft_cuda_state {
     int device;
     int nblocks; /* blocks per launch at most */
     weft_cuda_ctl_t *ctl[WEFT_CUDA_MAX_RANKS];
-    volatile int32_t *words;   /* mapped pinned host memory: [0] status, [16] abort */
+    volatile int32_t *words;   /* mapped pinned host memory: [0] status, [16] abort, then
+                                  the MoE report area at byte 128 */
     int32_t *dev_words;        /* the same, as a device pointer */
     weft_cuda_params_t params; /* scratch for launches */
     weft_cost_model_t model;   /* the GPU's partitioning parameters */
@@ -33,6 +35,9 @@ struct weft_cuda_state {
 
 #define STATUS_WORD 0
 #define ABORT_WORD 16 /* another cache line */
+#define REPORT_BYTES 128 /* the MoE report area (weft_moe_dev_report_t), after the words */
+#define WORDS_BYTES (128 + REPORT_BYTES)
+_Static_assert(sizeof(weft_moe_dev_report_t) <= REPORT_BYTES, "the MoE report area is too small");
 /* Smallest unit the partitioner cuts for one block: below it a block's share of the copy costs
  * less than its launch and signalling. */
 #define CUDA_MIN_UNIT_BYTES (16u << 10)
@@ -95,12 +100,12 @@ weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store)
         goto out;
     }
     void *words;
-    err = cudaHostAlloc(&words, 128, cudaHostAllocMapped | cudaHostAllocPortable);
+    err = cudaHostAlloc(&words, WORDS_BYTES, cudaHostAllocMapped | cudaHostAllocPortable);
     if (err != cudaSuccess) {
         st = cuda_error(err, "weft_comm_init: cudaHostAlloc");
         goto out;
     }
-    memset(words, 0, 128);
+    memset(words, 0, WORDS_BYTES);
     cs->words = words;
     err = cudaHostGetDevicePointer((void **)&cs->dev_words, words, 0);
     if (err != cudaSuccess) {
@@ -212,14 +217,60 @@ static void fill_common(struct weft_comm *comm, weft_cuda_params_t *p, unsigned 
     p->block_begin[0] = p->block_begin[1] = 0;
 }
 
+/* The entry step of an operation that goes on after it (sync: WEFT_SYNC_CONTINUE or 0). */
+static weft_status_t launch_enter(struct weft_comm *comm, unsigned sync, void *stream)
+{
+    weft_cuda_params_t *p = &comm->cuda->params;
+    fill_common(comm, p, (sync & WEFT_SYNC_CONTINUE) | WEFT_SYNC_KEEP_SEQ);
+    return weft_cuda_launch(p, 1, stream);
+}
+
+/* The closing step of an operation whose entry step ran. */
+static weft_status_t launch_leave(struct weft_comm *comm, unsigned sync, void *stream)
+{
+    weft_cuda_params_t *p = &comm->cuda->params;
+    fill_common(comm, p, (sync & ~(unsigned)WEFT_SYNC_KEEP_SEQ) | WEFT_SYNC_CONTINUE);
+    return weft_cuda_launch(p, 1, stream);
+}
+
+weft_status_t weft_cuda_enter(struct weft_comm *comm, void *stream)
+{
+    return launch_enter(comm, 0, stream);
+}
+
+weft_status_t weft_cuda_leave(struct weft_comm *comm, void *stream)
+{
+    return launch_leave(comm, WEFT_SYNC_DONE, stream);
+}
+
+int weft_cuda_blocks(const struct weft_comm *comm)
+{
+    return comm->cuda->nblocks;
+}
+
+void *weft_cuda_moe_report(struct weft_comm *comm)
+{
+    return (uint8_t *)comm->cuda->dev_words + 128;
+}
+
+uint32_t weft_cuda_moe_rejections(struct weft_comm *comm, void *last_out)
+{
+    const volatile weft_moe_dev_report_t *r =
+        (const volatile weft_moe_dev_report_t *)((volatile uint8_t *)comm->cuda->words + 128);
+    uint32_t count = r->count;
+    __atomic_thread_fence(__ATOMIC_ACQUIRE); /* the report was written before the count */
+    if (last_out)
+        *(weft_moe_dev_report_t *)last_out = (weft_moe_dev_report_t){
+            .count = count, .rank = r->rank, .bad = r->bad, .need = r->need, .cap = r->cap};
+    return count;
+}
+
 /* Copies on the copy engines: a one-block kernel waits for the peers' ready flags, the
  * engines copy every slice, a second one-block kernel runs the closing signal. */
 static weft_status_t execute_copy_engine(struct weft_comm *comm, const weft_work_t *work,
                                          unsigned sync, void *stream)
 {
-    weft_cuda_params_t *p = &comm->cuda->params;
-    fill_common(comm, p, (sync & WEFT_SYNC_CONTINUE) | WEFT_SYNC_KEEP_SEQ);
-    weft_status_t st = weft_cuda_launch(p, 1, stream);
+    weft_status_t st = launch_enter(comm, sync, stream);
     for (int i = 0; st == WEFT_SUCCESS && i < work->nslices; i++) {
         if (work->slices[i].bytes == 0)
             continue;
@@ -230,8 +281,7 @@ static weft_status_t execute_copy_engine(struct weft_comm *comm, const weft_work
     }
     if (st != WEFT_SUCCESS)
         return st;
-    fill_common(comm, p, (sync & ~(unsigned)WEFT_SYNC_KEEP_SEQ) | WEFT_SYNC_CONTINUE);
-    return weft_cuda_launch(p, 1, stream);
+    return launch_leave(comm, sync, stream);
 }
 
 weft_status_t weft_cuda_execute(struct weft_comm *comm, const weft_work_t *work, unsigned sync,

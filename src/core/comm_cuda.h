@@ -56,4 +56,21 @@ weft_status_t weft_cuda_local_copy(void *dst, const void *src, size_t bytes, voi
 /* Tell running kernels to give up (abort, lost peer): never blocks. */
 void weft_cuda_abort(struct weft_comm *comm);
 
+/* The entry and closing signals of an operation whose data movement is a kernel of its own
+ * (MoE), each a one-block launch on stream: weft_cuda_enter posts this rank's ready flag and
+ * waits for every peer's (their earlier stream work is complete, so their memory may be read);
+ * weft_cuda_leave runs the closing signal (every peer finished reading ours) and ends the
+ * operation. The kernels in between must not wait for peers. */
+weft_status_t weft_cuda_enter(struct weft_comm *comm, void *stream);
+weft_status_t weft_cuda_leave(struct weft_comm *comm, void *stream);
+
+/* Blocks per launch (bounded so every rank sharing the GPU is co-resident). */
+int weft_cuda_blocks(const struct weft_comm *comm);
+
+/* MoE dispatches the device rejected (exec/moe_cuda.h): the device pointer of the mapped report
+ * area the kernels write, and what the host has seen there: the number of rejections so far
+ * (the report of the last one in *last_out, which may be NULL). */
+void *weft_cuda_moe_report(struct weft_comm *comm);
+uint32_t weft_cuda_moe_rejections(struct weft_comm *comm, void *last_out);
+
 #endif /* WEFT_CORE_COMM_CUDA_H */

@@ -58,4 +58,29 @@ weft_status_t weft_cuda_local_copy(void *dst, const void *src, size_t bytes, voi
 
 void weft_cuda_abort(struct weft_comm *comm) {}
 
+weft_status_t weft_cuda_enter(struct weft_comm *comm, void *stream)
+{
+    return not_built("a collective");
+}
+
+weft_status_t weft_cuda_leave(struct weft_comm *comm, void *stream)
+{
+    return not_built("a collective");
+}
+
+int weft_cuda_blocks(const struct weft_comm *comm)
+{
+    return 1;
+}
+
+void *weft_cuda_moe_report(struct weft_comm *comm)
+{
+    return NULL;
+}
+
+uint32_t weft_cuda_moe_rejections(struct weft_comm *comm, void *last_out)
+{
+    return 0;
+}
+
 #endif /* WEFT_HAVE_CUDA */

@@ -1,6 +1,8 @@
 /*
- * moe.h - MoE dispatch and combine over the full mesh (host backend): the handle that dispatch
- * fills and combine reads, and the two algorithms (moe_dispatch.c, moe_combine.c).
+ * moe.h - MoE dispatch and combine over the full mesh: the handle that dispatch fills and
+ * combine reads, and the algorithms: host backend (moe_dispatch.c, moe_combine.c), CUDA backend
+ * (moe_dispatch_dev.c, moe_combine_dev.c: the layout is computed on the device, nothing waits
+ * on the host).
  *
  * Layout: rank r owns experts [r * E/n, (r + 1) * E/n). A token goes to each rank that owns one
  * of its (unmasked) experts, once. Received tokens are ordered by source rank, then by source
@@ -16,6 +18,7 @@
 #include <stdint.h>
 
 #include "core/comm.h"
+#include "op/op.h"
 #include "weft.h"
 
 struct weft_moe_handle {
@@ -32,6 +35,10 @@ struct weft_moe_handle {
     size_t *recv_off; /* nranks entries */
     size_t *recv_cnt; /* nranks entries */
     size_t num_recv;  /* sum of recv_cnt */
+    /* CUDA backend: the layout lives in device memory instead (send_off ... num_recv unused). */
+    void *dev;       /* this rank's handle memory (exec/moe_cuda.h), registered; NULL on host */
+    int topk;        /* k of the dispatch */
+    size_t capacity; /* its max_recv_tokens: rows y may have */
 };
 
 /* Dispatch and combine with the arguments of the public functions, already checked by the api
@@ -48,7 +55,30 @@ weft_status_t weft_moe_dispatch_mesh(struct weft_comm *comm, const void *x, size
 weft_status_t weft_moe_combine_mesh(struct weft_comm *comm, const struct weft_moe_handle *handle,
                                     const void *y, void *out);
 
-/* Free a handle (NULL: no-op). Local. */
+/* The CUDA backend's dispatch and combine, same contracts except: asynchronous on stream; the
+ * capacity verdict (and the range check of topk_idx) is taken on the device, identically on
+ * every rank, and a rejected dispatch sets *num_recv_tokens = -1 and writes nothing else; the
+ * next MoE call on the communicator then returns WEFT_ERR_INVALID_ARGUMENT on every rank once
+ * some rank's host has seen the rejection (weft_moe_check_rejected). Builds without CUDA return
+ * WEFT_ERR_UNSUPPORTED. */
+weft_status_t weft_moe_dispatch_dev(struct weft_comm *comm, const void *x, size_t num_tokens,
+                                    size_t hidden, weft_dtype_t dtype, const int64_t *topk_idx,
+                                    const float *topk_weights, int topk, int num_experts,
+                                    void *recv_x, int64_t *recv_topk_idx, float *recv_topk_weights,
+                                    int64_t *recv_expert_counts, size_t max_recv_tokens,
+                                    int64_t *num_recv_out, struct weft_moe_handle **handle_out,
+                                    void *stream);
+weft_status_t weft_moe_combine_dev(struct weft_comm *comm, const struct weft_moe_handle *handle,
+                                   const void *y, void *out, void *stream);
+
+/* After the handshake of a CUDA MoE call (op/moe_dispatch_dev.c): WEFT_ERR_INVALID_ARGUMENT on
+ * every rank, naming the rejected dispatch, when some rank's host has seen a rejection (seen:
+ * this rank's count when it posted its descriptor) that no call has returned yet. */
+weft_status_t weft_moe_check_rejected(weft_op_t *op, uint32_t seen);
+
+/* Free a handle (NULL: no-op). Local; on the CUDA backend it first waits for the device
+ * (kernels of this process may still read the handle's memory), so destroy handles before
+ * their communicator. */
 void weft_moe_handle_free(struct weft_moe_handle *handle);
 
 #endif /* WEFT_OP_MOE_H */

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/comm_cuda.h"
 #include "op/moe.h"
 #include "op/op.h"
 #include "util/log.h"
@@ -40,6 +41,14 @@ void weft_moe_handle_free(struct weft_moe_handle *handle)
 {
     if (!handle)
         return;
+    if (handle->dev) {
+        /* Kernels of this process may still read it; peers finished reading it when ours did
+         * (each MoE kernel ends with the closing signal). */
+        if (weft_cuda_synchronize() != WEFT_SUCCESS)
+            WEFT_LOG_WARN("weft_moe_handle_destroy: %s", weft_last_error());
+        if (weft_registry_free(handle->comm->registry, handle->dev) != WEFT_SUCCESS)
+            WEFT_LOG_WARN("weft_moe_handle_destroy: %s", weft_last_error());
+    }
     free(handle->send_tokens);
     free(handle->recv_cnt);
     free(handle->recv_off);

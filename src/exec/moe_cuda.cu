@@ -1,0 +1,289 @@
+/*
+ * moe_cuda.cu - the kernels of MoE dispatch and combine on the CUDA backend (see moe_cuda.h).
+ *
+ * Layout: one block per destination d scans the tokens in order, a block-wide prefix sum (CUB)
+ * giving each token bound for d its place, so every list comes out sorted by token as the host
+ * backend's. Gather: every block reads the n x n count matrix and every rank's bad flag from the
+ * peers' headers, so all ranks take the same verdict without another signal; accepted, each warp
+ * copies whole rows (16-byte vectors where the alignment allows, weft_dev_copy), the k expert
+ * slots and weights, and counts received slots per expert with atomics. Combine: each warp sums
+ * one output token over the ranks that received it, in float32, in rank order (the host's
+ * order), and rounds once. The receive offsets every rank published in its header tell a peer
+ * where its rows sit in that rank's y.
+ *
+ * Thread safety: launches are stream-ordered; the kernels write only this rank's memory.
+ */
+#include <cub/block/block_scan.cuh>
+#include <cuda_runtime.h>
+
+#include "exec/moe_cuda.h"
+#include "exec/reduce_cuda.cuh"
+extern "C" {
+#include "util/log.h"
+}
+
+#define MOE_THREADS 512
+#define WARP 32
+
+static weft_status_t launched(const char *what, int nblocks)
+{
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess)
+        return weft_error(WEFT_ERR_CUDA, "%s kernel launch (%d blocks): %s: %s", what, nblocks,
+                          cudaGetErrorName(err), cudaGetErrorString(err));
+    return WEFT_SUCCESS;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Layout
+ * ------------------------------------------------------------------------------------------- */
+__global__ void __launch_bounds__(MOE_THREADS) moe_layout(const __grid_constant__ weft_moe_dev_args_t a)
+{
+    typedef cub::BlockScan<int, MOE_THREADS> scan_t;
+    __shared__ typename scan_t::TempStorage temp;
+    __shared__ int running;
+    const int d = blockIdx.x, me = a.rank, n = a.nranks, k = a.topk;
+    const uint64_t T = a.tokens[me];
+    uint8_t *base = a.base[me];
+    weft_moe_dev_header_t *h = (weft_moe_dev_header_t *)base;
+    weft_moe_dev_layout_t l = weft_moe_dev_layout(T, n, k);
+    int32_t *pos = (int32_t *)(base + l.pos);
+    uint8_t *list = base + l.lists + (size_t)d * l.list_bytes;
+    int64_t *tokens = (int64_t *)list;
+    int64_t *idx = (int64_t *)(list + l.idx);
+    float *w = (float *)(list + l.weights);
+    const int64_t lo = (int64_t)d * a.experts_per_rank, hi = lo + a.experts_per_rank;
+    if (threadIdx.x == 0)
+        running = 0;
+    __syncthreads();
+    for (uint64_t first = 0; first < T; first += MOE_THREADS) {
+        uint64_t t = first + threadIdx.x;
+        int mine = 0, bad = 0;
+        if (t < T) {
+            for (int j = 0; j < k; j++) {
+                int64_t e = a.topk_idx[t * k + j];
+                bad |= e < -1 || e >= a.num_experts;
+                mine |= e >= lo && e < hi;
+            }
+        }
+        if (bad)
+            h->bad = 1; /* a plain store of the same value from any thread */
+        int at, total;
+        scan_t(temp).ExclusiveSum(mine, at, total);
+        at += running;
+        if (t < T) {
+            pos[t * n + d] = mine ? at : -1;
+            if (mine) {
+                tokens[at] = (int64_t)t;
+                for (int j = 0; j < k; j++) {
+                    int64_t e = a.topk_idx[t * k + j];
+                    int here = e >= lo && e < hi;
+                    idx[(size_t)at * k + j] = here ? e - lo : -1;
+                    w[(size_t)at * k + j] = here ? a.topk_weights[t * k + j] : 0.0f;
+                }
+            }
+        }
+        __syncthreads(); /* everyone has read running and the scan's storage */
+        if (threadIdx.x == 0)
+            running += total;
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        h->count[d] = (uint64_t)running;
+}
+
+extern "C" weft_status_t weft_moe_dev_layout_launch(const weft_moe_dev_args_t *a, void *stream)
+{
+    cudaStream_t s = (cudaStream_t)stream;
+    /* bad, rejected and num_recv start at 0; the kernel writes the counts. */
+    cudaError_t err = cudaMemsetAsync(a->base[a->rank], 0, sizeof(weft_moe_dev_header_t), s);
+    if (err == cudaSuccess && a->experts_per_rank > 0)
+        err = cudaMemsetAsync(a->recv_expert_counts, 0,
+                              (size_t)a->experts_per_rank * sizeof(int64_t), s);
+    if (err != cudaSuccess)
+        return weft_error(WEFT_ERR_CUDA, "weft_moe_dispatch: cudaMemsetAsync: %s",
+                          cudaGetErrorString(err));
+    moe_layout<<<a->nranks, MOE_THREADS, 0, s>>>(*a);
+    return launched("weft_moe_dispatch: layout", a->nranks);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Gather (dispatch)
+ * ------------------------------------------------------------------------------------------- */
+
+/* The verdict and this rank's receive offsets, from every rank's header (each thread 0 of a
+ * block computes it; the headers are complete: the entry signal ordered them). */
+struct verdict {
+    int rejected, rank, bad;
+    uint64_t need, cap;
+};
+
+static __device__ verdict take_verdict(const weft_moe_dev_args_t &a, uint64_t *off, uint64_t *cnt)
+{
+    verdict v = {0, -1, 0, 0, 0};
+    const int n = a.nranks;
+    for (int p = 0; p < n; p++) {
+        const weft_moe_dev_header_t *hp = (const weft_moe_dev_header_t *)a.base[p];
+        if (hp->bad && !v.rejected)
+            v = verdict{1, p, 1, 0, 0};
+    }
+    for (int q = 0; q < n; q++) {
+        uint64_t total = 0;
+        for (int p = 0; p < n; p++) {
+            uint64_t c = ((const weft_moe_dev_header_t *)a.base[p])->count[q];
+            if (q == a.rank) {
+                off[p] = total;
+                cnt[p] = c;
+            }
+            total += c;
+        }
+        if (total > a.capacity[q] && !v.rejected)
+            v = verdict{1, q, 0, total, a.capacity[q]};
+    }
+    return v;
+}
+
+__global__ void __launch_bounds__(MOE_THREADS) moe_gather(const __grid_constant__ weft_moe_dev_args_t a)
+{
+    __shared__ uint64_t off[WEFT_CUDA_MAX_RANKS], cnt[WEFT_CUDA_MAX_RANKS];
+    __shared__ verdict v;
+    const int n = a.nranks, me = a.rank, k = a.topk;
+    weft_moe_dev_header_t *h = (weft_moe_dev_header_t *)a.base[me];
+    if (threadIdx.x == 0)
+        v = take_verdict(a, off, cnt);
+    __syncthreads();
+    uint64_t total = 0;
+    for (int p = 0; p < n; p++)
+        total += cnt[p];
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        h->rejected = (uint64_t)v.rejected;
+        h->num_recv = v.rejected ? -1 : (int64_t)total;
+        for (int p = 0; p < n; p++) {
+            h->recv_off[p] = off[p];
+            h->recv_cnt[p] = v.rejected ? 0 : cnt[p];
+        }
+        *a.num_recv_out = h->num_recv;
+        if (v.rejected) {
+            weft_moe_dev_report_t *r = a.report;
+            r->rank = v.rank;
+            r->bad = v.bad;
+            r->need = v.need;
+            r->cap = v.cap;
+            __threadfence_system();
+            *(volatile uint32_t *)&r->count = r->count + 1;
+            __threadfence_system();
+        }
+    }
+    if (v.rejected)
+        return;
+
+    const size_t row_bytes = a.hidden * (a.dtype == WEFT_FLOAT32 ? 4 : 2);
+    const size_t lane = threadIdx.x % WARP;
+    const uint64_t warps = (uint64_t)gridDim.x * (MOE_THREADS / WARP);
+    for (uint64_t r = blockIdx.x * (MOE_THREADS / WARP) + threadIdx.x / WARP; r < total;
+         r += warps) {
+        int p = 0;
+        while (r >= off[p] + cnt[p])
+            p++;
+        uint64_t i = r - off[p];
+        weft_moe_dev_layout_t l = weft_moe_dev_layout(a.tokens[p], n, k);
+        const uint8_t *list = a.base[p] + l.lists + (size_t)me * l.list_bytes;
+        int64_t t = ((const int64_t *)list)[i];
+        weft_dev_copy((uint8_t *)a.recv_x + r * row_bytes, a.rows[p] + (uint64_t)t * row_bytes,
+                      row_bytes, lane, WARP);
+        if (lane < (size_t)k) {
+            int64_t e = ((const int64_t *)(list + l.idx))[i * k + lane];
+            a.recv_topk_idx[r * k + lane] = e;
+            a.recv_topk_weights[r * k + lane] = ((const float *)(list + l.weights))[i * k + lane];
+            if (e >= 0)
+                atomicAdd((unsigned long long *)&a.recv_expert_counts[e], 1ull);
+        }
+    }
+}
+
+extern "C" weft_status_t weft_moe_dev_gather_launch(const weft_moe_dev_args_t *a, int nblocks,
+                                                    void *stream)
+{
+    moe_gather<<<nblocks, MOE_THREADS, 0, (cudaStream_t)stream>>>(*a);
+    return launched("weft_moe_dispatch: gather", nblocks);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Combine
+ * ------------------------------------------------------------------------------------------- */
+__global__ void __launch_bounds__(MOE_THREADS)
+    moe_stage(uint8_t *dst, const uint8_t *y, const weft_moe_dev_header_t *h, size_t row_bytes)
+{
+    int64_t rows = h->num_recv;
+    if (rows <= 0)
+        return;
+    size_t nthreads = (size_t)gridDim.x * blockDim.x;
+    weft_dev_copy(dst, y, (size_t)rows * row_bytes, blockIdx.x * blockDim.x + threadIdx.x,
+                  nthreads);
+}
+
+extern "C" weft_status_t weft_moe_dev_stage_launch(void *dst, const void *y, const uint8_t *base,
+                                                   size_t row_bytes, void *stream)
+{
+    const int nblocks = 32;
+    moe_stage<<<nblocks, MOE_THREADS, 0, (cudaStream_t)stream>>>(
+        (uint8_t *)dst, (const uint8_t *)y, (const weft_moe_dev_header_t *)base, row_bytes);
+    return launched("weft_moe_combine: staging", nblocks);
+}
+
+static __device__ __forceinline__ float load_elem(const uint8_t *row, size_t e, int dtype)
+{
+    if (dtype == WEFT_FLOAT32)
+        return ((const float *)row)[e];
+    uint16_t v = ((const uint16_t *)row)[e];
+    return dtype == WEFT_FLOAT16 ? weft_dev_half_to_float(v) : weft_dev_bf16_to_float(v);
+}
+
+static __device__ __forceinline__ void store_elem(void *out, size_t e, int dtype, float v)
+{
+    if (dtype == WEFT_FLOAT32)
+        ((float *)out)[e] = v;
+    else
+        ((uint16_t *)out)[e] =
+            dtype == WEFT_FLOAT16 ? weft_dev_float_to_half(v) : weft_dev_float_to_bf16(v);
+}
+
+__global__ void __launch_bounds__(MOE_THREADS) moe_combine(const __grid_constant__ weft_moe_dev_args_t a)
+{
+    __shared__ const uint8_t *src[WEFT_CUDA_MAX_RANKS]; /* rank d's row 0 of this rank's block */
+    __shared__ int rejected;
+    const int n = a.nranks, me = a.rank;
+    const uint64_t T = a.tokens[me], H = a.hidden;
+    const size_t es = a.dtype == WEFT_FLOAT32 ? 4 : 2, row_bytes = H * es;
+    const weft_moe_dev_header_t *mine = (const weft_moe_dev_header_t *)a.base[me];
+    if (threadIdx.x == 0)
+        rejected = (int)mine->rejected;
+    if (threadIdx.x < n) {
+        const weft_moe_dev_header_t *hd = (const weft_moe_dev_header_t *)a.base[threadIdx.x];
+        src[threadIdx.x] = a.rows[threadIdx.x] + hd->recv_off[me] * row_bytes;
+    }
+    __syncthreads();
+    const int32_t *pos = (const int32_t *)(a.base[me] + weft_moe_dev_layout(T, n, a.topk).pos);
+    const size_t lane = threadIdx.x % WARP;
+    const uint64_t warps = (uint64_t)gridDim.x * (MOE_THREADS / WARP);
+    for (uint64_t t = blockIdx.x * (MOE_THREADS / WARP) + threadIdx.x / WARP; t < T; t += warps) {
+        uint8_t *o = (uint8_t *)a.out + t * row_bytes;
+        for (uint64_t e = lane; e < H; e += WARP) {
+            float acc = 0.0f;
+            for (int d = 0; d < n && !rejected; d++) {
+                int32_t i = pos[t * n + d];
+                if (i >= 0)
+                    acc = weft_dev_add_rn(acc, load_elem(src[d] + (uint64_t)i * row_bytes, e,
+                                                         a.dtype));
+            }
+            store_elem(o, e, a.dtype, acc);
+        }
+    }
+}
+
+extern "C" weft_status_t weft_moe_dev_combine_launch(const weft_moe_dev_args_t *a, int nblocks,
+                                                     void *stream)
+{
+    moe_combine<<<nblocks, MOE_THREADS, 0, (cudaStream_t)stream>>>(*a);
+    return launched("weft_moe_combine", nblocks);
+}

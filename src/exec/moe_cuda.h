@@ -1,0 +1,135 @@
+/*
+ * moe_cuda.h - the device side of MoE dispatch and combine on the CUDA backend: the layout every
+ * rank keeps in its handle's registered device memory, and the C launchers of the kernels of
+ * moe_cuda.cu. The op layer (op/moe_dispatch_dev.c, op/moe_combine_dev.c) brackets the
+ * kernels that read peers' memory between the communicator's entry and closing signals
+ * (weft_cuda_enter / weft_cuda_leave), so they run only while every peer's inputs are complete
+ * and nobody moves on before every peer has finished reading.
+ *
+ * Handle memory of a rank with T tokens, n ranks and k slots (one registered allocation, mapped
+ * at the same address on every rank; offsets from weft_moe_dev_layout):
+ *
+ *   weft_moe_dev_header_t   verdict inputs and outputs, counts, receive layout
+ *   pos      int32[T][n]    index of token t in the list for rank d, or -1
+ *   list d   (d = 0..n-1)   tokens int64[T], then expert slots int64[T][k] as d sees them (local
+ *                           id or -1), then weights float[T][k] (0.0f where the id is -1); the
+ *                           first count[d] entries of each are used
+ *
+ * Peers read a rank's header (counts, bad flag, receive offsets) and lists; only the owner writes
+ * them. Everything a kernel needs travels by value in its parameters (graph-capturable: a
+ * replay reads the same addresses).
+ */
+#ifndef WEFT_EXEC_MOE_CUDA_H
+#define WEFT_EXEC_MOE_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "exec/exec_cuda.h"
+#include "weft.h"
+
+typedef struct weft_moe_dev_header {
+    uint64_t bad;       /* layout: an expert id outside [-1, E) in this rank's topk_idx */
+    uint64_t rejected;  /* dispatch verdict: 1 when the dispatch wrote nothing (bad or overflow) */
+    int64_t num_recv;   /* tokens received, -1 when rejected */
+    uint64_t count[WEFT_CUDA_MAX_RANKS];    /* layout: this rank's tokens for rank d */
+    uint64_t recv_off[WEFT_CUDA_MAX_RANKS]; /* dispatch: first row from source p in recv_x */
+    uint64_t recv_cnt[WEFT_CUDA_MAX_RANKS]; /* dispatch: rows from source p */
+} weft_moe_dev_header_t;
+
+/* Byte offsets inside a rank's handle memory. */
+typedef struct {
+    size_t pos;         /* int32[T][n] */
+    size_t lists;       /* list 0 */
+    size_t list_bytes;  /* distance between lists d and d + 1 */
+    size_t idx;         /* within a list: expert slots */
+    size_t weights;     /* within a list: weights */
+    size_t total;       /* bytes of the whole handle memory */
+} weft_moe_dev_layout_t;
+
+#ifdef __CUDACC__
+#define WEFT_MOE_HD __host__ __device__
+#else
+#define WEFT_MOE_HD
+#endif
+
+static inline WEFT_MOE_HD size_t weft_moe_align16(size_t v)
+{
+    return (v + 15) / 16 * 16;
+}
+
+/* The layout for T tokens, n ranks, k slots (pure; every rank computes any peer's, on the host
+ * and in kernels). */
+static inline WEFT_MOE_HD weft_moe_dev_layout_t weft_moe_dev_layout(size_t tokens, int nranks,
+                                                                    int topk)
+{
+    weft_moe_dev_layout_t l;
+    size_t k = (size_t)topk;
+    l.pos = weft_moe_align16(sizeof(weft_moe_dev_header_t));
+    l.lists = l.pos + weft_moe_align16(tokens * (size_t)nranks * sizeof(int32_t));
+    l.idx = weft_moe_align16(tokens * sizeof(int64_t));
+    l.weights = l.idx + weft_moe_align16(tokens * k * sizeof(int64_t));
+    l.list_bytes = l.weights + weft_moe_align16(tokens * k * sizeof(float));
+    l.total = l.lists + (size_t)nranks * l.list_bytes;
+    return l;
+}
+
+/* What the mapped report area holds after a rejected dispatch (comm_cuda.h). */
+typedef struct weft_moe_dev_report {
+    uint32_t count;   /* rejected dispatches so far (written last) */
+    int32_t rank;     /* a rank whose need exceeds its capacity, or whose topk_idx is bad */
+    int32_t bad;      /* 1: out-of-range expert id; 0: capacity overflow */
+    int32_t pad;
+    uint64_t need;    /* tokens that rank would receive */
+    uint64_t cap;     /* its max_recv_tokens */
+} weft_moe_dev_report_t;
+
+typedef struct weft_moe_dev_args {
+    int32_t rank, nranks, topk, experts_per_rank, num_experts;
+    int32_t dtype;
+    uint64_t hidden;
+    uint64_t tokens[WEFT_CUDA_MAX_RANKS];    /* each rank's T */
+    uint64_t capacity[WEFT_CUDA_MAX_RANKS];  /* each rank's max_recv_tokens (dispatch) */
+    uint8_t *base[WEFT_CUDA_MAX_RANKS];      /* each rank's handle memory */
+    const uint8_t *rows[WEFT_CUDA_MAX_RANKS]; /* each rank's x (dispatch) or y (combine) */
+    /* This rank's arguments. */
+    const int64_t *topk_idx;
+    const float *topk_weights;
+    void *recv_x;
+    int64_t *recv_topk_idx;
+    float *recv_topk_weights;
+    int64_t *recv_expert_counts;
+    int64_t *num_recv_out;
+    void *out;
+    weft_moe_dev_report_t *report; /* mapped host memory (device pointer) */
+} weft_moe_dev_args_t;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Dispatch, before the entry signal: reset the header, build this rank's lists and pos array
+ * from topk_idx / topk_weights (n blocks, one per destination), zero recv_expert_counts. */
+weft_status_t weft_moe_dev_layout_launch(const weft_moe_dev_args_t *args, void *stream);
+
+/* Dispatch, between the signals: every rank's counts give the same verdict everywhere; when
+ * accepted, pull every row, expert slot and weight meant for this rank and count per expert;
+ * when rejected, write -1 to *num_recv_out and a report, nothing else. */
+weft_status_t weft_moe_dev_gather_launch(const weft_moe_dev_args_t *args, int nblocks,
+                                         void *stream);
+
+/* Combine, before the entry signal: copy this rank's y (the header's num_recv rows of row_bytes)
+ * to dst, the registered staging scratch, when y is not registered. */
+weft_status_t weft_moe_dev_stage_launch(void *dst, const void *y, const uint8_t *base,
+                                        size_t row_bytes, void *stream);
+
+/* Combine, between the signals: out[t] = sum over ranks d that received t of d's row for t
+ * (float32 accumulation); zeros for tokens sent nowhere and when the dispatch was rejected. */
+weft_status_t weft_moe_dev_combine_launch(const weft_moe_dev_args_t *args, int nblocks,
+                                          void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* WEFT_EXEC_MOE_CUDA_H */
