@@ -90,7 +90,7 @@ static weft_status_t job_secret(weft_store_t *store, int rank, uint8_t out[WEFT_
     return weft_store_get(store, "secret", out, WEFT_CTRL_SECRET_BYTES, &len);
 }
 
-static void model_from_config(weft_cost_model_t *m, const weft_env_t *cfg)
+void weft_comm_model_from_config(weft_cost_model_t *m, const weft_env_t *cfg)
 {
     uint64_t unit = cfg->part_unit_bytes ? cfg->part_unit_bytes : 1;
     int fanout = cfg->part_fanout > 0 ? cfg->part_fanout : 1;
@@ -181,7 +181,7 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **c
 #endif
     comm->exec_ops = &weft_exec_host_ops;
     comm->layout = weft_ctrlblk_layout(cfg.nranks);
-    model_from_config(&comm->model, env);
+    weft_comm_model_from_config(&comm->model, env);
     cpu_set_t cpus;
     int ncpus = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
     comm->wait_policy = weft_wait_policy(cfg.nranks * cfg.host_workers, ncpus);

@@ -23,6 +23,7 @@
 #include "mem/mem.h"
 #include "model/cost_model.h"
 #include "model/partition.h"
+#include "util/config.h"
 #include "util/wait.h"
 #include "weft.h"
 
@@ -147,6 +148,9 @@ struct weft_comm {
     _Atomic int aborted;
     weft_comm_stats_t stats;
 };
+
+/* The host backend's cost model from the configuration (WEFT_TIER_*, WEFT_PART_*). Pure. */
+void weft_comm_model_from_config(weft_cost_model_t *m, const weft_env_t *cfg);
 
 /* Record the first background error (later ones are dropped). Thread-safe, never blocks. */
 void weft_comm_set_async_error(struct weft_comm *comm, weft_status_t status);
