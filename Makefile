@@ -2,7 +2,8 @@
 #
 #   make            configure and build (build/)
 #   make run        build, then benchmark the collectives across local ranks
-#   make test       build everything and run all tests (normal, ASan+UBSan, TSan builds)
+#   make test       build everything and run all tests (normal, ASan+UBSan, TSan builds, and
+#                   the Python package's tests)
 #   make install PREFIX=/usr/local
 
 BUILD   ?= build
@@ -11,7 +12,7 @@ JOBS    ?= $(shell nproc)
 CMAKE_FLAGS ?= -DWEFT_WERROR=ON
 RANKS   ?= 2
 
-.PHONY: all build run test test-fast test-asan test-tsan install clean
+.PHONY: all build run test test-fast test-asan test-tsan test-python install clean
 
 all: build
 
@@ -37,7 +38,17 @@ test-tsan:
 	TSAN_OPTIONS=halt_on_error=1 WEFT_TEST_QUICK=1 \
 	    ctest --test-dir $(BUILD)-tsan --output-on-failure -j 1 -L tsan
 
-test: test-fast test-asan test-tsan
+# The Python package (python/, docs/python.md) against this build's libweft, in a venv of its own
+# with numpy and pytest from PyPI (no torch: its tests skip and say so), plus one `pip install` of
+# the package into a fresh venv.
+PYVENV ?= $(BUILD)/pyvenv
+test-python: build
+	test -x $(PYVENV)/bin/python || python3 -m venv $(PYVENV)
+	$(PYVENV)/bin/python -m pip install -q --disable-pip-version-check numpy pytest
+	WEFT_LIBRARY=$(abspath $(BUILD))/libweft.so WEFT_WEFTRUN=$(abspath $(BUILD))/weftrun \
+	    WEFT_TEST_PIP_INSTALL=1 $(PYVENV)/bin/python -m pytest -q -rs -p no:cacheprovider python/tests
+
+test: test-fast test-asan test-tsan test-python
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)

@@ -305,7 +305,7 @@ weft_status_t weft_comm_teardown(struct weft_comm *comm)
     if (comm->backend == WEFT_BACKEND_CUDA) {
         /* Kernels may still read peers' memory: let them finish (their waits have deadlines)
          * before anyone unmaps anything. */
-        weft_status_t synced = weft_cuda_synchronize();
+        weft_status_t synced = weft_cuda_synchronize("weft_comm_destroy");
         if (synced != WEFT_SUCCESS)
             healthy = 0;
     }
@@ -364,7 +364,8 @@ weft_status_t weft_comm_staging(struct weft_comm *comm, size_t bytes, weft_wait_
             return st;
         /* On the device, earlier operations may still read the old scratch (this rank's or,
          * through their kernels, its peers'): let them finish before it can be unmapped. */
-        if (comm->backend == WEFT_BACKEND_CUDA && (st = weft_cuda_synchronize()) != WEFT_SUCCESS) {
+        if (comm->backend == WEFT_BACKEND_CUDA &&
+            (st = weft_cuda_synchronize("growing the staging scratch")) != WEFT_SUCCESS) {
             (void)weft_registry_free(comm->registry, fresh);
             return st;
         }

@@ -169,11 +169,12 @@ void *weft_cuda_ctl(struct weft_comm *comm)
     return comm->cuda ? comm->cuda->ctl[comm->rank] : NULL;
 }
 
-weft_status_t weft_cuda_synchronize(void)
+weft_status_t weft_cuda_synchronize(const char *call)
 {
     cudaError_t err = cudaDeviceSynchronize();
     if (err != cudaSuccess)
-        return cuda_error(err, "weft_comm_destroy: cudaDeviceSynchronize");
+        return weft_error(WEFT_ERR_CUDA, "%s: cudaDeviceSynchronize: %s: %s", call,
+                          cudaGetErrorName(err), cudaGetErrorString(err));
     return WEFT_SUCCESS;
 }
 

@@ -35,9 +35,10 @@ weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store);
 /* This rank's device control block (registered device memory), or NULL. */
 void *weft_cuda_ctl(struct weft_comm *comm);
 
-/* Wait for all work this process queued on the device (teardown: nobody may unmap memory a
- * kernel still reads). Bounded: every kernel's waits have a deadline. */
-weft_status_t weft_cuda_synchronize(void);
+/* Wait for all work this process queued on the device (nobody may free or unmap memory a kernel
+ * still reads). Bounded: every kernel's waits have a deadline. call names the caller in the
+ * error message. */
+weft_status_t weft_cuda_synchronize(const char *call);
 
 /* Free the device state. NULL-safe on a communicator whose setup failed halfway. */
 void weft_cuda_comm_teardown(struct weft_comm *comm);

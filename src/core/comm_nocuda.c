@@ -33,9 +33,9 @@ void *weft_cuda_ctl(struct weft_comm *comm)
     return NULL;
 }
 
-weft_status_t weft_cuda_synchronize(void)
+weft_status_t weft_cuda_synchronize(const char *call)
 {
-    return not_built("weft_comm_destroy");
+    return not_built(call);
 }
 
 void weft_cuda_comm_teardown(struct weft_comm *comm) {}

@@ -44,7 +44,7 @@ void weft_moe_handle_free(struct weft_moe_handle *handle)
     if (handle->dev) {
         /* Kernels of this process may still read it; peers finished reading it when ours did
          * (each MoE kernel ends with the closing signal). */
-        if (weft_cuda_synchronize() != WEFT_SUCCESS)
+        if (weft_cuda_synchronize("weft_moe_handle_destroy") != WEFT_SUCCESS)
             WEFT_LOG_WARN("weft_moe_handle_destroy: %s", weft_last_error());
         if (weft_registry_free(handle->comm->registry, handle->dev) != WEFT_SUCCESS)
             WEFT_LOG_WARN("weft_moe_handle_destroy: %s", weft_last_error());

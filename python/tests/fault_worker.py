@@ -1,0 +1,171 @@
+"""Worker of test_faults.py: one scenario per job, run under weftrun. Every rank that gets to
+the end writes OUT/rank<r>.json with {"results": {scenario: "ok" | "FAIL: ..."}}.
+
+Scenarios:
+  abort       rank 1 aborts: its own calls fail with WEFT_ERR_ABORTED, rank 0's next collective
+              with WEFT_ERR_PEER_LOST, well before the timeout; both can still destroy.
+  raise       rank 1 raises inside `with weft.init() as comm:`; the context manager aborts, so
+              rank 0, waiting in a barrier, sees WEFT_ERR_PEER_LOST at once.
+  exit        rank 1 leaves the process (os._exit(3)) after init; rank 0 sees
+              WEFT_ERR_PEER_LOST.
+  destroyed   every call on a destroyed communicator raises ValueError; destroy is idempotent.
+  config      weft.init() keyword overrides reach the library (registration="staged": no
+              zero-copy operation); bad values raise ValueError before any C call.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+import weft
+
+PROMPT_S = 10.0  # a failure must be seen this fast (the jobs run with WEFT_TIMEOUT_S=60)
+
+
+class Checks:
+    def __init__(self):
+        self.failures = []
+
+    def expect(self, cond, message):
+        if not cond:
+            self.failures.append(message)
+
+    def expect_error(self, fn, statuses, what):
+        t0 = time.monotonic()
+        try:
+            fn()
+        except weft.WeftError as exc:
+            took = time.monotonic() - t0
+            self.expect(exc.status in statuses, f"{what}: status {exc.status}, expected one of "
+                                                f"{statuses} ({exc.message})")
+            self.expect(took < PROMPT_S, f"{what}: the error took {took:.1f} s")
+            return
+        except Exception as exc:  # noqa: BLE001 - the wrong exception is the failure
+            self.expect(False, f"{what}: raised {type(exc).__name__}: {exc}")
+            return
+        self.expect(False, f"{what}: raised nothing")
+
+
+def scenario_abort(c):
+    comm = weft.init()
+    if comm.rank == 1:
+        comm.abort()
+        c.expect_error(lambda: comm.all_reduce(np.ones(4)), ("WEFT_ERR_ABORTED",),
+                       "own collective after abort")
+    else:
+        time.sleep(0.2)
+        c.expect_error(lambda: comm.all_reduce(np.ones(4)), ("WEFT_ERR_PEER_LOST",),
+                       "collective after the peer aborted")
+        c.expect_error(lambda: comm.barrier(), ("WEFT_ERR_PEER_LOST", "WEFT_ERR_ABORTED"),
+                       "the communicator stays unusable")
+    comm.destroy()
+    return comm.rank
+
+
+def scenario_raise(c):
+    rank = None
+    try:
+        with weft.init() as comm:
+            rank = comm.rank
+            if rank == 1:
+                raise KeyError("raised by rank 1 on purpose")
+            c.expect_error(comm.barrier, ("WEFT_ERR_PEER_LOST",), "barrier with a dead peer")
+    except KeyError:
+        c.expect(rank == 1, "KeyError on the wrong rank")
+    except weft.WeftError as exc:
+        c.expect(False, f"the context manager raised {exc} instead of the user's exception")
+    c.expect(comm._handle is None, "the context manager did not destroy the communicator")
+    return rank
+
+
+def scenario_exit(c):
+    comm = weft.init()
+    if comm.rank == 1:
+        os._exit(3)
+    c.expect_error(lambda: comm.all_reduce(np.ones(4)), ("WEFT_ERR_PEER_LOST",),
+                   "collective after the peer exited")
+    comm.destroy()
+    return comm.rank
+
+
+def scenario_destroyed(c):
+    with weft.init() as comm:
+        rank = comm.rank
+    comm.destroy()
+    for what, fn in (
+        ("all_reduce", lambda: comm.all_reduce(np.ones(4))),
+        ("barrier", comm.barrier),
+        ("stats", comm.stats),
+        ("abort", comm.abort),
+        ("empty", lambda: comm.empty(4)),
+    ):
+        try:
+            fn()
+            c.expect(False, f"{what} on a destroyed communicator raised nothing")
+        except ValueError as exc:
+            c.expect("destroyed" in str(exc), f"{what}: {exc}")
+    try:
+        weft.all_reduce(np.ones(4))
+        c.expect(False, "weft.all_reduce without a communicator raised nothing")
+    except RuntimeError as exc:
+        c.expect("weft.init()" in str(exc), f"module function: {exc}")
+    return rank
+
+
+def scenario_config(c):
+    for kwargs, text in (
+        ({"backend": "gpu"}, "backend"),
+        ({"registration": "eager"}, "registration"),
+        ({"timeout_s": 0}, "timeout_s"),
+        ({"host_workers": 0}, "host_workers"),
+    ):
+        try:
+            weft.init(**kwargs)
+            c.expect(False, f"init({kwargs}) raised nothing")
+        except ValueError as exc:
+            c.expect(text in str(exc), f"init({kwargs}): {exc}")
+    with weft.init(backend="host", registration="staged", timeout_s=7, host_workers=1) as comm:
+        a = comm.empty(4099, np.float32)
+        a[:] = comm.rank
+        time.sleep(0.05)
+        before = comm.stats()
+        comm.all_reduce(a)
+        after = comm.stats()
+        c.expect(np.all(a == comm.size * (comm.size - 1) / 2), f"all_reduce gave {a[:4]}")
+        c.expect(after["zero_copy_ops"] == before["zero_copy_ops"],
+                 "registration='staged' was not applied: an operation was zero-copy")
+        c.expect(after["staged_ops"] == before["staged_ops"] + 1, f"stats {before} -> {after}")
+        c.expect(comm.backend == "host", f"backend {comm.backend}")
+        rank = comm.rank
+    return rank
+
+
+SCENARIOS = {
+    "abort": scenario_abort,
+    "raise": scenario_raise,
+    "exit": scenario_exit,
+    "destroyed": scenario_destroyed,
+    "config": scenario_config,
+}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("scenario", choices=sorted(SCENARIOS))
+    args = ap.parse_args()
+    c = Checks()
+    rank = SCENARIOS[args.scenario](c)
+    result = "ok" if not c.failures else "FAIL: " + "; ".join(c.failures)
+    sys.stdout.write(f"rank {rank}: {args.scenario}: {result}\n")  # one write: shared stdout
+    with open(os.path.join(args.out, f"rank{rank}.json"), "w") as f:
+        json.dump({"results": {args.scenario: result}}, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""weft: collective communication for scale-up domains, from Python.
+
+    import weft
+    with weft.init() as comm:            # under `weftrun -n 4 python script.py` or torchrun
+        weft.all_reduce(t)               # numpy array / CPU tensor (host backend), or a CUDA
+                                         # tensor (CUDA backend, on the current stream)
+
+The module-level collectives mirror torch.distributed's names and semantics and run on the
+first communicator weft.init() made (or on comm=). weft.torch gives PyTorch a weft-backed
+allocator, so that tensors are registered at allocation and collectives on them are
+zero-copy. The C library is reached through ctypes (docs/python.md says why).
+"""
+
+from ._comm import Comm, MoeDispatchResult, MoeHandle, ReduceOp, default_comm, init
+from ._lib import WeftError, launcher_path, library_path
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Comm",
+    "MoeDispatchResult",
+    "MoeHandle",
+    "ReduceOp",
+    "WeftError",
+    "all_gather_into_tensor",
+    "all_reduce",
+    "all_to_all_single",
+    "barrier",
+    "broadcast",
+    "default_comm",
+    "init",
+    "launcher_path",
+    "library_path",
+    "moe_combine",
+    "moe_dispatch",
+    "reduce_scatter_tensor",
+]
+
+
+def all_reduce(tensor, op="sum", *, comm=None):
+    """Comm.all_reduce on comm or the default communicator."""
+    return default_comm(comm).all_reduce(tensor, op)
+
+
+def all_gather_into_tensor(output_tensor, input_tensor, *, comm=None):
+    """Comm.all_gather_into_tensor on comm or the default communicator."""
+    return default_comm(comm).all_gather_into_tensor(output_tensor, input_tensor)
+
+
+def reduce_scatter_tensor(output, input, op="sum", *, comm=None):
+    """Comm.reduce_scatter_tensor on comm or the default communicator."""
+    return default_comm(comm).reduce_scatter_tensor(output, input, op)
+
+
+def all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None, *,
+                      comm=None):
+    """Comm.all_to_all_single on comm or the default communicator."""
+    return default_comm(comm).all_to_all_single(output, input, output_split_sizes,
+                                                input_split_sizes)
+
+
+def broadcast(tensor, src, *, comm=None):
+    """Comm.broadcast on comm or the default communicator."""
+    return default_comm(comm).broadcast(tensor, src)
+
+
+def barrier(*, comm=None):
+    """Comm.barrier on comm or the default communicator."""
+    return default_comm(comm).barrier()
+
+
+def moe_dispatch(x, topk_idx, topk_weights, num_experts, *, comm=None):
+    """Comm.moe_dispatch on comm or the default communicator."""
+    return default_comm(comm).moe_dispatch(x, topk_idx, topk_weights, num_experts)
+
+
+def moe_combine(handle, y, out=None, *, comm=None):
+    """Comm.moe_combine on comm or the default communicator."""
+    return default_comm(comm).moe_combine(handle, y, out)

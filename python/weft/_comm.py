@@ -1,0 +1,606 @@
+"""The communicator and its collectives.
+
+Each method checks its arguments in Python (types, dtypes, sizes, contiguity, device against
+backend; see _buffers.py), then makes one C call. On the host backend the call returns when the
+operation is complete; on the CUDA backend it is queued on torch's current CUDA stream (and can
+be captured in a CUDA graph). ctypes releases the GIL during the call.
+
+Thread safety: as in C, one thread at a time uses a communicator; a lock per communicator makes
+concurrent Python callers wait for each other instead of corrupting the C state. abort() takes
+no lock: it is meant to be called while another thread is blocked in an operation.
+"""
+
+import ctypes
+import enum
+import os
+import threading
+
+import numpy as np
+
+from . import _buffers as B
+from ._lib import STATS_FIELDS, WeftError, _Config, _Stats, check, library
+
+_BACKENDS = {"auto": 0, "host": 1, "cuda": 2}
+_REGISTRATIONS = {"roa": 0, "jit": 1, "staged": 2}
+
+
+class ReduceOp(enum.IntEnum):
+    """Reductions (weft_redop_t). Functions also take their names as strings ("sum", ...) and
+    torch.distributed.ReduceOp values of the same names."""
+
+    SUM = 0
+    PROD = 1
+    MAX = 2
+    MIN = 3
+    AVG = 4
+
+
+_OP_ALIASES = {"product": "prod", "mean": "avg"}
+
+
+def _redop(call, op):
+    if isinstance(op, ReduceOp):
+        return int(op)
+    name = op if isinstance(op, str) else getattr(op, "name", None)
+    if isinstance(name, str):
+        key = name.lower()
+        key = _OP_ALIASES.get(key, key)
+        if key.upper() in ReduceOp.__members__:
+            return int(ReduceOp[key.upper()])
+    raise ValueError(f"{call}: op {op!r} is not one of 'sum', 'prod', 'min', 'max', 'avg'")
+
+
+class _Allocation:
+    """Memory from weft_malloc exposed to numpy (__array_interface__); freed when the last array
+    viewing it goes away, unless the communicator was destroyed first (which freed it)."""
+
+    def __init__(self, comm, ptr, shape, dtype):
+        self._comm = comm
+        self._ptr = ptr
+        self._free = library().weft_free  # no module lookups in __del__ at interpreter exit
+        self.__array_interface__ = {
+            "data": (ptr, False),
+            "shape": tuple(shape),
+            "typestr": dtype.str,
+            "version": 3,
+        }
+
+    def __del__(self):
+        handle = self._comm._handle
+        if handle is not None:
+            self._free(handle, self._ptr)
+
+
+class MoeHandle:
+    """The layout of one moe_dispatch, for moe_combine (any number of times). Freed by close()
+    or when garbage-collected."""
+
+    def __init__(self, comm, handle, x, num_recv_tokens):
+        self._comm = comm
+        self._handle = handle
+        self._destroy = library().weft_moe_handle_destroy
+        # An empty array or tensor of x's kind, dtype and device (not x: that would keep it
+        # alive), for checking y and allocating combine's output.
+        self._x = B.as_buffer("moe_dispatch", "x", B.empty_like_kind(x, (0, x.shape[1]), "same"))
+        self.num_tokens = x.shape[0]
+        self.hidden = x.shape[1]
+        self.num_recv_tokens = num_recv_tokens
+
+    def close(self):
+        if self._handle is not None:
+            self._destroy(self._handle)
+            self._handle = None
+
+    def __del__(self):
+        self.close()
+
+
+class MoeDispatchResult:
+    """What moe_dispatch returns: recv_x (num_recv_tokens x hidden, x's dtype), recv_topk_idx
+    (int64) and recv_topk_weights (float32), both num_recv_tokens x topk, recv_expert_counts
+    (int64, num_experts / size), num_recv_tokens (int) and handle (a MoeHandle for
+    moe_combine). The arrays are of x's kind (numpy, or torch on x's device)."""
+
+    __slots__ = (
+        "recv_x",
+        "recv_topk_idx",
+        "recv_topk_weights",
+        "recv_expert_counts",
+        "num_recv_tokens",
+        "handle",
+    )
+
+    def __init__(self, **fields):
+        for name in self.__slots__:
+            setattr(self, name, fields[name])
+
+    def __repr__(self):
+        return (
+            f"MoeDispatchResult(num_recv_tokens={self.num_recv_tokens}, "
+            f"recv_x shape {tuple(self.recv_x.shape)})"
+        )
+
+
+def _sizes(n):
+    return (ctypes.c_size_t * n)()
+
+
+class Comm:
+    """A communicator over every rank of the job. Make one with weft.init().
+
+    Attributes: rank, size, backend ("host" or "cuda"), device (the CUDA device index on the
+    CUDA backend, else None). As a context manager it destroys itself on exit; on exit by an
+    exception it aborts first, so that peers blocked in an operation this rank will never join
+    see WEFT_ERR_PEER_LOST instead of waiting for their timeout.
+    """
+
+    def __init__(self, handle):
+        lib = library()
+        self._handle = handle
+        self._lock = threading.Lock()
+        self.rank = lib.weft_comm_rank(handle)
+        self.size = lib.weft_comm_size(handle)
+        code = lib.weft_comm_backend(handle)
+        self.backend = "cuda" if code == _BACKENDS["cuda"] else "host"
+        self.device = None
+        if self.backend == "cuda":
+            self.device = _select_torch_device(self.rank)
+
+    def __repr__(self):
+        state = "destroyed" if self._handle is None else self.backend
+        return f"<weft.Comm rank {self.rank} of {self.size}, {state}>"
+
+    # -- lifetime ------------------------------------------------------------------------------
+
+    def _live(self, call):
+        if self._handle is None:
+            raise ValueError(f"{call}: the communicator was destroyed")
+        return self._handle
+
+    def destroy(self):
+        """Collective: wait for every rank, then free everything, including memory from
+        empty() and from the weft.torch allocator (arrays and tensors still using it must not be
+        touched afterwards). Idempotent."""
+        with self._lock:
+            if self._handle is None:
+                return
+            from . import torch as weft_torch
+
+            weft_torch._forget(self)
+            handle, self._handle = self._handle, None
+            _forget_default(self)
+            check(library().weft_comm_destroy(handle))
+
+    def abort(self):
+        """Local, never blocks: pending and future operations fail with WEFT_ERR_ABORTED and
+        peers see WEFT_ERR_PEER_LOST. destroy() must still be called (the context manager
+        does)."""
+        check(library().weft_comm_abort(self._live("abort")))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if self._handle is None:
+            return
+        if exc_type is not None:
+            library().weft_comm_abort(self._handle)
+            try:
+                self.destroy()
+            except WeftError:
+                pass  # the exception that brought us here is the one to report
+        else:
+            self.destroy()
+
+    def stats(self):
+        """weft_get_stats as a dict of ints: registrations_started, registrations_completed,
+        bytes_registered, first_use_waits, first_use_wait_ns, zero_copy_ops, staged_ops,
+        peer_mappings, staging_bytes, inline_ops."""
+        out = _Stats()
+        check(library().weft_get_stats(self._live("stats"), ctypes.byref(out)))
+        return {name: int(getattr(out, name)) for name in STATS_FIELDS}
+
+    def empty(self, shape, dtype=np.float32):
+        """A numpy array in memory from weft_malloc (host backend): registered with every peer
+        in the background as soon as it exists, so collectives on it (and on any contiguous
+        view of it) take the zero-copy path. Freed when the last view goes away; must not be
+        used after destroy(). On the CUDA backend use weft.torch.mem_pool instead."""
+        call = "empty"
+        handle = self._live(call)
+        if self.backend != "host":
+            raise ValueError(
+                f"{call}: numpy memory needs the host backend; on the CUDA backend allocate "
+                "tensors inside weft.torch.mem_pool(comm)"
+            )
+        dtype = np.dtype(dtype)
+        shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
+        if any(s < 0 for s in shape):
+            raise ValueError(f"{call}: negative dimension in shape {shape}")
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if nbytes == 0:
+            return np.empty(shape, dtype=dtype)
+        ptr = ctypes.c_void_p()
+        check(library().weft_malloc(handle, ctypes.byref(ptr), nbytes))
+        return np.asarray(_Allocation(self, ptr.value, shape, dtype))
+
+    # -- collectives ---------------------------------------------------------------------------
+
+    def _run(self, call, fn, *args):
+        with self._lock:
+            check(fn(self._live(call), *args))
+
+    def all_reduce(self, tensor, op="sum"):
+        """In place: tensor becomes the reduction over all ranks (bit-identical everywhere).
+        Returns tensor."""
+        call = "all_reduce"
+        t = B.as_buffer(call, "tensor", tensor, writable=True)
+        code = _redop(call, op)
+        B.check_device(call, self, [t])
+        self._run(
+            call, library().weft_all_reduce, t.ptr, t.ptr, t.numel, t.dtype, code,
+            B.stream_of(self),
+        )
+        return tensor
+
+    def all_gather_into_tensor(self, output_tensor, input_tensor):
+        """output_tensor (size x input's elements) gets every rank's input, in rank order. In
+        place when input_tensor is output_tensor's block of this rank. Returns output_tensor."""
+        call = "all_gather_into_tensor"
+        out = B.as_buffer(call, "output_tensor", output_tensor, writable=True)
+        inp = B.as_buffer(call, "input_tensor", input_tensor)
+        B.check_same_dtype(call, out, inp)
+        B.check_numel(call, out, inp.numel * self.size, f"{self.size} ranks x the input's size")
+        B.check_device(call, self, [out, inp])
+        self._run(
+            call, library().weft_all_gather, inp.ptr, out.ptr, inp.numel, inp.dtype,
+            B.stream_of(self),
+        )
+        return output_tensor
+
+    def reduce_scatter_tensor(self, output, input, op="sum"):
+        """output gets block `rank` of the reduction of every rank's input (size x output's
+        elements). In place when output is input's block of this rank. Returns output."""
+        call = "reduce_scatter_tensor"
+        out = B.as_buffer(call, "output", output, writable=True)
+        inp = B.as_buffer(call, "input", input)
+        code = _redop(call, op)
+        B.check_same_dtype(call, out, inp)
+        B.check_numel(call, inp, out.numel * self.size, f"{self.size} ranks x the output's size")
+        B.check_device(call, self, [out, inp])
+        self._run(
+            call, library().weft_reduce_scatter, inp.ptr, out.ptr, out.numel, out.dtype, code,
+            B.stream_of(self),
+        )
+        return output
+
+    def broadcast(self, tensor, src):
+        """tensor on every rank becomes tensor on rank src. Returns tensor."""
+        call = "broadcast"
+        t = B.as_buffer(call, "tensor", tensor, writable=True)
+        src = _rank_arg(call, "src", src, self.size)
+        B.check_device(call, self, [t])
+        self._run(
+            call, library().weft_broadcast, t.ptr, t.ptr, t.numel, t.dtype, src,
+            B.stream_of(self),
+        )
+        return tensor
+
+    def all_to_all_single(
+        self, output, input, output_split_sizes=None, input_split_sizes=None
+    ):
+        """Split input along its first dimension, send block p to rank p, and concatenate the
+        blocks received, in rank order, into output. Without split sizes every block has
+        shape[0] / size rows (which must divide); with them, block p has split_sizes[p] rows
+        (rows are shape[1:] slices, the same for input and output). Returns output."""
+        call = "all_to_all_single"
+        out = B.as_buffer(call, "output", output, writable=True)
+        inp = B.as_buffer(call, "input", input)
+        B.check_same_dtype(call, out, inp)
+        B.check_device(call, self, [out, inp])
+        n = self.size
+        row_in = _row_elements(call, inp)
+        row_out = _row_elements(call, out)
+        if inp.numel and out.numel and row_in != row_out:
+            raise ValueError(
+                f"{call}: input rows have {row_in} elements but output rows have {row_out} "
+                "(shape[1:] must match)"
+            )
+        row = row_in if inp.numel else row_out
+        stream = B.stream_of(self)
+        lib = library()
+        if output_split_sizes is None and input_split_sizes is None:
+            _even_rows(call, inp, n)
+            _even_rows(call, out, n)
+            B.check_numel(call, out, inp.numel, "all-to-all keeps the size")
+            self._run(call, lib.weft_all_to_all, inp.ptr, out.ptr, inp.numel // n, inp.dtype,
+                      stream)
+            return output
+        in_rows = _splits(call, "input_split_sizes", input_split_sizes, inp, n)
+        out_rows = _splits(call, "output_split_sizes", output_split_sizes, out, n)
+        if in_rows[self.rank] != out_rows[self.rank]:
+            raise ValueError(
+                f"{call}: this rank sends itself {in_rows[self.rank]} rows but expects "
+                f"{out_rows[self.rank]} from itself"
+            )
+        sendcounts, sdispls = _sizes(n), _sizes(n)
+        recvcounts, rdispls = _sizes(n), _sizes(n)
+        s_off = r_off = 0
+        for p in range(n):
+            sendcounts[p], sdispls[p] = in_rows[p] * row, s_off * row
+            recvcounts[p], rdispls[p] = out_rows[p] * row, r_off * row
+            s_off += in_rows[p]
+            r_off += out_rows[p]
+        self._run(
+            call, lib.weft_all_to_allv, inp.ptr, sendcounts, sdispls, out.ptr, recvcounts,
+            rdispls, inp.dtype, stream,
+        )
+        return output
+
+    def barrier(self):
+        """Every rank waits until all have called it. On the CUDA backend the barrier is
+        queued on the current stream, and barrier() then also waits for that stream (as
+        torch.distributed's does), except during CUDA-graph capture."""
+        call = "barrier"
+        stream = B.stream_of(self)
+        self._run(call, library().weft_barrier, stream)
+        if self.backend == "cuda":
+            torch = B.torch_module()
+            if torch is not None and not torch.cuda.is_current_stream_capturing():
+                torch.cuda.current_stream(self.device).synchronize()
+
+    # -- mixture of experts --------------------------------------------------------------------
+
+    def moe_dispatch(self, x, topk_idx, topk_weights, num_experts):
+        """Send each row of x (num_tokens x hidden; float32, float16 or bfloat16) to every rank
+        that owns one of its experts (rank r owns experts [r*E/size, (r+1)*E/size) of
+        num_experts = E). topk_idx (int64) and topk_weights (float32) are num_tokens x topk;
+        expert -1 is masked. Returns a MoeDispatchResult; see weft_moe_dispatch in weft.h for
+        the order and meaning of what is received. The outputs are sized exactly: one small
+        all-to-all of per-rank token counts runs first."""
+        call = "moe_dispatch"
+        handle = self._live(call)
+        xb = B.as_buffer(call, "x", x)
+        ib = B.as_buffer(call, "topk_idx", topk_idx)
+        wb = B.as_buffer(call, "topk_weights", topk_weights)
+        B.check_device(call, self, [xb, ib, wb])
+        if xb.dtype not in (B.FLOAT32, B.FLOAT16, B.BFLOAT16):
+            raise TypeError(f"{call}: x has dtype {xb.dtype_name}; it must be float32, float16 "
+                            "or bfloat16")
+        if ib.dtype != B.INT64:
+            raise TypeError(f"{call}: topk_idx has dtype {ib.dtype_name}; it must be int64")
+        if wb.dtype != B.FLOAT32:
+            raise TypeError(f"{call}: topk_weights has dtype {wb.dtype_name}; it must be float32")
+        if len(xb.shape) != 2 or xb.shape[1] == 0:
+            raise ValueError(f"{call}: x must be num_tokens x hidden with hidden > 0, not shape "
+                             f"{xb.shape}")
+        num_tokens, hidden = xb.shape
+        if len(ib.shape) != 2 or ib.shape[0] != num_tokens or ib.shape[1] == 0:
+            raise ValueError(f"{call}: topk_idx must be num_tokens x topk ({num_tokens} x k, "
+                             f"k > 0), not shape {ib.shape}")
+        topk = ib.shape[1]
+        if wb.shape != ib.shape:
+            raise ValueError(f"{call}: topk_weights has shape {wb.shape}, topk_idx {ib.shape}; "
+                             "they must be equal")
+        num_experts = int(num_experts)
+        if num_experts < 1 or num_experts % self.size:
+            raise ValueError(f"{call}: num_experts {num_experts} is not a positive multiple of "
+                             f"the rank count {self.size}")
+        if topk > num_experts:
+            raise ValueError(f"{call}: topk {topk} exceeds num_experts {num_experts}")
+        per_rank = num_experts // self.size
+        send_counts = _tokens_per_rank(call, topk_idx, xb.kind, num_experts, per_rank, self.size)
+        recv_counts = B.empty_like_kind(B.as_buffer(call, "counts", send_counts), (self.size,),
+                                        "same")
+        self.all_to_all_single(recv_counts, send_counts)
+        num_recv = int(recv_counts.sum())
+
+        recv_x = B.empty_like_kind(xb, (num_recv, hidden), "same")
+        recv_idx = B.empty_like_kind(xb, (num_recv, topk), "int64")
+        recv_w = B.empty_like_kind(xb, (num_recv, topk), "float32")
+        recv_counts_e = B.empty_like_kind(xb, (per_rank,), "int64")
+        ptrs = [B.as_buffer(call, "out", a, writable=True).ptr
+                for a in (recv_x, recv_idx, recv_w, recv_counts_e)]
+        got = ctypes.c_int64()
+        moe = ctypes.c_void_p()
+        with self._lock:
+            check(library().weft_moe_dispatch(
+                handle, xb.ptr, num_tokens, hidden, xb.dtype, ib.ptr, wb.ptr, topk,
+                num_experts, ptrs[0], ptrs[1], ptrs[2], ptrs[3], num_recv, ctypes.byref(got),
+                ctypes.byref(moe), B.stream_of(self),
+            ))
+        h = MoeHandle(self, moe, xb, got.value)
+        n = got.value
+        return MoeDispatchResult(
+            recv_x=recv_x[:n],
+            recv_topk_idx=recv_idx[:n],
+            recv_topk_weights=recv_w[:n],
+            recv_expert_counts=recv_counts_e,
+            num_recv_tokens=n,
+            handle=h,
+        )
+
+    def moe_combine(self, handle, y, out=None):
+        """The reverse of the dispatch that made handle: y has one row per received token, in
+        dispatch order (num_recv_tokens x hidden, the dispatch's dtype); returns out
+        (num_tokens x hidden, allocated if None) whose row t sums, over the ranks that received
+        token t, their row for it (float32 accumulation in rank order)."""
+        call = "moe_combine"
+        comm = self._live(call)
+        if not isinstance(handle, MoeHandle):
+            raise TypeError(f"{call}: handle must be the MoeHandle of a moe_dispatch, not "
+                            f"{type(handle).__name__}")
+        if handle._handle is None:
+            raise ValueError(f"{call}: handle was closed")
+        if handle._comm is not self:
+            raise ValueError(f"{call}: handle comes from a dispatch on another communicator")
+        xb = handle._x
+        yb = B.as_buffer(call, "y", y)
+        B.check_device(call, self, [yb])
+        if yb.kind != xb.kind:
+            raise TypeError(f"{call}: y is a {yb.kind} buffer but the dispatch's x was {xb.kind}")
+        B.check_same_dtype(call, yb, xb)
+        if yb.shape != (handle.num_recv_tokens, handle.hidden):
+            raise ValueError(f"{call}: y has shape {yb.shape}, expected "
+                             f"({handle.num_recv_tokens}, {handle.hidden}) (received tokens x "
+                             "hidden)")
+        if out is None:
+            out = B.empty_like_kind(xb, (handle.num_tokens, handle.hidden), "same")
+        ob = B.as_buffer(call, "out", out, writable=True)
+        B.check_device(call, self, [ob])
+        B.check_same_dtype(call, ob, xb)
+        if ob.shape != (handle.num_tokens, handle.hidden):
+            raise ValueError(f"{call}: out has shape {ob.shape}, expected "
+                             f"({handle.num_tokens}, {handle.hidden})")
+        with self._lock:
+            check(library().weft_moe_combine(comm, handle._handle, yb.ptr, ob.ptr,
+                                             B.stream_of(self)))
+        return out
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _rank_arg(call, name, value, size):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{call}: {name} must be an int, not {type(value).__name__}")
+    if not 0 <= int(value) < size:
+        raise ValueError(f"{call}: {name} {value} is not a rank in [0, {size})")
+    return int(value)
+
+
+def _row_elements(call, buf):
+    """Elements per row (per index of the first dimension)."""
+    shape = buf.shape
+    if len(shape) == 0:
+        raise ValueError(f"{call}: {buf.what} is 0-dimensional; all-to-all splits dimension 0")
+    return int(np.prod(shape[1:], dtype=np.int64))
+
+
+def _even_rows(call, buf, n):
+    if buf.shape[0] % n:
+        raise ValueError(f"{call}: {buf.what} has {buf.shape[0]} rows, not divisible by the "
+                         f"{n} ranks (pass split sizes for uneven blocks)")
+
+
+def _splits(call, name, sizes, buf, n):
+    """Rows per rank: the given split sizes, checked, or an even split of buf's rows."""
+    if sizes is None:
+        _even_rows(call, buf, n)
+        return [buf.shape[0] // n] * n
+    try:
+        rows = [int(s) for s in sizes]
+    except (TypeError, ValueError):
+        raise TypeError(f"{call}: {name} must be a sequence of {n} ints") from None
+    if len(rows) != n:
+        raise ValueError(f"{call}: {name} has {len(rows)} entries, expected one per rank ({n})")
+    if any(r < 0 for r in rows):
+        raise ValueError(f"{call}: {name} {rows} has a negative entry")
+    if sum(rows) != buf.shape[0]:
+        raise ValueError(f"{call}: {name} sums to {sum(rows)} rows but {buf.what} has "
+                         f"{buf.shape[0]}")
+    return rows
+
+
+def _tokens_per_rank(call, topk_idx, kind, num_experts, per_rank, n):
+    """int64 array (of topk_idx's kind) of n entries: how many tokens go to each rank (a token
+    counts once per rank however many of its experts live there). Rejects bad expert ids."""
+    if kind == "numpy":
+        idx = topk_idx
+        if idx.size and (idx.min() < -1 or idx.max() >= num_experts):
+            raise ValueError(f"{call}: topk_idx has entries outside [-1, {num_experts})")
+        owner = np.where(idx >= 0, idx // per_rank, n)
+        hit = np.zeros((idx.shape[0], n + 1), dtype=bool)
+        hit[np.arange(idx.shape[0])[:, None], owner] = True
+        return hit[:, :n].sum(axis=0).astype(np.int64)
+    torch = B.torch_module()
+    idx = topk_idx
+    if idx.numel() and (int(idx.min()) < -1 or int(idx.max()) >= num_experts):
+        raise ValueError(f"{call}: topk_idx has entries outside [-1, {num_experts})")
+    owner = torch.where(idx >= 0, torch.div(idx, per_rank, rounding_mode="floor"),
+                        torch.full_like(idx, n))
+    hit = torch.zeros((idx.shape[0], n + 1), dtype=torch.int64, device=idx.device)
+    hit.scatter_(1, owner, 1)
+    return hit[:, :n].sum(dim=0)
+
+
+def _select_torch_device(rank):
+    """The CUDA device the C library chose: the local rank (WEFT_LOCAL_RANK, else LOCAL_RANK,
+    else the rank) modulo the device count; None without torch. torch's CUDA state is left
+    alone (torch.cuda.device_count does not initialise it), so that
+    weft.torch.use_weft_allocator can still replace torch's allocator after weft.init()."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    local = os.environ.get("WEFT_LOCAL_RANK") or os.environ.get("LOCAL_RANK")
+    local_rank = int(local) if local else rank
+    count = torch.cuda.device_count()
+    if count == 0:
+        return None
+    return local_rank % count
+
+
+# -- the default communicator ----------------------------------------------------------------
+
+_default = None
+
+
+def _set_default(comm):
+    global _default
+    if _default is None:
+        _default = comm
+
+
+def _forget_default(comm):
+    global _default
+    if _default is comm:
+        _default = None
+
+
+def default_comm(comm=None):
+    """comm if given, else the communicator of the first weft.init() still alive."""
+    if comm is not None:
+        return comm
+    if _default is None:
+        raise RuntimeError("weft: no communicator: call weft.init() first (or pass comm=)")
+    return _default
+
+
+def init(backend=None, timeout_s=None, registration=None, host_workers=None):
+    """Create a communicator over every rank of the job (collective). The rank, the rank count
+    and the rendezvous come from the environment that weftrun or torchrun sets (WEFT_RANK or
+    RANK, WEFT_NRANKS or WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...); the other settings from
+    the WEFT_* variables (docs/config.md) unless given here: backend "auto", "host" or "cuda",
+    timeout_s, registration "roa", "jit" or "staged", host_workers. The first communicator
+    made becomes the default of the module-level functions (weft.all_reduce, ...). On the CUDA
+    backend, comm.device is the device the library chose; make it torch's current device
+    (torch.cuda.set_device(comm.device)) as with torchrun."""
+    lib = library()
+    cfg_ptr = None
+    if (backend, timeout_s, registration, host_workers) != (None, None, None, None):
+        cfg = _Config()
+        lib.weft_config_default(ctypes.byref(cfg))
+        if backend is not None:
+            if backend not in _BACKENDS:
+                raise ValueError(f"init: backend {backend!r} is not 'auto', 'host' or 'cuda'")
+            cfg.backend = _BACKENDS[backend]
+        if registration is not None:
+            if registration not in _REGISTRATIONS:
+                raise ValueError(
+                    f"init: registration {registration!r} is not 'roa', 'jit' or 'staged'"
+                )
+            cfg.registration = _REGISTRATIONS[registration]
+        if timeout_s is not None:
+            if not timeout_s > 0:
+                raise ValueError(f"init: timeout_s {timeout_s!r} must be positive")
+            cfg.timeout_s = float(timeout_s)
+        if host_workers is not None:
+            if int(host_workers) < 1:
+                raise ValueError(f"init: host_workers {host_workers!r} must be at least 1")
+            cfg.host_workers = int(host_workers)
+        cfg_ptr = ctypes.byref(cfg)
+    handle = ctypes.c_void_p()
+    check(lib.weft_comm_init(ctypes.byref(handle), cfg_ptr))
+    comm = Comm(handle)
+    _set_default(comm)
+    return comm
