@@ -398,18 +398,20 @@ class Comm:
         recv_idx = B.empty_like_kind(xb, (num_recv, topk), "int64")
         recv_w = B.empty_like_kind(xb, (num_recv, topk), "float32")
         recv_counts_e = B.empty_like_kind(xb, (per_rank,), "int64")
+        # *num_recv_tokens is written where the other outputs are (device memory on CUDA).
+        got = B.empty_like_kind(xb, (1,), "int64")
         ptrs = [B.as_buffer(call, "out", a, writable=True).ptr
-                for a in (recv_x, recv_idx, recv_w, recv_counts_e)]
-        got = ctypes.c_int64()
+                for a in (recv_x, recv_idx, recv_w, recv_counts_e, got)]
         moe = ctypes.c_void_p()
         with self._lock:
             check(library().weft_moe_dispatch(
                 handle, xb.ptr, num_tokens, hidden, xb.dtype, ib.ptr, wb.ptr, topk,
-                num_experts, ptrs[0], ptrs[1], ptrs[2], ptrs[3], num_recv, ctypes.byref(got),
+                num_experts, ptrs[0], ptrs[1], ptrs[2], ptrs[3], num_recv, ptrs[4],
                 ctypes.byref(moe), B.stream_of(self),
             ))
-        h = MoeHandle(self, moe, xb, got.value)
-        n = got.value
+        # The counts exchanged above fix the number (on CUDA got is still being written).
+        n = num_recv
+        h = MoeHandle(self, moe, xb, n)
         return MoeDispatchResult(
             recv_x=recv_x[:n],
             recv_topk_idx=recv_idx[:n],
