@@ -182,7 +182,7 @@ _PROTOTYPES = {
             _vp,  # recv_topk_weights
             _vp,  # recv_expert_counts
             _sz,  # max_recv_tokens
-            ctypes.POINTER(ctypes.c_int64),  # num_recv_tokens
+            _vp,  # num_recv_tokens (host or device memory, as the other outputs)
             ctypes.POINTER(_vp),  # handle
             _vp,  # stream
         ],
