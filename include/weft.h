@@ -199,8 +199,14 @@ WEFT_API weft_status_t weft_barrier(weft_comm_t comm, void *stream);
  * n). Both calls are collective (every rank calls them, in the same order as the other
  * operations) and accept any pointer, as the collectives do: weft_malloc memory is read by the
  * peers in place, other memory through the staging scratch. On the host backend stream must be
- * NULL and the calls complete before returning. The CUDA backend returns WEFT_ERR_UNSUPPORTED
- * ("the CUDA path is not implemented yet").
+ * NULL and the calls complete before returning. On the CUDA backend every array argument
+ * (num_recv_tokens and recv_expert_counts included) is device memory, and both calls only
+ * enqueue work on stream and return: nothing waits on the host, so they can be captured in a
+ * CUDA graph. There the capacity and expert-id checks are made on the device, identically on
+ * every rank: a dispatch that fails them writes *num_recv_tokens = -1 and zero counts and nothing
+ * else (a combine with its handle writes zeros), and the first MoE call on the communicator after
+ * some rank's host has seen that (e.g. after synchronising the stream) returns
+ * WEFT_ERR_INVALID_ARGUMENT on every rank and does nothing; the communicator stays usable.
  * ------------------------------------------------------------------------------------------- */
 typedef struct weft_moe_handle *weft_moe_handle_t;
 
@@ -241,7 +247,9 @@ WEFT_API weft_status_t weft_moe_dispatch(weft_comm_t comm, const void *x, size_t
 WEFT_API weft_status_t weft_moe_combine(weft_comm_t comm, weft_moe_handle_t handle, const void *y,
                                         void *out, void *stream);
 
-/* Free a dispatch's handle (NULL: no-op). Local, never fails. */
+/* Free a dispatch's handle (NULL: no-op). Local, never fails. On the CUDA backend it first waits
+ * for the device (kernels may still read the handle's device memory); destroy handles before
+ * their communicator. */
 WEFT_API weft_status_t weft_moe_handle_destroy(weft_moe_handle_t handle);
 
 /* ---------------------------------------------------------------------------------------------

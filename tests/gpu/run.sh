@@ -9,9 +9,9 @@
 #    that the ranks sharing a GPU run their kernels at the same time; it is always stopped on
 #    exit (`echo quit | nvidia-cuda-mps-control`). Each rank takes the GPU of its LOCAL_RANK
 #    (modulo the GPU count): with as many GPUs as ranks, one rank per GPU and no MPS.
-# 3. Runs gpu_collectives, gpu_graph, gpu_registration, gpu_invalid and gpu_fault (through
-#    gpu_fault.sh) with 2, 4 and 8 ranks (GPU_TEST_RANKS), then gpu_fault --inflight with the
-#    same rank counts.
+# 3. Runs gpu_collectives, gpu_graph, gpu_registration, gpu_invalid, gpu_moe and gpu_fault
+#    (through gpu_fault.sh) with 2, 4 and 8 ranks (GPU_TEST_RANKS), then gpu_fault --inflight
+#    with the same rank counts.
 #    Every run: WEFT_BACKEND=cuda NCCL_NVLS_ENABLE=0 WEFT_TIMEOUT_S=30 (5 for gpu_fault).
 # 4. Runs gpu_collectives with 2 ranks and a small grid (GPU_TEST_QUICK=1) under
 #    `compute-sanitizer --tool memcheck`. If that fails without the sanitizer reporting any
@@ -36,7 +36,7 @@ mkdir -p "$out" && out=$(cd "$out" && pwd) || exit 2
 here=$(cd "$(dirname "$0")" && pwd)
 weftrun=$build/weftrun
 bin=$build/tests/gpu
-programs=(gpu_collectives gpu_graph gpu_registration gpu_invalid)
+programs=(gpu_collectives gpu_graph gpu_registration gpu_invalid gpu_moe)
 for exe in "$weftrun" "${programs[@]/#/$bin/}" "$bin/gpu_fault"; do
     if [ ! -x "$exe" ]; then
         echo "$0: $exe is missing: build with the CUDA backend first" >&2

@@ -1,0 +1,122 @@
+/*
+ * moe_ref.h - the reference model of weft_moe_dispatch and weft_moe_combine shared by the host
+ * test (tests/mp/mp_moe.c) and the GPU test (tests/gpu/gpu_moe.c). Part of the harness library
+ * weft_mp_harness; written against the public API (weft.h) only, without the library's code.
+ *
+ * A case's data are a pure function of (seed, case number, rank, index), like every input of the
+ * harness: each rank regenerates every rank's routing and computes, on the host, what it must
+ * receive (ordered by source rank, then source token; local expert ids or -1; the sender's
+ * weights or 0.0f; per-expert counts, one per routing slot that names a local expert) and what
+ * combine must return. The values are exact:
+ *
+ *   x       row t of rank r holds integers in [-8, 8];
+ *   weights multiples of 1/8 in [0, 15/8];
+ *   y       rank d's combine input for a received token is the token's row times (d + 1),
+ *           rounded once to the dtype;
+ *   out     out[t] = sum over the ranks d that received t of y_d[t], summed in float32 (exact:
+ *           small integers) and rounded once to the dtype, 0 for a token sent nowhere.
+ *
+ * Routings (an expert id per routing slot (t, j)):
+ *   uniform     every expert equally likely;
+ *   zipf        expert e with weight 1/(e + 1) (Zipf, exponent 1): the first ranks get most;
+ *   all_to_one  every expert on one rank (case number mod n);
+ *   masked      a third of the slots -1, every fifth token fully masked, the rest uniform.
+ * Slots are drawn independently: a token may name an expert twice, and then counts twice in
+ * recv_expert_counts (one count per slot), as the host backend does.
+ *
+ * Buffers are host images, of any alignment (read and written with memcpy): the host test
+ * passes its buffers, the GPU test its host mirrors.
+ *
+ * Thread safety: as harness.h (an mp_ctx_t and a moe_ref_t belong to the test's thread).
+ */
+#ifndef WEFT_TESTS_MP_MOE_REF_H
+#define WEFT_TESTS_MP_MOE_REF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "harness.h"
+#include "weft.h"
+
+/* Ranks the model supports (a token's destinations are one 64-bit mask). */
+#define MOE_MAX_RANKS 64
+
+typedef enum {
+    MOE_ROUTE_UNIFORM,
+    MOE_ROUTE_ZIPF,
+    MOE_ROUTE_ALL_TO_ONE,
+    MOE_ROUTE_MASKED
+} moe_route_t;
+#define MOE_NUM_ROUTES 4
+
+/* What a case dispatches. experts is a multiple of the rank count; 1 <= topk <= experts;
+ * dt is float32, float16 or bfloat16. */
+typedef struct moe_shape {
+    size_t tokens[MOE_MAX_RANKS]; /* tokens per rank */
+    size_t hidden;
+    int topk, experts;
+    moe_route_t route;
+    weft_dtype_t dt;
+} moe_shape_t;
+
+/* The routing of every rank for one case, and what follows from it. */
+typedef struct moe_ref {
+    moe_shape_t shape;
+    int rank, nranks;
+    int epr;                       /* experts per rank */
+    uint64_t seed, case_id;        /* of the mp_ctx_t at moe_ref_create */
+    int64_t *idx[MOE_MAX_RANKS];   /* rank r's topk_idx: tokens[r] x topk expert ids */
+    float *w[MOE_MAX_RANKS];       /* rank r's topk_weights */
+    uint64_t *dest[MOE_MAX_RANKS]; /* bit d of dest[r][t]: rank d receives token t of rank r */
+    size_t recv[MOE_MAX_RANKS];    /* tokens each rank receives */
+    size_t most;                   /* the largest of recv[] */
+    int most_rank;                 /* the first rank that receives `most` */
+} moe_ref_t;
+
+const char *moe_route_name(moe_route_t route);
+
+/* Draw the routing of every rank for ctx's current case (seed and case number) and this rank
+ * (ctx->rank). Exits 1 (mp_fatal) when out of memory or when the shape is out of the model's
+ * range (more than MOE_MAX_RANKS ranks, experts not a multiple of n, topk outside
+ * [1, min(experts, 64)], another dtype). Free with moe_ref_destroy. */
+void moe_ref_create(mp_ctx_t *ctx, const moe_shape_t *shape, moe_ref_t *ref);
+void moe_ref_destroy(moe_ref_t *ref);
+
+/* Whether rank d receives token t of rank r. */
+int moe_ref_goes_to(const moe_ref_t *ref, int r, size_t t, int d);
+
+/* Element e of row t of rank r's x. */
+float moe_ref_x(const moe_ref_t *ref, int r, size_t t, size_t e);
+
+/* Element i of a buffer of dtype dt (float32, float16, bfloat16): store rounds v to the dtype
+ * (nearest even), fetch widens it exactly. */
+void moe_ref_store(void *buf, size_t i, weft_dtype_t dt, float v);
+float moe_ref_fetch(const void *buf, size_t i, weft_dtype_t dt);
+
+/* This rank's dispatch inputs: x (tokens x hidden elements), topk_idx (tokens x topk int64),
+ * topk_weights (tokens x topk float). */
+void moe_ref_fill_inputs(const moe_ref_t *ref, void *x, void *topk_idx, void *topk_weights);
+
+/* Check that this rank's inputs still hold what moe_ref_fill_inputs wrote (a failure names the
+ * first wrong element of each). */
+void moe_ref_check_inputs(mp_ctx_t *ctx, const moe_ref_t *ref, const void *x, const void *topk_idx,
+                          const void *topk_weights);
+
+/* This rank's combine input: recv[rank] rows, row i = received row i times (rank + 1). */
+void moe_ref_fill_y(const moe_ref_t *ref, void *y);
+
+/* Check this rank's dispatch outputs: num_recv (the value of *num_recv_tokens) against
+ * recv[rank]; rows, local ids and weights of every received token; the E/n per-expert counts;
+ * and that rows recv[rank] .. cap - 1 of recv_x, recv_topk_idx and recv_topk_weights kept the
+ * harness's poison (cap = the max_recv_tokens of the call, at least recv[rank]). At most three
+ * wrong values are printed per check. */
+void moe_ref_check_dispatch(mp_ctx_t *ctx, const moe_ref_t *ref, int64_t num_recv,
+                            const void *recv_x, const void *recv_topk_idx,
+                            const void *recv_topk_weights, const void *recv_expert_counts,
+                            size_t cap);
+
+/* Check this rank's combine output (tokens x hidden elements) against the sum of the y rows
+ * (moe_ref_fill_y) of the ranks that received each token. */
+void moe_ref_check_combine(mp_ctx_t *ctx, const moe_ref_t *ref, const void *out);
+
+#endif /* WEFT_TESTS_MP_MOE_REF_H */
