@@ -32,10 +32,11 @@ extern "C" {
 WEFT_API weft_status_t weft_torch_bind(weft_comm_t comm);
 
 /* PyTorch's alloc_fn: size bytes of device memory from weft_malloc on the bound communicator,
- * registered with every peer in the background. device and stream are not used: the memory is on
- * the communicator's device, and weft_malloc is not stream-ordered. Returns NULL, with the reason
- * in weft_last_error(), when no communicator is bound, size is negative, or weft_malloc fails
- * (PyTorch then raises its out-of-memory error). size 0 returns NULL without an error. */
+ * registered with every peer in the background. device must be the communicator's device (the
+ * memory lives there); stream is not used (weft_malloc is not stream-ordered). Returns NULL, with
+ * the reason in weft_last_error(), when no communicator is bound, size is negative, device is
+ * another one, or weft_malloc fails (PyTorch then raises its out-of-memory error). size 0
+ * returns NULL without an error. */
 WEFT_API void *weft_torch_alloc(ssize_t size, int device, void *stream);
 
 /* PyTorch's free_fn: waits for all work queued on the device (as cudaFree does: weft_free

@@ -119,11 +119,9 @@ weft_status_t weft_moe_combine(weft_comm_t comm, weft_moe_handle_t handle, const
         return INVALID("%s: handle comes from a dispatch on another communicator", call);
     if (handle->num_tokens > 0 && !out)
         return INVALID("%s: out is NULL with num_tokens %zu", call, handle->num_tokens);
-    if (comm->backend == WEFT_BACKEND_CUDA) { /* the received count is on the device */
-        if (handle->capacity > 0 && !y)
-            return INVALID("%s: y is NULL with max_recv_tokens %zu", call, handle->capacity);
+    if (comm->backend == WEFT_BACKEND_CUDA) /* the received count is on the device: y NULL
+                                                 means nothing was received (op/moe.h) */
         return weft_moe_combine_dev(comm, handle, y, out, stream);
-    }
     if (handle->num_recv > 0 && !y)
         return INVALID("%s: y is NULL with %zu received tokens", call, handle->num_recv);
     return weft_moe_combine_mesh(comm, handle, y, out);

@@ -46,6 +46,14 @@ void *weft_torch_alloc(ssize_t size, int device, void *stream)
         weft_error(WEFT_ERR_INVALID_ARGUMENT, "weft_torch_alloc: size %zd is negative", size);
         return NULL;
     }
+    int mine = weft_cuda_device(comm);
+    if (device != mine) { /* weft_malloc memory lives on the communicator's device only */
+        weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                   "weft_torch_alloc: device %d is not the communicator's device %d (weft's "
+                   "allocator serves only that device)",
+                   device, mine);
+        return NULL;
+    }
     void *ptr = NULL;
     if (weft_malloc(comm, &ptr, (size_t)size) != WEFT_SUCCESS)
         return NULL;

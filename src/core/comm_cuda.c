@@ -244,6 +244,11 @@ weft_status_t weft_cuda_leave(struct weft_comm *comm, void *stream)
     return launch_leave(comm, WEFT_SYNC_DONE, stream);
 }
 
+int weft_cuda_device(const struct weft_comm *comm)
+{
+    return comm->cuda ? comm->cuda->device : -1;
+}
+
 int weft_cuda_blocks(const struct weft_comm *comm)
 {
     return comm->cuda->nblocks;

@@ -65,6 +65,9 @@ void weft_cuda_abort(struct weft_comm *comm);
 weft_status_t weft_cuda_enter(struct weft_comm *comm, void *stream);
 weft_status_t weft_cuda_leave(struct weft_comm *comm, void *stream);
 
+/* The device this communicator's memory and kernels are on (-1 without the CUDA backend). */
+int weft_cuda_device(const struct weft_comm *comm);
+
 /* Blocks per launch (bounded so every rank sharing the GPU is co-resident). */
 int weft_cuda_blocks(const struct weft_comm *comm);
 

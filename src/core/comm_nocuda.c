@@ -68,6 +68,11 @@ weft_status_t weft_cuda_leave(struct weft_comm *comm, void *stream)
     return not_built("a collective");
 }
 
+int weft_cuda_device(const struct weft_comm *comm)
+{
+    return -1;
+}
+
 int weft_cuda_blocks(const struct weft_comm *comm)
 {
     return 1;

@@ -248,35 +248,100 @@ static __device__ __forceinline__ void store_elem(void *out, size_t e, int dtype
             dtype == WEFT_FLOAT16 ? weft_dev_float_to_half(v) : weft_dev_float_to_bf16(v);
 }
 
+/* 16 bytes of dtype elements (8 16-bit or 4 float32) to floats; returns the element count. */
+static __device__ __forceinline__ int unpack16(uint4 v, int dtype, float *f)
+{
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    if (dtype == WEFT_FLOAT32) {
+        for (int i = 0; i < 4; i++)
+            f[i] = __uint_as_float(w[i]);
+        return 4;
+    }
+    for (int i = 0; i < 4; i++) {
+        uint16_t lo = (uint16_t)(w[i] & 0xffffu), hi = (uint16_t)(w[i] >> 16);
+        f[2 * i] = dtype == WEFT_FLOAT16 ? weft_dev_half_to_float(lo) : weft_dev_bf16_to_float(lo);
+        f[2 * i + 1] =
+            dtype == WEFT_FLOAT16 ? weft_dev_half_to_float(hi) : weft_dev_bf16_to_float(hi);
+    }
+    return 8;
+}
+
+static __device__ __forceinline__ uint4 pack16(const float *f, int dtype)
+{
+    uint32_t w[4];
+    for (int i = 0; i < 4; i++) {
+        if (dtype == WEFT_FLOAT32) {
+            w[i] = __float_as_uint(f[i]);
+        } else {
+            uint32_t lo = dtype == WEFT_FLOAT16 ? weft_dev_float_to_half(f[2 * i])
+                                                : weft_dev_float_to_bf16(f[2 * i]);
+            uint32_t hi = dtype == WEFT_FLOAT16 ? weft_dev_float_to_half(f[2 * i + 1])
+                                                : weft_dev_float_to_bf16(f[2 * i + 1]);
+            w[i] = lo | hi << 16;
+        }
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 __global__ void __launch_bounds__(MOE_THREADS) moe_combine(const __grid_constant__ weft_moe_dev_args_t a)
 {
     __shared__ const uint8_t *src[WEFT_CUDA_MAX_RANKS]; /* rank d's row 0 of this rank's block */
-    __shared__ int rejected;
+    __shared__ int rejected, vec;
     const int n = a.nranks, me = a.rank;
     const uint64_t T = a.tokens[me], H = a.hidden;
     const size_t es = a.dtype == WEFT_FLOAT32 ? 4 : 2, row_bytes = H * es;
     const weft_moe_dev_header_t *mine = (const weft_moe_dev_header_t *)a.base[me];
-    if (threadIdx.x == 0)
+    if (threadIdx.x == 0) {
         rejected = (int)mine->rejected;
-    if (threadIdx.x < n) {
+        vec = row_bytes % 16 == 0 && (uintptr_t)a.out % 16 == 0;
+    }
+    __syncthreads();
+    if (threadIdx.x < n) { /* a NULL y (nothing received there) contributes nothing */
         const weft_moe_dev_header_t *hd = (const weft_moe_dev_header_t *)a.base[threadIdx.x];
-        src[threadIdx.x] = a.rows[threadIdx.x] + hd->recv_off[me] * row_bytes;
+        const uint8_t *y = a.rows[threadIdx.x];
+        src[threadIdx.x] = y ? y + hd->recv_off[me] * row_bytes : NULL;
+        if (y && (uintptr_t)y % 16 != 0)
+            vec = 0;
     }
     __syncthreads();
     const int32_t *pos = (const int32_t *)(a.base[me] + weft_moe_dev_layout(T, n, a.topk).pos);
-    const size_t lane = threadIdx.x % WARP;
+    const unsigned full = 0xffffffffu;
+    const int lane = (int)(threadIdx.x % WARP);
     const uint64_t warps = (uint64_t)gridDim.x * (MOE_THREADS / WARP);
     for (uint64_t t = blockIdx.x * (MOE_THREADS / WARP) + threadIdx.x / WARP; t < T; t += warps) {
+        /* Lane d holds the row of token t in rank d's block, or -1. */
+        int32_t my_pos = lane < n && !rejected && src[lane] ? pos[t * n + lane] : -1;
         uint8_t *o = (uint8_t *)a.out + t * row_bytes;
-        for (uint64_t e = lane; e < H; e += WARP) {
+        if (vec) {
+            const uint64_t nvec = row_bytes / 16;
+            for (uint64_t c0 = 0; c0 < nvec; c0 += WARP) { /* warp-uniform: the shuffles */
+                uint64_t c = c0 + (uint64_t)lane;
+                float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, f[8];
+                for (int d = 0; d < n; d++) {
+                    int32_t i = __shfl_sync(full, my_pos, d);
+                    if (i < 0 || c >= nvec)
+                        continue;
+                    uint4 v = *(const uint4 *)(src[d] + (uint64_t)i * row_bytes + c * 16);
+                    int m = unpack16(v, a.dtype, f);
+                    for (int e = 0; e < m; e++)
+                        acc[e] = weft_dev_add_rn(acc[e], f[e]);
+                }
+                if (c < nvec)
+                    *(uint4 *)(o + c * 16) = pack16(acc, a.dtype);
+            }
+            continue;
+        }
+        for (uint64_t e0 = 0; e0 < H; e0 += WARP) {
+            uint64_t e = e0 + (uint64_t)lane;
             float acc = 0.0f;
-            for (int d = 0; d < n && !rejected; d++) {
-                int32_t i = pos[t * n + d];
-                if (i >= 0)
+            for (int d = 0; d < n; d++) {
+                int32_t i = __shfl_sync(full, my_pos, d);
+                if (i >= 0 && e < H)
                     acc = weft_dev_add_rn(acc, load_elem(src[d] + (uint64_t)i * row_bytes, e,
                                                          a.dtype));
             }
-            store_elem(o, e, a.dtype, acc);
+            if (e < H)
+                store_elem(o, e, a.dtype, acc);
         }
     }
 }

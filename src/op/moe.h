@@ -68,6 +68,8 @@ weft_status_t weft_moe_dispatch_dev(struct weft_comm *comm, const void *x, size_
                                     int64_t *recv_expert_counts, size_t max_recv_tokens,
                                     int64_t *num_recv_out, struct weft_moe_handle **handle_out,
                                     void *stream);
+/* y NULL stands for "nothing received" (the host cannot check it): peers then take no rows
+ * from this rank. */
 weft_status_t weft_moe_combine_dev(struct weft_comm *comm, const struct weft_moe_handle *handle,
                                    const void *y, void *out, void *stream);
 

@@ -40,7 +40,7 @@ weft_status_t weft_moe_combine_dev(struct weft_comm *comm, const struct weft_moe
     /* y is read by peers: zero-copy when registered, else staged by a kernel (the number of
      * rows is on the device). */
     const void *y_remote = y;
-    if (y_bytes > 0) {
+    if (y && y_bytes > 0) {
         int ready = 0;
         st = weft_op_acquire(&op, y, y_bytes, &ready);
         if (st == WEFT_SUCCESS && !ready) {
