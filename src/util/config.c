@@ -45,7 +45,7 @@ static const cfg_row_t rows[] = {
     {"WEFT_MASTER_ADDR", "MASTER_ADDR", "127.0.0.1", "", CFG_STRING, OFF(master_addr), NULL,
      "address of the rendezvous store hosted by rank 0"},
     {"WEFT_MASTER_PORT", "MASTER_PORT", "29500", "", CFG_INT, OFF(master_port), NULL,
-     "TCP port of the rendezvous store"},
+     "TCP port of the rendezvous store (under torchrun, whose store holds MASTER_PORT: it + 1)"},
     {"WEFT_JOB_SECRET", NULL, "", "", CFG_STRING, OFF(job_secret), NULL,
      "per-job secret checked on every control socket (weftrun sets it; empty: rank 0 makes one)"},
     {"WEFT_BACKEND", NULL, "auto", "", CFG_ENUM, OFF(backend), backend_names,
@@ -205,6 +205,13 @@ static const char *row_env(const cfg_row_t *row)
     return (v && *v) ? v : NULL;
 }
 
+/* Whether name is set to a non-empty value. */
+static int is_set(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v;
+}
+
 static void parse_all(void)
 {
     for (size_t i = 0; i < NROWS; i++)
@@ -217,6 +224,11 @@ static void parse_all(void)
                     rows[i].name, v, rows[i].def);
         }
     }
+    /* torchrun (it sets TORCHELASTIC_RUN_ID) keeps its own store listening on MASTER_PORT for
+     * the whole job: weft's store takes the next port, the same on every rank. */
+    if (!is_set("WEFT_MASTER_PORT") && is_set("MASTER_PORT") && is_set("TORCHELASTIC_RUN_ID") &&
+        env.master_port < 65535)
+        env.master_port++;
 }
 
 const weft_env_t *weft_config_get(void)
