@@ -5,7 +5,8 @@
  * library, what it must receive and what combine must return: the reference model of moe_ref.h
  * (shared with tests/gpu/gpu_moe.c). The grid: tokens per rank T in {0, 1, 7, 300} (and one case
  * with a different T per rank), hidden H in {1, 7, 128}, topk in {1, 2, 8} (at most E), experts
- * E in {n, 8n}, and the four routings of the model (uniform, Zipf, all-to-one, masked). Each
+ * E in {n, 8n}, and the four routings of the model (uniform, Zipf, all-to-one, masked), plus
+ * two large cases per mode (T = 4096 with E = 32n and Zipf routing; H = 7168). Each
  * case runs in float32 or bfloat16 on weft_malloc or malloc buffers (alternating over the grid),
  * under each registration mode, with a capacity above the need (the rows past *num_recv_tokens
  * must keep their poison); inputs must be left unchanged; the stats must show the zero-copy path
@@ -208,6 +209,23 @@ int main(void)
                             c.overflow = v % 8 == 5;
                             run_case(&ctx, &c);
                         }
+        /* The large points, once per mode: T = 4096 with E = 32n, and H = 7168. */
+        static const struct {
+            size_t T, H;
+            int k, em;
+            moe_route_t route;
+        } large[] = {{4096, 128, 8, 32, MOE_ROUTE_ZIPF}, {64, 7168, 8, 8, MOE_ROUTE_UNIFORM}};
+        for (size_t i = 0; i < sizeof large / sizeof large[0]; i++) {
+            moe_case_t c = {.shape = {.hidden = large[i].H,
+                                      .topk = large[i].k,
+                                      .experts = large[i].em * ctx.nranks,
+                                      .route = large[i].route,
+                                      .dt = WEFT_BFLOAT16},
+                            .kind = i % 2 ? MP_BUF_UNREGISTERED : MP_BUF_REGISTERED};
+            for (int r = 0; r < ctx.nranks; r++)
+                c.shape.tokens[r] = large[i].T;
+            run_case(&ctx, &c);
+        }
         run_invalid(&ctx);
         run_handle_mismatch(&ctx);
         mp_comm_close(&ctx);
