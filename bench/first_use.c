@@ -502,13 +502,7 @@ int main(int argc, char **argv)
     if (pa != 0)
         return pa == 1 ? 0 : 2;
 
-    int ndev = 0;
-    cudaError_t err = cudaGetDeviceCount(&ndev);
-    if (err != cudaSuccess || ndev < 1) {
-        printf("SKIP: no CUDA device (%s)\n",
-               err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount found none");
-        return 77;
-    }
+    require_device();
 
     /* Sleeps end within microseconds instead of the default 50 us slack: ranks start the call
      * after a gap closer together (the after-gap control sees the rest of the skew). */

@@ -840,13 +840,7 @@ int main(int argc, char **argv)
     if (pa != 0)
         return pa == 1 ? 0 : 2;
 
-    int ndev = 0;
-    cudaError_t err = cudaGetDeviceCount(&ndev);
-    if (err != cudaSuccess || ndev < 1) {
-        printf("SKIP: no CUDA device (%s)\n",
-               err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount found none");
-        return 77;
-    }
+    require_device();
 
     bench_t m;
     bench_open(&m, &s);

@@ -32,3 +32,14 @@ void cuda_ok(cudaError_t err, const char *what)
     if (err != cudaSuccess)
         fatal("%s: %s: %s", what, cudaGetErrorName(err), cudaGetErrorString(err));
 }
+
+void require_device(void)
+{
+    int ndev = 0;
+    cudaError_t err = cudaGetDeviceCount(&ndev);
+    if (err == cudaSuccess && ndev >= 1)
+        return;
+    printf("SKIP: no CUDA device (%s)\n",
+           err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount found none");
+    exit(GPU_PROG_SKIP);
+}

@@ -14,6 +14,9 @@
 extern "C" {
 #endif
 
+/* Exit status of a program that cannot run here (no CUDA device): CTest's "skipped". */
+#define GPU_PROG_SKIP 77
+
 /* Set by each program: its name, and its rank once known (-1 before). */
 extern const char *gpu_prog_name;
 extern int gpu_prog_rank;
@@ -22,6 +25,9 @@ void fatal(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)))
 /* fatal unless st is WEFT_SUCCESS / err is cudaSuccess; what names the call. */
 void weft_ok(weft_status_t st, const char *what);
 void cuda_ok(cudaError_t err, const char *what);
+/* Without a usable CUDA device, print "SKIP: no CUDA device (<reason>)" and exit with
+ * GPU_PROG_SKIP; otherwise return. */
+void require_device(void);
 
 #ifdef __cplusplus
 }

@@ -1013,13 +1013,7 @@ static int parse_args(int argc, char **argv, setup_t *s)
  * 77 (printing SKIP) without a CUDA device, else 0. */
 static int open_device(cal_t *c)
 {
-    int ndev = 0;
-    cudaError_t err = cudaGetDeviceCount(&ndev);
-    if (err != cudaSuccess || ndev < 1) {
-        printf("SKIP: no CUDA device (%s)\n",
-               err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount found none");
-        return 77;
-    }
+    require_device();
     weft_config_t cfg;
     weft_config_default(&cfg);
     cfg.backend = WEFT_BACKEND_CUDA;
