@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "model/burst_gap.h"
+#include "burst_gap_golden.h"
 
 static int failures;
 
@@ -59,29 +60,6 @@ static int compare_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
-}
-
-/*
- * The golden parameters of test_burst_gap.c. R = 2 GB/s = 2000 bytes/us. Row K=4: T_iss0 1.0 us
- * at 1000 bytes to 2.0 us at 9000 bytes, Q = 4000 bytes; row K=8: half those times, Q = 8000.
- */
-static weft_bg_params_t golden_params(void)
-{
-    weft_bg_params_t p;
-    memset(&p, 0, sizeof p);
-    p.drain_gbps = 2.0;
-    p.nrows = 2;
-    p.row[0] = (weft_bg_row_t){.producers = 4, .npoints = 2, .capacity_bytes = 4000.0};
-    p.row[0].bytes[0] = 1000;
-    p.row[0].bytes[1] = 9000;
-    p.row[0].t_iss0_us[0] = 1.0;
-    p.row[0].t_iss0_us[1] = 2.0;
-    p.row[1] = (weft_bg_row_t){.producers = 8, .npoints = 2, .capacity_bytes = 8000.0};
-    p.row[1].bytes[0] = 1000;
-    p.row[1].bytes[1] = 9000;
-    p.row[1].t_iss0_us[0] = 0.5;
-    p.row[1].t_iss0_us[1] = 1.0;
-    return p;
 }
 
 static void test_golden_stall(void)
