@@ -191,10 +191,10 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_gather(const __grid_constant_
         int64_t t = ((const int64_t *)list)[i];
         weft_dev_copy((uint8_t *)a.recv_x + r * row_bytes, a.rows[p] + (uint64_t)t * row_bytes,
                       row_bytes, lane, WARP);
-        if (lane < (size_t)k) {
-            int64_t e = ((const int64_t *)(list + l.idx))[i * k + lane];
-            a.recv_topk_idx[r * k + lane] = e;
-            a.recv_topk_weights[r * k + lane] = ((const float *)(list + l.weights))[i * k + lane];
+        for (size_t j = lane; j < (size_t)k; j += WARP) { /* k may exceed a warp */
+            int64_t e = ((const int64_t *)(list + l.idx))[i * k + j];
+            a.recv_topk_idx[r * k + j] = e;
+            a.recv_topk_weights[r * k + j] = ((const float *)(list + l.weights))[i * k + j];
             if (e >= 0)
                 atomicAdd((unsigned long long *)&a.recv_expert_counts[e], 1ull);
         }
