@@ -371,17 +371,6 @@ static void usage(FILE *f)
                "      --json FILE     also write one JSON object per row (rank 0)\n");
 }
 
-static int parse_int(const char *s, int lo, int hi, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return -1;
-    *out = (int)v;
-    return 0;
-}
-
 /* Split a comma-separated list; calls item(token, ctx) for each. Returns 0 or -1. */
 static int parse_list(const char *text, int (*item)(const char *, void *), void *ctx)
 {

@@ -432,17 +432,6 @@ static void usage(FILE *f)
                "      --json FILE    also write the results as JSON lines (rank 0)\n");
 }
 
-static int parse_int(const char *s, int lo, int hi, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return -1;
-    *out = (int)v;
-    return 0;
-}
-
 /* Parse the command line into s. Returns 0, 1 (help printed) or 2 (usage error). */
 static int parse_args(int argc, char **argv, setup_t *s)
 {

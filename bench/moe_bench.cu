@@ -744,17 +744,6 @@ static void usage(FILE *f)
            "      --json FILE    also write the rows as JSON lines (rank 0)\n");
 }
 
-static int parse_long(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return -1;
-    *out = v;
-    return 0;
-}
-
 /* Parse the command line into s. Returns 0, 1 (help printed) or 2 (usage error). */
 static int parse_args(int argc, char **argv, setup_t *s)
 {
@@ -774,23 +763,23 @@ static int parse_args(int argc, char **argv, setup_t *s)
     s->warmup = 5;
     int opt;
     while ((opt = getopt_long(argc, argv, "T:H:k:E:n:w:h", longopts, NULL)) != -1) {
-        long v = 0;
+        int v = 0;
         int bad = 0;
         switch (opt) {
         case 'T':
-            bad = parse_long(optarg, 1, MAX_TOKENS, &v);
+            bad = parse_int(optarg, 1, MAX_TOKENS, &v);
             s->T = (size_t)v;
             break;
         case 'H':
-            bad = parse_long(optarg, 1, MAX_HIDDEN, &v);
+            bad = parse_int(optarg, 1, MAX_HIDDEN, &v);
             s->H = (size_t)v;
             break;
         case 'k':
-            bad = parse_long(optarg, 1, 64, &v);
+            bad = parse_int(optarg, 1, 64, &v);
             s->k = (int)v;
             break;
         case 'E':
-            bad = parse_long(optarg, 1, 1 << 20, &v);
+            bad = parse_int(optarg, 1, 1 << 20, &v);
             s->E = (int)v;
             break;
         case 'r':
@@ -802,11 +791,11 @@ static int parse_args(int argc, char **argv, setup_t *s)
                 bad = 1;
             break;
         case 'n':
-            bad = parse_long(optarg, 1, 1000000, &v);
+            bad = parse_int(optarg, 1, 1000000, &v);
             s->iters = (int)v;
             break;
         case 'w':
-            bad = parse_long(optarg, 0, 1000000, &v);
+            bad = parse_int(optarg, 0, 1000000, &v);
             s->warmup = (int)v;
             break;
         case 'j':

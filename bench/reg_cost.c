@@ -53,6 +53,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "gpu_prog.h"
 #include "mem/cuda_driver.h"
 #include "mem/mem.h"
 #include "util/clock.h"
@@ -659,17 +660,6 @@ static void usage(FILE *f)
                "  -k, --handles K      handles exported in the export-rate test (default 256)\n"
                "  -p, --peer-device D  the peer's GPU (default 1 if it can reach 0, else 0)\n"
                "      --json FILE      also write the results as JSON\n");
-}
-
-static int parse_int(const char *s, int lo, int hi, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return -1;
-    *out = (int)v;
-    return 0;
 }
 
 int main(int argc, char **argv)
