@@ -23,7 +23,8 @@
  *   whose reductions are exact in every dtype (small integers, products of +-1 and one 2, sums
  *   divisible by nranks for AVG), with the outputs poisoned first; every element is compared
  *   bit for bit and the wrong elements are summed over ranks. The inputs, the traffic matrix of
- *   all-to-allv and the expected results are bench_data.c's; this file measures and prints.
+ *   all-to-allv and the expected results are bench_data.c's, the tables and the command line
+ *   bench_opts.c's; this file measures and prints.
  * - Buffers: one send and one receive buffer of the largest size, from weft_malloc (zero-copy
  *   path) or posix_memalign (--buffers malloc: the staged path); smaller sizes use their start.
  *   One untimed all-reduce over both whole buffers precedes the sweep, so that their background
@@ -46,7 +47,6 @@
  * Exit status: 0 on success, 1 on a failed call or any wrong element, 2 on an argument error.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -57,6 +57,7 @@
 #include "weft.h"
 
 #include "bench_data.h"
+#include "bench_opts.h"
 #ifdef WEFT_BENCH_NCCL
 #include "bench_nccl.h"
 #define LIBRARY_NAME "nccl"
@@ -68,62 +69,8 @@
 #include <cuda_runtime_api.h>
 #endif
 
-/* ---------------------------------------------------------------------------------------------
- * Tables: collectives, dtypes, reductions
- * ------------------------------------------------------------------------------------------- */
-typedef struct coll_info {
-    const char *name;
-    bool reduces;     /* takes a redop */
-    bool rooted;      /* takes a root */
-    bool has_inplace; /* the API defines an in-place form */
-    bool per_rank;    /* size rounded to a multiple of nranks elements */
-    int busbw_kind;   /* 2: 2(n-1)/n, 1: (n-1)/n, 0: 1 (broadcast), -1: no bandwidth */
-} coll_info_t;
-
-static const coll_info_t colls[NUM_COLLS] = {
-    [COLL_ALL_REDUCE] = {"all_reduce", true, false, true, false, 2},
-    [COLL_ALL_GATHER] = {"all_gather", false, false, true, true, 1},
-    [COLL_REDUCE_SCATTER] = {"reduce_scatter", true, false, true, true, 1},
-    [COLL_BROADCAST] = {"broadcast", false, true, true, false, 0},
-    [COLL_ALL_TO_ALL] = {"all_to_all", false, false, false, true, 1},
-    [COLL_ALL_TO_ALLV] = {"all_to_allv", false, false, false, true, 1},
-    [COLL_BARRIER] = {"barrier", false, false, false, false, -1},
-};
-
-static const char *const redop_names[WEFT_NUM_REDOPS] = {
-    [WEFT_SUM] = "sum", [WEFT_PROD] = "prod", [WEFT_MAX] = "max",
-    [WEFT_MIN] = "min", [WEFT_AVG] = "avg",
-};
-static const char *const registration_names[] = {
-    [WEFT_REGISTRATION_ROA] = "roa",
-    [WEFT_REGISTRATION_JIT] = "jit",
-    [WEFT_REGISTRATION_STAGED] = "staged",
-};
-static const char *const backend_names[] = {
-    [WEFT_BACKEND_AUTO] = "auto", [WEFT_BACKEND_HOST] = "host", [WEFT_BACKEND_CUDA] = "cuda"};
-
 /* Alignment of plain-malloc buffers (weft_malloc chooses its own). */
 #define MALLOC_ALIGN 4096
-
-/* ---------------------------------------------------------------------------------------------
- * Options and state
- * ------------------------------------------------------------------------------------------- */
-typedef struct bench_opts {
-    bool coll_selected[NUM_COLLS];
-    size_t min_bytes, max_bytes;
-    size_t factor;
-    weft_redop_t op;
-    weft_dtype_t dtype;
-    int root;
-    int iters, warmup;
-    bool check;
-    bool registration_set; /* else the configuration default (WEFT_REGISTRATION) */
-    weft_registration_t registration;
-    bool weft_buffers;
-    bool run_outofplace, run_inplace;
-    const char *json_path;
-    weft_backend_t backend;
-} bench_opts_t;
 
 /* One measured (size, placement). Times are the maximum over ranks, in microseconds. */
 typedef struct result {
@@ -159,261 +106,6 @@ typedef struct bench {
     double busbw_sum;
     int busbw_rows;
 } bench_t;
-
-/* ---------------------------------------------------------------------------------------------
- * Argument parsing
- * ------------------------------------------------------------------------------------------- */
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "usage: weftrun -n N weft-bench [options]\n"
-            "  -t, --coll NAME        all_reduce|all_gather|reduce_scatter|broadcast|all_to_all|\n"
-            "                         all_to_allv|barrier|all (default all)\n"
-            "  -b, --minbytes SIZE    smallest size, e.g. 8, 1K, 64M (default 8)\n"
-            "  -e, --maxbytes SIZE    largest size (default 64M)\n"
-            "  -f, --stepfactor F     multiply the size by F each step, F >= 2 (default 2)\n"
-            "  -o, --op NAME          sum|prod|max|min|avg (default sum)\n"
-            "  -d, --datatype NAME    int8 uint8 int32 uint32 int64 uint64 half bfloat16 float\n"
-            "                         double (also float16 bf16 float32 float64; default float)\n"
-            "  -r, --root R           broadcast root (default 0)\n"
-            "  -n, --iters N          timed calls per size (default 20)\n"
-            "  -w, --warmup N         untimed calls per size first (default 5)\n"
-            "  -c, --check 0|1        verify one call per size exactly (default 1)\n"
-            "      --registration M   roa|jit|staged (default: WEFT_REGISTRATION)\n"
-            "      --buffers B        weft (weft_malloc) | malloc (plain memory) (default weft)\n"
-            "      --inplace 0|1|2    out of place, in place, or both (default 2)\n"
-            "      --json FILE        append one JSON object per size and placement\n"
-            "      --backend B        auto|host|cuda (default auto: cuda on a GPU host)\n"
-            "  -h, --help             this text\n"
-            "Exit status: 0 success, 1 failure or wrong results, 2 bad arguments.\n");
-}
-
-/* Parse "8", "1K", "64M", "2G" (powers of 1024, optional trailing B). Returns 0 on success. */
-static int parse_size(const char *s, size_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (end == s || errno != 0 || s[0] == '-')
-        return -1;
-    unsigned shift = 0;
-    switch (*end) {
-    case 'k':
-    case 'K':
-        shift = 10;
-        end++;
-        break;
-    case 'm':
-    case 'M':
-        shift = 20;
-        end++;
-        break;
-    case 'g':
-    case 'G':
-        shift = 30;
-        end++;
-        break;
-    default:
-        break;
-    }
-    if (*end == 'B' || *end == 'b')
-        end++;
-    if (*end != '\0' || v > (SIZE_MAX >> shift))
-        return -1;
-    *out = (size_t)(v << shift);
-    return 0;
-}
-
-/* Parse a non-negative int in [lo, hi]. Returns 0 on success. */
-static int parse_int(const char *s, int lo, int hi, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end != '\0' || errno != 0 || v < lo || v > hi)
-        return -1;
-    *out = (int)v;
-    return 0;
-}
-
-/* Index of name in names[0..n), or -1. */
-static int lookup(const char *name, const char *const *names, int n)
-{
-    for (int i = 0; i < n; i++)
-        if (names[i] && strcmp(name, names[i]) == 0)
-            return i;
-    return -1;
-}
-
-/* Whether some collective is selected. */
-static bool parse_coll_any(const bench_opts_t *opt)
-{
-    for (int c = 0; c < NUM_COLLS; c++)
-        if (opt->coll_selected[c])
-            return true;
-    return false;
-}
-
-static int parse_coll(const char *s, bench_opts_t *opt)
-{
-    for (int c = 0; c < NUM_COLLS; c++)
-        opt->coll_selected[c] = strcmp(s, "all") == 0 || strcmp(s, colls[c].name) == 0;
-    return parse_coll_any(opt) ? 0 : -1;
-}
-
-static int parse_dtype(const char *s, weft_dtype_t *out)
-{
-    for (int d = 0; d < WEFT_NUM_DTYPES; d++) {
-        if (strcmp(s, dtypes[d].name) == 0 || strcmp(s, dtypes[d].alias) == 0) {
-            *out = (weft_dtype_t)d;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-/* Parse argv into opt. Returns 0, or -1 after printing what is wrong (the caller prints usage),
- * or 1 for --help. */
-static int parse_args(int argc, char **argv, bench_opts_t *opt)
-{
-    enum { OPT_REGISTRATION = 256, OPT_BUFFERS, OPT_INPLACE, OPT_JSON, OPT_BACKEND };
-    static const struct option longopts[] = {
-        {"coll", required_argument, NULL, 't'},
-        {"minbytes", required_argument, NULL, 'b'},
-        {"maxbytes", required_argument, NULL, 'e'},
-        {"stepfactor", required_argument, NULL, 'f'},
-        {"op", required_argument, NULL, 'o'},
-        {"datatype", required_argument, NULL, 'd'},
-        {"root", required_argument, NULL, 'r'},
-        {"iters", required_argument, NULL, 'n'},
-        {"warmup", required_argument, NULL, 'w'},
-        {"check", required_argument, NULL, 'c'},
-        {"registration", required_argument, NULL, OPT_REGISTRATION},
-        {"buffers", required_argument, NULL, OPT_BUFFERS},
-        {"inplace", required_argument, NULL, OPT_INPLACE},
-        {"json", required_argument, NULL, OPT_JSON},
-        {"backend", required_argument, NULL, OPT_BACKEND},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    *opt = (bench_opts_t){
-        .min_bytes = 8,
-        .max_bytes = 64u << 20,
-        .factor = 2,
-        .op = WEFT_SUM,
-        .dtype = WEFT_FLOAT32,
-        .root = 0,
-        .iters = 20,
-        .warmup = 5,
-        .check = true,
-        .weft_buffers = true,
-        .run_outofplace = true,
-        .run_inplace = true,
-        .backend = WEFT_BACKEND_AUTO,
-    };
-    (void)parse_coll("all", opt);
-#ifdef WEFT_BENCH_NCCL
-    opt->weft_buffers = false;
-    opt->backend = WEFT_BACKEND_CUDA;
-#endif
-
-    int c, v;
-    while ((c = getopt_long(argc, argv, "t:b:e:f:o:d:r:n:w:c:h", longopts, NULL)) != -1) {
-        const char *a = optarg;
-        int bad = 0;
-        switch (c) {
-        case 't':
-            bad = parse_coll(a, opt);
-            break;
-        case 'b':
-            bad = parse_size(a, &opt->min_bytes);
-            break;
-        case 'e':
-            bad = parse_size(a, &opt->max_bytes);
-            break;
-        case 'f':
-            bad = parse_int(a, 2, 1 << 20, &v);
-            opt->factor = (size_t)v;
-            break;
-        case 'o':
-            v = lookup(a, redop_names, WEFT_NUM_REDOPS);
-            bad = v < 0;
-            opt->op = (weft_redop_t)v;
-            break;
-        case 'd':
-            bad = parse_dtype(a, &opt->dtype);
-            break;
-        case 'r':
-            bad = parse_int(a, 0, 1 << 20, &opt->root);
-            break;
-        case 'n':
-            bad = parse_int(a, 1, 1 << 24, &opt->iters);
-            break;
-        case 'w':
-            bad = parse_int(a, 0, 1 << 24, &opt->warmup);
-            break;
-        case 'c':
-            bad = parse_int(a, 0, 1, &v);
-            opt->check = v == 1;
-            break;
-        case OPT_REGISTRATION:
-            v = lookup(a, registration_names, 3);
-            bad = v < 0;
-            opt->registration = (weft_registration_t)v;
-            opt->registration_set = true;
-            break;
-        case OPT_BUFFERS:
-            bad = strcmp(a, "weft") != 0 && strcmp(a, "malloc") != 0;
-            opt->weft_buffers = strcmp(a, "weft") == 0;
-            break;
-        case OPT_INPLACE:
-            bad = parse_int(a, 0, 2, &v);
-            opt->run_outofplace = v != 1;
-            opt->run_inplace = v != 0;
-            break;
-        case OPT_JSON:
-            opt->json_path = a;
-            break;
-        case OPT_BACKEND:
-            v = lookup(a, backend_names, 3);
-            bad = v < 0;
-            opt->backend = (weft_backend_t)v;
-            break;
-        case 'h':
-            return 1;
-        default:
-            return -1; /* getopt printed the message */
-        }
-        if (bad) {
-            const struct option *o = longopts;
-            while (o->val != c)
-                o++;
-            fprintf(stderr, "weft-bench: bad value '%s' for --%s\n", a, o->name);
-            return -1;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "weft-bench: unexpected argument '%s'\n", argv[optind]);
-        return -1;
-    }
-#ifdef WEFT_BENCH_NCCL
-    opt->coll_selected[COLL_BARRIER] = false;
-    if (opt->backend != WEFT_BACKEND_CUDA) {
-        fprintf(stderr, "weft-bench-nccl: NCCL runs on the CUDA backend only\n");
-        return -1;
-    }
-    if (!parse_coll_any(opt)) {
-        fprintf(stderr, "weft-bench-nccl: NCCL has no barrier to measure\n");
-        return -1;
-    }
-#endif
-    if (opt->min_bytes > opt->max_bytes) {
-        fprintf(stderr, "weft-bench: -b %zu is larger than -e %zu\n", opt->min_bytes,
-                opt->max_bytes);
-        return -1;
-    }
-    return 0;
-}
 
 /* ---------------------------------------------------------------------------------------------
  * One call
@@ -962,9 +654,9 @@ static void bench_teardown(bench_t *b, bool comm_usable)
 int main(int argc, char **argv)
 {
     bench_t b = {0};
-    int rc = parse_args(argc, argv, &b.opt);
+    int rc = bench_parse_args(argc, argv, &b.opt);
     if (rc != 0) {
-        usage(rc > 0 ? stdout : stderr);
+        bench_usage(rc > 0 ? stdout : stderr);
         return rc > 0 ? 0 : 2;
     }
     b.dt = &dtypes[b.opt.dtype];
