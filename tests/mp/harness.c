@@ -159,7 +159,7 @@ static float bits_float(uint32_t x)
 }
 
 /* float32 -> float16, round to nearest even. */
-static uint16_t f32_to_f16(float f)
+uint16_t mp_f32_to_f16(float f)
 {
     uint32_t x = float_bits(f);
     uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
@@ -179,7 +179,7 @@ static uint16_t f32_to_f16(float f)
     return (uint16_t)(sign | h);
 }
 
-static float f16_to_f32(uint16_t h)
+float mp_f16_to_f32(uint16_t h)
 {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
@@ -193,13 +193,13 @@ static float f16_to_f32(uint16_t h)
 }
 
 /* float32 -> bfloat16, round to nearest even (inputs are never NaN here). */
-static uint16_t f32_to_bf16(float f)
+uint16_t mp_f32_to_bf16(float f)
 {
     uint32_t x = float_bits(f);
     return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
-static float bf16_to_f32(uint16_t b)
+float mp_bf16_to_f32(uint16_t b)
 {
     return bits_float((uint32_t)b << 16);
 }
@@ -237,12 +237,12 @@ static void encode(weft_dtype_t dt, const num_t *v, void *out)
         memcpy(out, &v->u, 8);
         break;
     case WEFT_FLOAT16: {
-        uint16_t x = f32_to_f16((float)v->f);
+        uint16_t x = mp_f32_to_f16((float)v->f);
         memcpy(out, &x, 2);
         break;
     }
     case WEFT_BFLOAT16: {
-        uint16_t x = f32_to_bf16((float)v->f);
+        uint16_t x = mp_f32_to_bf16((float)v->f);
         memcpy(out, &x, 2);
         break;
     }
@@ -279,10 +279,10 @@ static void format_elem(weft_dtype_t dt, const void *p, char *out, size_t cap)
         snprintf(out, cap, "%" PRId64 " (0x%" PRIx64 ")", (int64_t)bits, bits);
         break;
     case WEFT_FLOAT16:
-        snprintf(out, cap, "%.9g (0x%04" PRIx64 ")", (double)f16_to_f32((uint16_t)bits), bits);
+        snprintf(out, cap, "%.9g (0x%04" PRIx64 ")", (double)mp_f16_to_f32((uint16_t)bits), bits);
         break;
     case WEFT_BFLOAT16:
-        snprintf(out, cap, "%.9g (0x%04" PRIx64 ")", (double)bf16_to_f32((uint16_t)bits), bits);
+        snprintf(out, cap, "%.9g (0x%04" PRIx64 ")", (double)mp_bf16_to_f32((uint16_t)bits), bits);
         break;
     case WEFT_FLOAT32:
         snprintf(out, cap, "%.9g (0x%08" PRIx64 ")", (double)bits_float((uint32_t)bits), bits);
@@ -694,14 +694,14 @@ static double random_float(weft_dtype_t dt, uint64_t h)
         uint16_t e = (uint16_t)(h % 31), m = (uint16_t)((h >> 8) & 0x3ffu);
         if (e == 0 && m == 0)
             m = 1;
-        v = (double)f16_to_f32((uint16_t)((e << 10) | m));
+        v = (double)mp_f16_to_f32((uint16_t)((e << 10) | m));
         break;
     }
     case WEFT_BFLOAT16: {
         uint16_t e = (uint16_t)(h % 255), m = (uint16_t)((h >> 8) & 0x7fu);
         if (e == 0 && m == 0)
             m = 1;
-        v = (double)bf16_to_f32((uint16_t)((e << 7) | m));
+        v = (double)mp_bf16_to_f32((uint16_t)((e << 7) | m));
         break;
     }
     case WEFT_FLOAT32: {

@@ -140,6 +140,13 @@ void mp_sleep_ms(double ms); /* sleeps at least ms milliseconds */
 /* 64-bit mix of (seed, a, b, c): the source of every random choice of the tests. */
 uint64_t mp_hash(uint64_t seed, uint64_t a, uint64_t b, uint64_t c);
 
+/* 16-bit floats, written independently of the library: float32 to float16 or bfloat16 rounded
+ * to nearest even (float16 overflows to infinity; bfloat16 takes no NaN), and back exactly. */
+uint16_t mp_f32_to_f16(float f);
+float mp_f16_to_f32(uint16_t h);
+uint16_t mp_f32_to_bf16(float f);
+float mp_bf16_to_f32(uint16_t b);
+
 /* ---------------------------------------------------------------------------------------------
  * The grid
  * ------------------------------------------------------------------------------------------- */

@@ -12,7 +12,6 @@
  */
 #include "moe_ref.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,64 +31,13 @@ const char *moe_route_name(moe_route_t route)
 /* ---------------------------------------------------------------------------------------------
  * Elements
  * ------------------------------------------------------------------------------------------- */
-static uint32_t bits_of(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, sizeof x);
-    return x;
-}
-
-static float float_of(uint32_t x)
-{
-    float f;
-    memcpy(&f, &x, sizeof f);
-    return f;
-}
-
-/* float32 -> bfloat16, nearest even (the model's values are never NaN). */
-static uint16_t to_bf16(float f)
-{
-    uint32_t x = bits_of(f);
-    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
-
-/* float32 -> float16, nearest even; magnitudes from 65520 become infinity. */
-static uint16_t to_f16(float f)
-{
-    uint32_t x = bits_of(f);
-    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-    float a = fabsf(f);
-    if (!(a < 65520.0f)) /* infinity, NaN, or rounds to infinity */
-        return (uint16_t)(sign | 0x7c00u | (a != a ? 0x200u : 0u));
-    if (a < 0x1p-14f) /* subnormal: a multiple of 2^-24, rounded to nearest even by rintf */
-        return (uint16_t)(sign | (uint16_t)rintf(a * 0x1p24f));
-    uint32_t m = bits_of(a);
-    uint32_t h = (m >> 13) - ((127u - 15u) << 10); /* exponent rebased, 10 mantissa bits */
-    uint32_t rest = m & 0x1fffu;
-    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u)))
-        h++; /* a carry into the exponent is still the right encoding */
-    return (uint16_t)(sign | h);
-}
-
-static float from_f16(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-    if (e == 0) {
-        float v = (float)m * 0x1p-24f;
-        return sign ? -v : v;
-    }
-    if (e == 31)
-        return float_of(sign | 0x7f800000u | (m << 13));
-    return float_of(sign | ((e + 127u - 15u) << 23) | (m << 13));
-}
-
 void moe_ref_store(void *buf, size_t i, weft_dtype_t dt, float v)
 {
     if (dt == WEFT_FLOAT32) {
         memcpy((unsigned char *)buf + i * 4, &v, 4);
         return;
     }
-    uint16_t b = dt == WEFT_BFLOAT16 ? to_bf16(v) : to_f16(v);
+    uint16_t b = dt == WEFT_BFLOAT16 ? mp_f32_to_bf16(v) : mp_f32_to_f16(v);
     memcpy((unsigned char *)buf + i * 2, &b, 2);
 }
 
@@ -102,7 +50,7 @@ float moe_ref_fetch(const void *buf, size_t i, weft_dtype_t dt)
     }
     uint16_t b;
     memcpy(&b, (const unsigned char *)buf + i * 2, 2);
-    return dt == WEFT_BFLOAT16 ? float_of((uint32_t)b << 16) : from_f16(b);
+    return dt == WEFT_BFLOAT16 ? mp_bf16_to_f32(b) : mp_f16_to_f32(b);
 }
 
 /* v rounded to the dtype and back: what a buffer of that dtype holds after moe_ref_store. */
