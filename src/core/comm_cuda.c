@@ -23,7 +23,8 @@
 
 struct weft_cuda_state {
     int device;
-    int nblocks; /* blocks per launch at most */
+    int nblocks;     /* blocks per launch at most */
+    int moe_blocks;  /* blocks of the MoE data kernels (weft_cuda_moe_blocks) */
     weft_cuda_ctl_t *ctl[WEFT_CUDA_MAX_RANKS];
     volatile int32_t *words;   /* mapped pinned host memory: [0] status, [16] abort, then
                                   the MoE report area at byte 128 */
@@ -138,6 +139,7 @@ weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store)
         cs->nblocks = WEFT_CUDA_MAX_BLOCKS;
     if (cs->nblocks < 1)
         cs->nblocks = 1;
+    cs->moe_blocks = env->cuda_moe_blocks > 0 ? env->cuda_moe_blocks : 2 * (fit > 0 ? fit : 1);
     cs->copy_engine = env->cuda_copy_engine != 0;
     uint64_t unit = env->cuda_unit_bytes ? env->cuda_unit_bytes : (1u << 20);
     int fanout = env->cuda_fanout > 0 ? env->cuda_fanout : cs->nblocks;
@@ -252,6 +254,11 @@ int weft_cuda_device(const struct weft_comm *comm)
 int weft_cuda_blocks(const struct weft_comm *comm)
 {
     return comm->cuda->nblocks;
+}
+
+int weft_cuda_moe_blocks(const struct weft_comm *comm)
+{
+    return comm->cuda->moe_blocks;
 }
 
 void *weft_cuda_moe_report(struct weft_comm *comm)

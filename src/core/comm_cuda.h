@@ -71,6 +71,11 @@ int weft_cuda_device(const struct weft_comm *comm);
 /* Blocks per launch (bounded so every rank sharing the GPU is co-resident). */
 int weft_cuda_blocks(const struct weft_comm *comm);
 
+/* Blocks of the MoE gather and combine kernels: they run between weft_cuda_enter and
+ * weft_cuda_leave and never wait for a peer, so they need not be co-resident with the other
+ * ranks' kernels and may fill this rank's share of the GPU (WEFT_CUDA_MOE_BLOCKS). */
+int weft_cuda_moe_blocks(const struct weft_comm *comm);
+
 /* MoE dispatches the device rejected (exec/moe_cuda.h): the device pointer of the mapped report
  * area the kernels write, and what the host has seen there: the number of rejections so far
  * (the report of the last one in *last_out, which may be NULL). */

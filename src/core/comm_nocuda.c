@@ -78,6 +78,11 @@ int weft_cuda_blocks(const struct weft_comm *comm)
     return 1;
 }
 
+int weft_cuda_moe_blocks(const struct weft_comm *comm)
+{
+    return 1;
+}
+
 void *weft_cuda_moe_report(struct weft_comm *comm)
 {
     return NULL;

@@ -8,8 +8,10 @@
  * copies whole rows (16-byte vectors where the alignment allows, weft_dev_copy), the k expert
  * slots and weights, and counts received slots per expert with atomics. Combine: each warp sums
  * one output token over the ranks that received it, in float32, in rank order (the host's
- * order), and rounds once. The receive offsets every rank published in its header tell a peer
- * where its rows sit in that rank's y.
+ * order), and rounds once; it first lists the token's rows (a ballot over the ranks' positions)
+ * so that each lane issues its loads of every row before the first add. The receive offsets
+ * every rank published in its header tell a peer where its rows sit in that rank's y. Neither
+ * kernel waits for a peer, so their grids may fill the rank's share of the GPU.
  *
  * Thread safety: launches are stream-ordered; the kernels write only this rank's memory.
  */
@@ -231,65 +233,88 @@ extern "C" weft_status_t weft_moe_dev_stage_launch(void *dst, const void *y, con
     return launched("weft_moe_combine: staging", nblocks);
 }
 
-static __device__ __forceinline__ float load_elem(const uint8_t *row, size_t e, int dtype)
-{
-    if (dtype == WEFT_FLOAT32)
+/* The 16-bit and 32-bit float element types of MoE rows: loads to float32, stores rounding once
+ * to nearest even (reduce_cuda.cuh's host-identical conversions). */
+template <int Dtype> struct moe_elem;
+template <> struct moe_elem<WEFT_FLOAT32> {
+    static const int per16 = 4; /* elements in 16 bytes */
+    static __device__ __forceinline__ float load(const uint8_t *row, size_t e)
+    {
         return ((const float *)row)[e];
-    uint16_t v = ((const uint16_t *)row)[e];
-    return dtype == WEFT_FLOAT16 ? weft_dev_half_to_float(v) : weft_dev_bf16_to_float(v);
-}
-
-static __device__ __forceinline__ void store_elem(void *out, size_t e, int dtype, float v)
-{
-    if (dtype == WEFT_FLOAT32)
-        ((float *)out)[e] = v;
-    else
-        ((uint16_t *)out)[e] =
-            dtype == WEFT_FLOAT16 ? weft_dev_float_to_half(v) : weft_dev_float_to_bf16(v);
-}
-
-/* 16 bytes of dtype elements (8 16-bit or 4 float32) to floats; returns the element count. */
-static __device__ __forceinline__ int unpack16(uint4 v, int dtype, float *f)
-{
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-    if (dtype == WEFT_FLOAT32) {
-        for (int i = 0; i < 4; i++)
-            f[i] = __uint_as_float(w[i]);
-        return 4;
     }
-    for (int i = 0; i < 4; i++) {
-        uint16_t lo = (uint16_t)(w[i] & 0xffffu), hi = (uint16_t)(w[i] >> 16);
-        f[2 * i] = dtype == WEFT_FLOAT16 ? weft_dev_half_to_float(lo) : weft_dev_bf16_to_float(lo);
-        f[2 * i + 1] =
-            dtype == WEFT_FLOAT16 ? weft_dev_half_to_float(hi) : weft_dev_bf16_to_float(hi);
+    static __device__ __forceinline__ void store(uint8_t *row, size_t e, float v)
+    {
+        ((float *)row)[e] = v;
     }
-    return 8;
-}
-
-static __device__ __forceinline__ uint4 pack16(const float *f, int dtype)
-{
-    uint32_t w[4];
-    for (int i = 0; i < 4; i++) {
-        if (dtype == WEFT_FLOAT32) {
-            w[i] = __float_as_uint(f[i]);
-        } else {
-            uint32_t lo = dtype == WEFT_FLOAT16 ? weft_dev_float_to_half(f[2 * i])
-                                                : weft_dev_float_to_bf16(f[2 * i]);
-            uint32_t hi = dtype == WEFT_FLOAT16 ? weft_dev_float_to_half(f[2 * i + 1])
-                                                : weft_dev_float_to_bf16(f[2 * i + 1]);
-            w[i] = lo | hi << 16;
+    static __device__ __forceinline__ void unpack(uint4 v, float *f)
+    {
+        f[0] = __uint_as_float(v.x);
+        f[1] = __uint_as_float(v.y);
+        f[2] = __uint_as_float(v.z);
+        f[3] = __uint_as_float(v.w);
+    }
+    static __device__ __forceinline__ uint4 pack(const float *f)
+    {
+        return make_uint4(__float_as_uint(f[0]), __float_as_uint(f[1]), __float_as_uint(f[2]),
+                          __float_as_uint(f[3]));
+    }
+};
+template <int Dtype> struct moe_elem16 {
+    static const int per16 = 8;
+    static __device__ __forceinline__ float to_float(uint16_t v)
+    {
+        return Dtype == WEFT_FLOAT16 ? weft_dev_half_to_float(v) : weft_dev_bf16_to_float(v);
+    }
+    static __device__ __forceinline__ uint16_t from_float(float v)
+    {
+        return Dtype == WEFT_FLOAT16 ? weft_dev_float_to_half(v) : weft_dev_float_to_bf16(v);
+    }
+    static __device__ __forceinline__ float load(const uint8_t *row, size_t e)
+    {
+        return to_float(((const uint16_t *)row)[e]);
+    }
+    static __device__ __forceinline__ void store(uint8_t *row, size_t e, float v)
+    {
+        ((uint16_t *)row)[e] = from_float(v);
+    }
+    static __device__ __forceinline__ void unpack(uint4 v, float *f)
+    {
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            f[2 * i] = to_float((uint16_t)(w[i] & 0xffffu));
+            f[2 * i + 1] = to_float((uint16_t)(w[i] >> 16));
         }
     }
-    return make_uint4(w[0], w[1], w[2], w[3]);
-}
+    static __device__ __forceinline__ uint4 pack(const float *f)
+    {
+        uint32_t w[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            w[i] = (uint32_t)from_float(f[2 * i]) | (uint32_t)from_float(f[2 * i + 1]) << 16;
+        return make_uint4(w[0], w[1], w[2], w[3]);
+    }
+};
+template <> struct moe_elem<WEFT_FLOAT16> : moe_elem16<WEFT_FLOAT16> {
+};
+template <> struct moe_elem<WEFT_BFLOAT16> : moe_elem16<WEFT_BFLOAT16> {
+};
 
-__global__ void __launch_bounds__(MOE_THREADS) moe_combine(const __grid_constant__ weft_moe_dev_args_t a)
+/* Rows of one token whose 16-byte vectors a lane loads before the first add (they are
+ * independent loads; one at a time left the kernel latency-bound at a third of the memory
+ * bandwidth). With 8 the 16-bit kernels fit 64 registers, so two blocks share an SM. */
+#define COMBINE_ROWS 8
+
+template <int Dtype>
+__global__ void __launch_bounds__(MOE_THREADS, 2) moe_combine(const __grid_constant__ weft_moe_dev_args_t a)
 {
+    typedef moe_elem<Dtype> E;
     __shared__ const uint8_t *src[WEFT_CUDA_MAX_RANKS]; /* rank d's row 0 of this rank's block */
+    __shared__ const uint8_t *rows[MOE_THREADS / WARP][WEFT_CUDA_MAX_RANKS]; /* per warp */
     __shared__ int rejected, vec;
     const int n = a.nranks, me = a.rank;
     const uint64_t T = a.tokens[me], H = a.hidden;
-    const size_t es = a.dtype == WEFT_FLOAT32 ? 4 : 2, row_bytes = H * es;
+    const size_t row_bytes = H * (16 / E::per16);
     const weft_moe_dev_header_t *mine = (const weft_moe_dev_header_t *)a.base[me];
     if (threadIdx.x == 0) {
         rejected = (int)mine->rejected;
@@ -306,42 +331,52 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_combine(const __grid_constant
     __syncthreads();
     const int32_t *pos = (const int32_t *)(a.base[me] + weft_moe_dev_layout(T, n, a.topk).pos);
     const unsigned full = 0xffffffffu;
-    const int lane = (int)(threadIdx.x % WARP);
+    const int lane = (int)(threadIdx.x % WARP), warp = (int)(threadIdx.x / WARP);
+    const uint8_t **my_rows = rows[warp];
     const uint64_t warps = (uint64_t)gridDim.x * (MOE_THREADS / WARP);
-    for (uint64_t t = blockIdx.x * (MOE_THREADS / WARP) + threadIdx.x / WARP; t < T; t += warps) {
-        /* Lane d holds the row of token t in rank d's block, or -1. */
-        int32_t my_pos = lane < n && !rejected && src[lane] ? pos[t * n + lane] : -1;
+    for (uint64_t t = blockIdx.x * (MOE_THREADS / WARP) + warp; t < T; t += warps) {
+        /* The rows of token t, in rank order: my_rows[0 .. m). */
+        int32_t i = lane < n && !rejected && src[lane] ? pos[t * n + lane] : -1;
+        unsigned have = __ballot_sync(full, i >= 0);
+        const int m = __popc(have);
+        __syncwarp(); /* the previous token's reads of my_rows are done */
+        if (i >= 0)
+            my_rows[__popc(have & ((1u << lane) - 1u))] = src[lane] + (uint64_t)i * row_bytes;
+        __syncwarp();
         uint8_t *o = (uint8_t *)a.out + t * row_bytes;
-        if (vec) {
-            const uint64_t nvec = row_bytes / 16;
-            for (uint64_t c0 = 0; c0 < nvec; c0 += WARP) { /* warp-uniform: the shuffles */
-                uint64_t c = c0 + (uint64_t)lane;
-                float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, f[8];
-                for (int d = 0; d < n; d++) {
-                    int32_t i = __shfl_sync(full, my_pos, d);
-                    if (i < 0 || c >= nvec)
-                        continue;
-                    uint4 v = *(const uint4 *)(src[d] + (uint64_t)i * row_bytes + c * 16);
-                    int m = unpack16(v, a.dtype, f);
-                    for (int e = 0; e < m; e++)
-                        acc[e] = weft_dev_add_rn(acc[e], f[e]);
-                }
-                if (c < nvec)
-                    *(uint4 *)(o + c * 16) = pack16(acc, a.dtype);
+        if (!vec) {
+            for (uint64_t e = (uint64_t)lane; e < H; e += WARP) {
+                float acc = 0.0f;
+                for (int j = 0; j < m; j++)
+                    acc = weft_dev_add_rn(acc, E::load(my_rows[j], e));
+                E::store(o, e, acc);
             }
             continue;
         }
-        for (uint64_t e0 = 0; e0 < H; e0 += WARP) {
-            uint64_t e = e0 + (uint64_t)lane;
-            float acc = 0.0f;
-            for (int d = 0; d < n; d++) {
-                int32_t i = __shfl_sync(full, my_pos, d);
-                if (i >= 0 && e < H)
-                    acc = weft_dev_add_rn(acc, load_elem(src[d] + (uint64_t)i * row_bytes, e,
-                                                         a.dtype));
+        const uint64_t nvec = row_bytes / 16;
+        for (uint64_t c = (uint64_t)lane; c < nvec; c += WARP) {
+            float acc[E::per16];
+#pragma unroll
+            for (int e = 0; e < E::per16; e++)
+                acc[e] = 0.0f;
+            for (int j0 = 0; j0 < m; j0 += COMBINE_ROWS) {
+                uint4 v[COMBINE_ROWS];
+#pragma unroll
+                for (int r = 0; r < COMBINE_ROWS; r++)
+                    if (j0 + r < m)
+                        v[r] = *(const uint4 *)(my_rows[j0 + r] + c * 16);
+#pragma unroll
+                for (int r = 0; r < COMBINE_ROWS; r++) {
+                    if (j0 + r >= m)
+                        break;
+                    float f[E::per16];
+                    E::unpack(v[r], f);
+#pragma unroll
+                    for (int e = 0; e < E::per16; e++)
+                        acc[e] = weft_dev_add_rn(acc[e], f[e]);
+                }
             }
-            if (e < H)
-                store_elem(o, e, a.dtype, acc);
+            *(uint4 *)(o + c * 16) = E::pack(acc);
         }
     }
 }
@@ -349,6 +384,12 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_combine(const __grid_constant
 extern "C" weft_status_t weft_moe_dev_combine_launch(const weft_moe_dev_args_t *a, int nblocks,
                                                      void *stream)
 {
-    moe_combine<<<nblocks, MOE_THREADS, 0, (cudaStream_t)stream>>>(*a);
+    cudaStream_t s = (cudaStream_t)stream;
+    if (a->dtype == WEFT_FLOAT32)
+        moe_combine<WEFT_FLOAT32><<<nblocks, MOE_THREADS, 0, s>>>(*a);
+    else if (a->dtype == WEFT_FLOAT16)
+        moe_combine<WEFT_FLOAT16><<<nblocks, MOE_THREADS, 0, s>>>(*a);
+    else
+        moe_combine<WEFT_BFLOAT16><<<nblocks, MOE_THREADS, 0, s>>>(*a);
     return launched("weft_moe_combine", nblocks);
 }

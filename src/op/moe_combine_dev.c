@@ -81,7 +81,7 @@ weft_status_t weft_moe_combine_dev(struct weft_comm *comm, const struct weft_moe
     }
     st = weft_cuda_enter(comm, stream);
     if (st == WEFT_SUCCESS)
-        st = weft_moe_dev_combine_launch(&a, weft_cuda_blocks(comm), stream);
+        st = weft_moe_dev_combine_launch(&a, weft_cuda_moe_blocks(comm), stream);
     if (st == WEFT_SUCCESS)
         st = weft_cuda_leave(comm, stream);
     if (st != WEFT_SUCCESS) /* peers wait for this rank's flags: unusable from here */

@@ -145,7 +145,7 @@ weft_status_t weft_moe_dispatch_dev(struct weft_comm *comm, const void *x, size_
     if (st == WEFT_SUCCESS)
         st = weft_cuda_enter(comm, stream);
     if (st == WEFT_SUCCESS)
-        st = weft_moe_dev_gather_launch(&a, weft_cuda_blocks(comm), stream);
+        st = weft_moe_dev_gather_launch(&a, weft_cuda_moe_blocks(comm), stream);
     if (st == WEFT_SUCCESS)
         st = weft_cuda_leave(comm, stream);
     if (st != WEFT_SUCCESS) {

@@ -99,6 +99,9 @@ static const cfg_row_t rows[] = {
      "unit capacity)"},
     {"WEFT_CUDA_FANOUT", NULL, "0", "blocks", CFG_INT, OFF(cuda_fanout), NULL,
      "CUDA: at most this many blocks read one peer at once (0: no cap)"},
+    {"WEFT_CUDA_MOE_BLOCKS", NULL, "0", "blocks", CFG_INT, OFF(cuda_moe_blocks), NULL,
+     "CUDA: thread blocks of the MoE gather and combine kernels, which never wait for a peer "
+     "(0: two per SM of this rank's share of the GPU)"},
     {"WEFT_CUDA_COPY_ENGINE", NULL, "0", "", CFG_INT, OFF(cuda_copy_engine), NULL,
      "CUDA: 1 runs all-gather, all-to-all(v) and broadcast copies on the copy engines (no SM)"},
     {"WEFT_CUDA_CHUNK_BYTES", NULL, "64M", "bytes", CFG_BYTES, OFF(cuda_chunk_bytes), NULL,
