@@ -17,6 +17,8 @@
  *
  *   weft dispatch      weft_moe_dispatch (capacity n T rows), then weft_moe_handle kept
  *   weft combine       weft_moe_combine of y = recv_x with that handle
+ *   (weft reuse        weft_moe_dispatch of x again reusing that handle's layout: WEFT_MOE_REUSE,
+ *                      no routing outputs, as the backward pass sends gradients)
  *   baseline dispatch  (a) layout: a kernel computes, per destination rank, which tokens go
  *                          there and their positions (a stable scan) and the per-destination
  *                          counts; weft_all_to_all of the counts; the counts copied to the host
@@ -85,8 +87,17 @@ typedef struct setup {
     const char *json;
 } setup_t;
 
-/* The four measured operations, and the layout part of the baseline dispatch. */
-enum { M_WEFT_DISPATCH, M_WEFT_COMBINE, M_BASE_DISPATCH, M_BASE_COMBINE, M_BASE_LAYOUT, NUM_M };
+/* The four measured operations, the layout part of the baseline dispatch, and weft's dispatch
+ * reusing a layout. */
+enum {
+    M_WEFT_DISPATCH,
+    M_WEFT_COMBINE,
+    M_BASE_DISPATCH,
+    M_BASE_COMBINE,
+    M_BASE_LAYOUT,
+    M_WEFT_REUSE,
+    NUM_M
+};
 
 /* Values reduced over ranks at the end: the medians, then rows received and its negation. */
 #define NUM_VALS (NUM_M + 2)
@@ -447,6 +458,21 @@ static double weft_dispatch(bench_t *m, weft_moe_handle_t *h)
     return us_since(t0);
 }
 
+/* The backward pass's dispatch: the same rows along h's layout (WEFT_MOE_REUSE), no routing
+ * outputs. */
+static double weft_dispatch_reuse(bench_t *m, weft_moe_handle_t h)
+{
+    const setup_t *s = m->s;
+    barrier(m);
+    uint64_t t0 = weft_now_ns();
+    weft_ok(weft_moe_dispatch(m->comm, m->x, s->T, s->H, WEFT_BFLOAT16, NULL, NULL,
+                              WEFT_MOE_REUSE, 0, m->rx, NULL, NULL, NULL, m->cap, m->nrecv, &h,
+                              m->stream),
+            "weft_moe_dispatch reusing the layout");
+    sync_stream(m, "cudaStreamSynchronize after weft_moe_dispatch (reuse)");
+    return us_since(t0);
+}
+
 static double weft_combine(bench_t *m, weft_moe_handle_t h)
 {
     barrier(m);
@@ -535,6 +561,7 @@ static void iteration(bench_t *m, int i)
     double t[NUM_M];
     t[M_WEFT_DISPATCH] = weft_dispatch(m, &h);
     t[M_WEFT_COMBINE] = weft_combine(m, h);
+    t[M_WEFT_REUSE] = weft_dispatch_reuse(m, h);
     weft_ok(weft_moe_handle_destroy(h), "weft_moe_handle_destroy");
     t[M_BASE_DISPATCH] = base_dispatch(m, &t[M_BASE_LAYOUT]);
     t[M_BASE_COMBINE] = base_combine(m);
@@ -719,6 +746,12 @@ static void report(bench_t *m, int check_ok)
             json_row(m, ops[op], "baseline", tb, bytes / tb / 1e3, rows_avg, ratio, check_ok);
         }
     }
+    double tr = mx[M_WEFT_REUSE], rr = tr > 0 ? mx[M_BASE_DISPATCH] / tr : 0;
+    printf("%10s %9s %11.2f %9.2f %10.3f\n", "dispatch", "reuse", tr, bytes / tr / 1e3, rr);
+    if (m->json)
+        json_row(m, "dispatch", "weft-reuse", tr, bytes / tr / 1e3, rows_avg, rr, check_ok);
+    printf("# reuse: weft_moe_dispatch of the same rows reusing the first dispatch's layout "
+           "(WEFT_MOE_REUSE, no routing outputs); base/weft against the baseline dispatch\n");
     printf("# baseline dispatch: layout (kernel, all_to_all of the counts, counts to the host) "
            "%.2f us of %.2f us\n",
            mx[M_BASE_LAYOUT], mx[M_BASE_DISPATCH]);

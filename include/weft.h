@@ -210,6 +210,9 @@ WEFT_API weft_status_t weft_barrier(weft_comm_t comm, void *stream);
  * ------------------------------------------------------------------------------------------- */
 typedef struct weft_moe_handle *weft_moe_handle_t;
 
+/* topk of a weft_moe_dispatch that reuses the layout of the handle it is given (see there). */
+#define WEFT_MOE_REUSE 0
+
 /* Send each of this rank's num_tokens rows of x (hidden elements of dtype: float32, float16 or
  * bfloat16) to every rank that owns one of its experts, once per rank however many of its
  * experts live there. topk_idx and topk_weights hold num_tokens x topk entries (row-major);
@@ -228,7 +231,17 @@ typedef struct weft_moe_handle *weft_moe_handle_t;
  *
  * On success *handle holds the layout for weft_moe_combine (free it with
  * weft_moe_handle_destroy); on failure no output parameter is set. x and the routing arrays may
- * be reused as soon as the call returns. */
+ * be reused as soon as the call returns.
+ *
+ * Layout reuse (the backward pass, or any later dispatch with the same routing): with topk =
+ * WEFT_MOE_REUSE and *handle a handle of an earlier dispatch on this communicator, x is sent
+ * along that dispatch's routing and nothing of the layout is recomputed. num_tokens, hidden and
+ * dtype must be the handle's; topk_idx, topk_weights and num_experts are ignored (may be NULL /
+ * 0); recv_topk_idx, recv_topk_weights and recv_expert_counts may each be NULL, and are written
+ * as by the first dispatch otherwise; max_recv_tokens is checked again. *handle is left as is:
+ * the handle serves combines of either dispatch (they share the layout). Every rank must reuse
+ * in the same call (else WEFT_ERR_MISMATCH). On the CUDA backend a handle reflects the verdict of
+ * its latest dispatch: one rejected on the device makes its combines write zeros. */
 WEFT_API weft_status_t weft_moe_dispatch(weft_comm_t comm, const void *x, size_t num_tokens,
                                          size_t hidden, weft_dtype_t dtype, const int64_t *topk_idx,
                                          const float *topk_weights, int topk, int num_experts,

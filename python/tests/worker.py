@@ -504,6 +504,23 @@ def case_moe(ctx, dtype):
     k.sync()
     ctx.expect_values(out2, k.round_f32(want, dtype) if dtype != "float32" else want,
                       "moe_combine again into out")
+    # The backward pass: new rows along the same routing (the handle's layout reused), then a
+    # combine of them with the same handle.
+    x2 = -2 * x
+    back = comm.moe_dispatch(k.array(x2, dtype), handle=res.handle)
+    k.sync()
+    ctx.expect(back.handle is res.handle and back.recv_topk_idx is None,
+               "moe_dispatch with handle: the handle and no routing outputs")
+    rx2 = [-2 * row for row in rx]
+    ctx.expect_values(back.recv_x, np.array(rx2).reshape(num, hidden), "moe recv_x (reuse)")
+    out3 = comm.moe_combine(res.handle, k.array(np.array(rx2).reshape(num, hidden) * (me + 1),
+                                                dtype))
+    k.sync()
+    ctx.expect_values(out3, k.round_f32(-2 * want, dtype) if dtype != "float32" else -2 * want,
+                      "moe_combine after the reuse")
+    ctx.expect_raises(ValueError, lambda: comm.moe_dispatch(k.array(x2, dtype), idx,
+                                                            handle=res.handle),
+                      "moe_dispatch with both handle and a routing")
     res.handle.close()
 
 

@@ -69,9 +69,10 @@ def barrier(*, comm=None):
     return default_comm(comm).barrier()
 
 
-def moe_dispatch(x, topk_idx, topk_weights, num_experts, *, comm=None):
+def moe_dispatch(x, topk_idx=None, topk_weights=None, num_experts=None, *, handle=None,
+                 comm=None):
     """Comm.moe_dispatch on comm or the default communicator."""
-    return default_comm(comm).moe_dispatch(x, topk_idx, topk_weights, num_experts)
+    return default_comm(comm).moe_dispatch(x, topk_idx, topk_weights, num_experts, handle=handle)
 
 
 def moe_combine(handle, y, out=None, *, comm=None):

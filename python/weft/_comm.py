@@ -20,6 +20,8 @@ import numpy as np
 from . import _buffers as B
 from ._lib import STATS_FIELDS, WeftError, _Config, _Stats, check, library
 
+MOE_REUSE = 0  # WEFT_MOE_REUSE (weft.h): the topk of a dispatch reusing a handle's layout
+
 _BACKENDS = {"auto": 0, "host": 1, "cuda": 2}
 _REGISTRATIONS = {"roa": 0, "jit": 1, "staged": 2}
 
@@ -350,15 +352,29 @@ class Comm:
 
     # -- mixture of experts --------------------------------------------------------------------
 
-    def moe_dispatch(self, x, topk_idx, topk_weights, num_experts):
+    def moe_dispatch(self, x, topk_idx=None, topk_weights=None, num_experts=None, *,
+                     handle=None):
         """Send each row of x (num_tokens x hidden; float32, float16 or bfloat16) to every rank
         that owns one of its experts (rank r owns experts [r*E/size, (r+1)*E/size) of
         num_experts = E). topk_idx (int64) and topk_weights (float32) are num_tokens x topk;
         expert -1 is masked. Returns a MoeDispatchResult; see weft_moe_dispatch in weft.h for
         the order and meaning of what is received. The outputs are sized exactly: one small
-        all-to-all of per-rank token counts runs first."""
+        all-to-all of per-rank token counts runs first.
+
+        With handle (the MoeHandle of an earlier dispatch; the backward pass), x (of that
+        dispatch's shape and dtype) goes along the same routing, which is neither given nor
+        recomputed (WEFT_MOE_REUSE): the result has recv_x, num_recv_tokens and that handle,
+        and None for the routing outputs."""
         call = "moe_dispatch"
-        handle = self._live(call)
+        if handle is not None:
+            if topk_idx is not None or topk_weights is not None or num_experts is not None:
+                raise ValueError(f"{call}: with handle, the routing is the handle's: pass no "
+                                 "topk_idx, topk_weights or num_experts")
+            return self._moe_dispatch_reuse(call, x, handle)
+        if topk_idx is None or topk_weights is None or num_experts is None:
+            raise TypeError(f"{call}: topk_idx, topk_weights and num_experts are required "
+                            "without handle")
+        comm = self._live(call)
         xb = B.as_buffer(call, "x", x)
         ib = B.as_buffer(call, "topk_idx", topk_idx)
         wb = B.as_buffer(call, "topk_weights", topk_weights)
@@ -405,7 +421,7 @@ class Comm:
         moe = ctypes.c_void_p()
         with self._lock:
             check(library().weft_moe_dispatch(
-                handle, xb.ptr, num_tokens, hidden, xb.dtype, ib.ptr, wb.ptr, topk,
+                comm, xb.ptr, num_tokens, hidden, xb.dtype, ib.ptr, wb.ptr, topk,
                 num_experts, ptrs[0], ptrs[1], ptrs[2], ptrs[3], num_recv, ptrs[4],
                 ctypes.byref(moe), B.stream_of(self),
             ))
@@ -421,13 +437,32 @@ class Comm:
             handle=h,
         )
 
-    def moe_combine(self, handle, y, out=None):
-        """The reverse of the dispatch that made handle: y has one row per received token, in
-        dispatch order (num_recv_tokens x hidden, the dispatch's dtype); returns out
-        (num_tokens x hidden, allocated if None) whose row t sums, over the ranks that received
-        token t, their row for it (float32 accumulation in rank order)."""
-        call = "moe_combine"
+    def _moe_dispatch_reuse(self, call, x, handle):
         comm = self._live(call)
+        self._check_moe_handle(call, handle)
+        xb = B.as_buffer(call, "x", x)
+        B.check_device(call, self, [xb])
+        hx = handle._x
+        if xb.dtype != hx.dtype or len(xb.shape) != 2 or xb.shape[0] != handle.num_tokens or \
+                xb.shape[1] != handle.hidden:
+            raise ValueError(f"{call}: x has shape {xb.shape} and dtype {xb.dtype_name}; reusing "
+                             f"the handle's layout needs ({handle.num_tokens}, {handle.hidden}) "
+                             f"and {hx.dtype_name}")
+        n = handle.num_recv_tokens
+        recv_x = B.empty_like_kind(xb, (n, handle.hidden), "same")
+        got = B.empty_like_kind(xb, (1,), "int64")
+        ptrs = [B.as_buffer(call, "out", a, writable=True).ptr for a in (recv_x, got)]
+        moe = ctypes.c_void_p(handle._handle.value)  # in: the layout; left as is
+        with self._lock:
+            check(library().weft_moe_dispatch(
+                comm, xb.ptr, handle.num_tokens, handle.hidden, xb.dtype, None, None,
+                MOE_REUSE, 0, ptrs[0], None, None, None, n, ptrs[1], ctypes.byref(moe),
+                B.stream_of(self),
+            ))
+        return MoeDispatchResult(recv_x=recv_x, recv_topk_idx=None, recv_topk_weights=None,
+                                 recv_expert_counts=None, num_recv_tokens=n, handle=handle)
+
+    def _check_moe_handle(self, call, handle):
         if not isinstance(handle, MoeHandle):
             raise TypeError(f"{call}: handle must be the MoeHandle of a moe_dispatch, not "
                             f"{type(handle).__name__}")
@@ -435,6 +470,15 @@ class Comm:
             raise ValueError(f"{call}: handle was closed")
         if handle._comm is not self:
             raise ValueError(f"{call}: handle comes from a dispatch on another communicator")
+
+    def moe_combine(self, handle, y, out=None):
+        """The reverse of the dispatch that made handle: y has one row per received token, in
+        dispatch order (num_recv_tokens x hidden, the dispatch's dtype); returns out
+        (num_tokens x hidden, allocated if None) whose row t sums, over the ranks that received
+        token t, their row for it (float32 accumulation in rank order)."""
+        call = "moe_combine"
+        comm = self._live(call)
+        self._check_moe_handle(call, handle)
         xb = handle._x
         yb = B.as_buffer(call, "y", y)
         B.check_device(call, self, [yb])

@@ -36,6 +36,28 @@ static weft_status_t check_comm(const char *call, weft_comm_t comm, void *stream
     return WEFT_SUCCESS;
 }
 
+/* A WEFT_MOE_REUSE dispatch: the handle to reuse, whose shape the call must repeat. */
+static weft_status_t check_reuse(const char *call, weft_comm_t comm, weft_moe_handle_t *handle,
+                                 size_t num_tokens, size_t hidden, weft_dtype_t dtype)
+{
+    if (!handle || !*handle)
+        return INVALID("%s: topk is WEFT_MOE_REUSE but %s is NULL (no layout to reuse)", call,
+                       !handle ? "handle" : "*handle");
+    const struct weft_moe_handle *h = *handle;
+    if (h->comm != comm)
+        return INVALID("%s: *handle comes from a dispatch on another communicator", call);
+    if (num_tokens != h->num_tokens)
+        return INVALID("%s: num_tokens %zu differs from the reused layout's %zu", call,
+                       num_tokens, h->num_tokens);
+    if (hidden != h->hidden)
+        return INVALID("%s: hidden %zu differs from the reused layout's %zu", call, hidden,
+                       h->hidden);
+    if (dtype != h->dtype)
+        return INVALID("%s: dtype %s differs from the reused layout's %s", call,
+                       weft_dtype_name(dtype), weft_dtype_name(h->dtype));
+    return WEFT_SUCCESS;
+}
+
 weft_status_t weft_moe_dispatch(weft_comm_t comm, const void *x, size_t num_tokens, size_t hidden,
                                 weft_dtype_t dtype, const int64_t *topk_idx,
                                 const float *topk_weights, int topk, int num_experts, void *recv_x,
@@ -47,6 +69,15 @@ weft_status_t weft_moe_dispatch(weft_comm_t comm, const void *x, size_t num_toke
     weft_status_t st = check_comm(call, comm, stream);
     if (st != WEFT_SUCCESS)
         return st;
+    struct weft_moe_handle *reuse = NULL;
+    if (topk == WEFT_MOE_REUSE) { /* the routing is the handle's */
+        st = check_reuse(call, comm, handle, num_tokens, hidden, dtype);
+        if (st != WEFT_SUCCESS)
+            return st;
+        reuse = *handle;
+        topk = reuse->topk;
+        num_experts = reuse->num_experts;
+    }
     int n = comm->nranks;
     if (!is_float_dtype(dtype))
         return INVALID("%s: dtype %s is not float32, float16 or bfloat16", call,
@@ -67,29 +98,27 @@ weft_status_t weft_moe_dispatch(weft_comm_t comm, const void *x, size_t num_toke
         max_recv_tokens > SIZE_MAX / sizeof(int64_t) / (size_t)topk)
         return INVALID("%s: max_recv_tokens %zu x hidden %zu overflows the address space", call,
                        max_recv_tokens, hidden);
-    if (num_tokens > 0 && (!x || !topk_idx || !topk_weights))
+    if (num_tokens > 0 && !x)
+        return INVALID("%s: x is NULL with num_tokens %zu", call, num_tokens);
+    if (num_tokens > 0 && !reuse && (!topk_idx || !topk_weights))
         return INVALID("%s: %s is NULL with num_tokens %zu", call,
-                       !x          ? "x"
-                       : !topk_idx ? "topk_idx"
-                                   : "topk_weights",
-                       num_tokens);
-    if (max_recv_tokens > 0 && (!recv_x || !recv_topk_idx || !recv_topk_weights))
+                       !topk_idx ? "topk_idx" : "topk_weights", num_tokens);
+    if (max_recv_tokens > 0 && !recv_x)
+        return INVALID("%s: recv_x is NULL with max_recv_tokens %zu", call, max_recv_tokens);
+    if (max_recv_tokens > 0 && !reuse && (!recv_topk_idx || !recv_topk_weights))
         return INVALID("%s: %s is NULL with max_recv_tokens %zu", call,
-                       !recv_x          ? "recv_x"
-                       : !recv_topk_idx ? "recv_topk_idx"
-                                        : "recv_topk_weights",
-                       max_recv_tokens);
-    if (!recv_expert_counts || !num_recv_tokens || !handle)
+                       !recv_topk_idx ? "recv_topk_idx" : "recv_topk_weights", max_recv_tokens);
+    if ((!recv_expert_counts && !reuse) || !num_recv_tokens || !handle)
         return INVALID("%s: %s is NULL", call,
-                       !recv_expert_counts ? "recv_expert_counts"
-                       : !num_recv_tokens  ? "num_recv_tokens"
-                                           : "handle");
+                       !num_recv_tokens ? "num_recv_tokens"
+                       : !handle        ? "handle"
+                                        : "recv_expert_counts");
     if (comm->backend == WEFT_BACKEND_CUDA) /* asynchronous: the counts stay on the device */
         return weft_moe_dispatch_dev(comm, x, num_tokens, hidden, dtype, topk_idx, topk_weights,
                                      topk, num_experts, recv_x, recv_topk_idx, recv_topk_weights,
-                                     recv_expert_counts, max_recv_tokens, num_recv_tokens, handle,
-                                     stream);
-    for (size_t i = 0; i < num_tokens * (size_t)topk; i++) {
+                                     recv_expert_counts, max_recv_tokens, reuse, num_recv_tokens,
+                                     handle, stream);
+    for (size_t i = 0; !reuse && i < num_tokens * (size_t)topk; i++) {
         if (topk_idx[i] < -1 || topk_idx[i] >= num_experts)
             return INVALID("%s: topk_idx[%zu] = %lld is neither -1 nor an expert in [0, %d)", call,
                            i, (long long)topk_idx[i], num_experts);
@@ -98,7 +127,7 @@ weft_status_t weft_moe_dispatch(weft_comm_t comm, const void *x, size_t num_toke
     int64_t num_recv;
     st = weft_moe_dispatch_mesh(comm, x, num_tokens, hidden, dtype, topk_idx, topk_weights, topk,
                                 num_experts, recv_x, recv_topk_idx, recv_topk_weights,
-                                recv_expert_counts, max_recv_tokens, &num_recv, &h);
+                                recv_expert_counts, max_recv_tokens, reuse, &num_recv, &h);
     if (st != WEFT_SUCCESS)
         return st;
     *num_recv_tokens = num_recv;

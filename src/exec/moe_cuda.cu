@@ -99,14 +99,27 @@ extern "C" weft_status_t weft_moe_dev_layout_launch(const weft_moe_dev_args_t *a
     cudaStream_t s = (cudaStream_t)stream;
     /* bad, rejected and num_recv start at 0; the kernel writes the counts. */
     cudaError_t err = cudaMemsetAsync(a->base[a->rank], 0, sizeof(weft_moe_dev_header_t), s);
-    if (err == cudaSuccess && a->experts_per_rank > 0)
-        err = cudaMemsetAsync(a->recv_expert_counts, 0,
-                              (size_t)a->experts_per_rank * sizeof(int64_t), s);
     if (err != cudaSuccess)
         return weft_error(WEFT_ERR_CUDA, "weft_moe_dispatch: cudaMemsetAsync: %s",
                           cudaGetErrorString(err));
+    weft_status_t st = weft_moe_dev_counts_clear(a, stream);
+    if (st != WEFT_SUCCESS)
+        return st;
     moe_layout<<<a->nranks, MOE_THREADS, 0, s>>>(*a);
     return launched("weft_moe_dispatch: layout", a->nranks);
+}
+
+extern "C" weft_status_t weft_moe_dev_counts_clear(const weft_moe_dev_args_t *a, void *stream)
+{
+    if (!a->recv_expert_counts || a->experts_per_rank == 0)
+        return WEFT_SUCCESS;
+    cudaError_t err = cudaMemsetAsync(a->recv_expert_counts, 0,
+                                      (size_t)a->experts_per_rank * sizeof(int64_t),
+                                      (cudaStream_t)stream);
+    if (err != cudaSuccess)
+        return weft_error(WEFT_ERR_CUDA, "weft_moe_dispatch: cudaMemsetAsync: %s",
+                          cudaGetErrorString(err));
+    return WEFT_SUCCESS;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -195,9 +208,11 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_gather(const __grid_constant_
                       row_bytes, lane, WARP);
         for (size_t j = lane; j < (size_t)k; j += WARP) { /* k may exceed a warp */
             int64_t e = ((const int64_t *)(list + l.idx))[i * k + j];
-            a.recv_topk_idx[r * k + j] = e;
-            a.recv_topk_weights[r * k + j] = ((const float *)(list + l.weights))[i * k + j];
-            if (e >= 0)
+            if (a.recv_topk_idx) /* the three are optional when a layout is reused */
+                a.recv_topk_idx[r * k + j] = e;
+            if (a.recv_topk_weights)
+                a.recv_topk_weights[r * k + j] = ((const float *)(list + l.weights))[i * k + j];
+            if (e >= 0 && a.recv_expert_counts)
                 atomicAdd((unsigned long long *)&a.recv_expert_counts[e], 1ull);
         }
     }

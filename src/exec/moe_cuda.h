@@ -112,9 +112,13 @@ extern "C" {
  * from topk_idx / topk_weights (n blocks, one per destination), zero recv_expert_counts. */
 weft_status_t weft_moe_dev_layout_launch(const weft_moe_dev_args_t *args, void *stream);
 
+/* Dispatch reusing a layout, before the entry signal: zero recv_expert_counts (none when NULL). */
+weft_status_t weft_moe_dev_counts_clear(const weft_moe_dev_args_t *args, void *stream);
+
 /* Dispatch, between the signals: every rank's counts give the same verdict everywhere; when
- * accepted, pull every row, expert slot and weight meant for this rank and count per expert;
- * when rejected, write -1 to *num_recv_out and a report, nothing else. */
+ * accepted, pull every row, expert slot and weight meant for this rank and count per expert
+ * (recv_topk_idx, recv_topk_weights, recv_expert_counts: each skipped when NULL); when
+ * rejected, write -1 to *num_recv_out and a report, nothing else. */
 weft_status_t weft_moe_dev_gather_launch(const weft_moe_dev_args_t *args, int nblocks,
                                          void *stream);
 

@@ -31,18 +31,32 @@ struct weft_moe_handle {
      * indices of this rank's tokens that went to rank p. */
     size_t *send_off;     /* nranks + 1 entries */
     int64_t *send_tokens; /* send_off[nranks] entries */
-    /* Receive side: rows recv_off[p] .. recv_off[p] + recv_cnt[p] - 1 of recv_x came from p. */
-    size_t *recv_off; /* nranks entries */
-    size_t *recv_cnt; /* nranks entries */
-    size_t num_recv;  /* sum of recv_cnt */
-    /* CUDA backend: the layout lives in device memory instead (send_off ... num_recv unused). */
+    /* Receive side: rows recv_off[p] .. recv_off[p] + recv_cnt[p] - 1 of recv_x came from p;
+     * received row i is token recv_tokens[i] of its source, with the routing the dispatch
+     * wrote out (kept for a dispatch that reuses the layout). */
+    size_t *recv_off;      /* nranks entries */
+    size_t *recv_cnt;      /* nranks entries */
+    size_t num_recv;       /* sum of recv_cnt */
+    int64_t *recv_tokens;  /* num_recv entries */
+    int64_t *recv_idx;     /* num_recv x topk: recv_topk_idx */
+    float *recv_weights;   /* num_recv x topk: recv_topk_weights */
+    int64_t *recv_counts;  /* num_experts / nranks: recv_expert_counts */
+    /* CUDA backend: the layout lives in device memory instead (send_off ... recv_counts unused). */
     void *dev;       /* this rank's handle memory (exec/moe_cuda.h), registered; NULL on host */
     int topk;        /* k of the dispatch */
-    size_t capacity; /* its max_recv_tokens: rows y may have */
+    int num_experts; /* E of the dispatch */
+    size_t capacity; /* CUDA: max_recv_tokens of its latest dispatch: rows y may have */
 };
 
+/* The redop field of a dispatch's handshake descriptor: set when the dispatch reuses a layout,
+ * so that ranks which disagree on it get WEFT_ERR_MISMATCH before any data moves. */
+#define WEFT_MOE_DESC_REUSE 1
+
 /* Dispatch and combine with the arguments of the public functions, already checked by the api
- * layer (host backend). Dispatch sets *handle_out and *num_recv_out only on success; on
+ * layer (host backend). reuse: NULL for a fresh dispatch, else the handle whose layout a
+ * WEFT_MOE_REUSE dispatch reuses (topk and num_experts are then the handle's, topk_idx and
+ * topk_weights unused, the routing outputs optional); it is returned in *handle_out and never
+ * changed. Dispatch sets *handle_out and *num_recv_out only on success; on
  * WEFT_ERR_INVALID_ARGUMENT (a rank would receive more than max_recv_tokens) every rank returns
  * that status, no output was written and the communicator stays usable. Both block until every
  * peer finished reading this rank's buffers. */
@@ -51,7 +65,8 @@ weft_status_t weft_moe_dispatch_mesh(struct weft_comm *comm, const void *x, size
                                      const float *topk_weights, int topk, int num_experts,
                                      void *recv_x, int64_t *recv_topk_idx, float *recv_topk_weights,
                                      int64_t *recv_expert_counts, size_t max_recv_tokens,
-                                     int64_t *num_recv_out, struct weft_moe_handle **handle_out);
+                                     struct weft_moe_handle *reuse, int64_t *num_recv_out,
+                                     struct weft_moe_handle **handle_out);
 weft_status_t weft_moe_combine_mesh(struct weft_comm *comm, const struct weft_moe_handle *handle,
                                     const void *y, void *out);
 
@@ -66,8 +81,8 @@ weft_status_t weft_moe_dispatch_dev(struct weft_comm *comm, const void *x, size_
                                     const float *topk_weights, int topk, int num_experts,
                                     void *recv_x, int64_t *recv_topk_idx, float *recv_topk_weights,
                                     int64_t *recv_expert_counts, size_t max_recv_tokens,
-                                    int64_t *num_recv_out, struct weft_moe_handle **handle_out,
-                                    void *stream);
+                                    struct weft_moe_handle *reuse, int64_t *num_recv_out,
+                                    struct weft_moe_handle **handle_out, void *stream);
 /* y NULL stands for "nothing received" (the host cannot check it): peers then take no rows
  * from this rank. */
 weft_status_t weft_moe_combine_dev(struct weft_comm *comm, const struct weft_moe_handle *handle,

@@ -11,7 +11,10 @@
  * before anyone writes, so an overflow fails every rank and never overruns a buffer. Finally each
  * rank pulls from every peer that peer's list, its expert slots and the token rows (runs of
  * consecutive tokens coalesced into one slice), as COPY work split over the workers by the
- * partitioner, and the closing signal releases the peers' buffers.
+ * partitioner, and the closing signal releases the peers' buffers. The handle keeps the receive
+ * side too (source token of every received row, and the received routing), so that a dispatch
+ * reusing it (WEFT_MOE_REUSE) stages no lists: it posts x and its pair counts, agrees on the
+ * verdict (capacity; handles of the same dispatch on both ends of every pair) and pulls rows.
  *
  * Thread safety: runs on the communicator's user thread; the workers only read peers' memory and
  * write this rank's outputs.
@@ -49,6 +52,10 @@ void weft_moe_handle_free(struct weft_moe_handle *handle)
         if (weft_registry_free(handle->comm->registry, handle->dev) != WEFT_SUCCESS)
             WEFT_LOG_WARN("weft_moe_handle_destroy: %s", weft_last_error());
     }
+    free(handle->recv_counts);
+    free(handle->recv_weights);
+    free(handle->recv_idx);
+    free(handle->recv_tokens);
     free(handle->send_tokens);
     free(handle->recv_cnt);
     free(handle->recv_off);
@@ -169,19 +176,28 @@ static weft_status_t gather_add(gather_t *g, int peer, void *dst, const void *sr
     return WEFT_SUCCESS;
 }
 
-/* Pull everything peer p sends: expert slots, weights and token rows, into their places. */
-static weft_status_t gather_peer(gather_t *g, int p, const uint8_t *list, const uint8_t *xs,
-                                 size_t c, size_t off, size_t k, size_t row_bytes, void *recv_x,
-                                 int64_t *recv_topk_idx, float *recv_topk_weights)
+/* Pull peer p's expert slots and weights from its list into their places (a fresh dispatch). */
+static weft_status_t gather_slots(gather_t *g, int p, const uint8_t *list, size_t c, size_t off,
+                                  size_t k, int64_t *recv_topk_idx, float *recv_topk_weights)
 {
     if (c == 0)
         return WEFT_SUCCESS;
-    const int64_t *tokens = (const int64_t *)list;
-    const int64_t *idx = tokens + c;
+    const int64_t *idx = (const int64_t *)list + c;
     const float *w = (const float *)(idx + c * k);
     weft_status_t st = gather_add(g, p, recv_topk_idx + off * k, idx, c * k * sizeof *idx);
     if (st == WEFT_SUCCESS)
         st = gather_add(g, p, recv_topk_weights + off * k, w, c * k * sizeof *w);
+    return st;
+}
+
+/* Pull the rows of peer p's tokens (h->recv_tokens of its block) from its x, runs of consecutive
+ * tokens as one slice. */
+static weft_status_t gather_rows(gather_t *g, const struct weft_moe_handle *h, int p,
+                                 const uint8_t *xs, size_t row_bytes, void *recv_x)
+{
+    const int64_t *tokens = h->recv_tokens + h->recv_off[p];
+    size_t c = h->recv_cnt[p], off = h->recv_off[p];
+    weft_status_t st = WEFT_SUCCESS;
     for (size_t i = 0; i < c && st == WEFT_SUCCESS;) {
         size_t j = i + 1;
         while (j < c && tokens[j] == tokens[j - 1] + 1)
@@ -193,12 +209,61 @@ static weft_status_t gather_peer(gather_t *g, int p, const uint8_t *list, const 
     return st;
 }
 
+/* A fresh dispatch's receive side, from the counts the peers posted: offsets, and room for the
+ * received routing the handle keeps (for a later reuse of the layout). */
+static weft_status_t receive_layout(struct weft_moe_handle *h, weft_op_t *op,
+                                    const uint64_t *pair_send, int epr)
+{
+    int n = h->nranks, me = op->comm->rank;
+    size_t k = (size_t)h->topk;
+    for (int p = 0; p < n; p++) {
+        h->recv_cnt[p] = p == me ? (size_t)pair_send[me] : (size_t)weft_op_peer(op, p)->pair_send;
+        h->recv_off[p] = h->num_recv;
+        h->num_recv += h->recv_cnt[p];
+    }
+    size_t rows = h->num_recv > 0 ? h->num_recv : 1;
+    h->recv_tokens = malloc(rows * sizeof *h->recv_tokens);
+    h->recv_idx = malloc(rows * k * sizeof *h->recv_idx);
+    h->recv_weights = malloc(rows * k * sizeof *h->recv_weights);
+    h->recv_counts = calloc((size_t)epr, sizeof *h->recv_counts);
+    if (!h->recv_tokens || !h->recv_idx || !h->recv_weights || !h->recv_counts)
+        return weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory for %zu received tokens", call,
+                          h->num_recv);
+    return WEFT_SUCCESS;
+}
+
+/* The routing outputs: a fresh dispatch keeps what it received in the handle, a reuse writes
+ * the handle's (where the caller asked for them). */
+static void routing_outputs(struct weft_moe_handle *h, int reuse, int64_t *recv_topk_idx,
+                            float *recv_topk_weights, int64_t *recv_expert_counts)
+{
+    size_t slots = h->num_recv * (size_t)h->topk, epr = (size_t)(h->num_experts / h->nranks);
+    if (slots == 0) {
+        /* nothing received: only the (zero) counts */
+    } else if (!reuse) {
+        memcpy(h->recv_idx, recv_topk_idx, slots * sizeof *h->recv_idx);
+        memcpy(h->recv_weights, recv_topk_weights, slots * sizeof *h->recv_weights);
+        for (size_t i = 0; i < slots; i++) {
+            if (h->recv_idx[i] >= 0)
+                h->recv_counts[h->recv_idx[i]]++;
+        }
+    } else {
+        if (recv_topk_idx)
+            memcpy(recv_topk_idx, h->recv_idx, slots * sizeof *h->recv_idx);
+        if (recv_topk_weights)
+            memcpy(recv_topk_weights, h->recv_weights, slots * sizeof *h->recv_weights);
+    }
+    if (recv_expert_counts)
+        memcpy(recv_expert_counts, h->recv_counts, epr * sizeof *h->recv_counts);
+}
+
 weft_status_t weft_moe_dispatch_mesh(struct weft_comm *comm, const void *x, size_t num_tokens,
                                      size_t hidden, weft_dtype_t dtype, const int64_t *topk_idx,
                                      const float *topk_weights, int topk, int num_experts,
                                      void *recv_x, int64_t *recv_topk_idx, float *recv_topk_weights,
                                      int64_t *recv_expert_counts, size_t max_recv_tokens,
-                                     int64_t *num_recv_out, struct weft_moe_handle **handle_out)
+                                     struct weft_moe_handle *reuse, int64_t *num_recv_out,
+                                     struct weft_moe_handle **handle_out)
 {
     weft_op_t op;
     weft_status_t st = weft_op_begin(comm, call, NULL, &op);
@@ -208,29 +273,36 @@ weft_status_t weft_moe_dispatch_mesh(struct weft_comm *comm, const void *x, size
     size_t k = (size_t)topk, row_bytes = hidden * weft_dtype_size(dtype);
     size_t x_bytes = num_tokens * row_bytes;
 
-    struct weft_moe_handle *h = handle_alloc(n);
-    if (!h)
-        return weft_op_end(&op, weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory", call), 0);
-    h->comm = comm;
-    h->num_tokens = num_tokens;
-    h->hidden = hidden;
-    h->dtype = dtype;
-    st = build_send_lists(h, topk_idx, num_tokens, topk, epr);
-    if (st != WEFT_SUCCESS)
-        goto err_free_handle;
+    struct weft_moe_handle *h = reuse;
+    if (!h) {
+        h = handle_alloc(n);
+        if (!h)
+            return weft_op_end(&op, weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory", call), 0);
+        h->comm = comm;
+        h->num_tokens = num_tokens;
+        h->hidden = hidden;
+        h->dtype = dtype;
+        h->topk = topk;
+        h->num_experts = num_experts;
+        st = build_send_lists(h, topk_idx, num_tokens, topk, epr);
+        if (st != WEFT_SUCCESS)
+            goto err;
+    }
 
-    /* The staging scratch: x first when it is not registered, then one list per destination. */
+    /* The staging scratch: x first when it is not registered, then (a fresh dispatch) one list
+     * per destination. */
     int x_ready = 1;
     if (x_bytes > 0) {
         st = weft_op_acquire(&op, x, x_bytes, &x_ready);
         if (st != WEFT_SUCCESS)
-            goto err_free_handle;
+            goto err;
     }
     size_t list_off[WEFT_MAX_RANKS];
     size_t stage_bytes = x_ready ? 0 : align_up(x_bytes, 64);
     for (int d = 0; d < n; d++) {
         list_off[d] = stage_bytes;
-        stage_bytes += list_bytes(h->send_off[d + 1] - h->send_off[d], k);
+        if (!reuse)
+            stage_bytes += list_bytes(h->send_off[d + 1] - h->send_off[d], k);
     }
     uint8_t *stage = NULL;
     const void *x_remote = x;
@@ -238,45 +310,48 @@ weft_status_t weft_moe_dispatch_mesh(struct weft_comm *comm, const void *x, size
         int staged = op.staged;
         st = weft_op_stage(&op, stage_bytes, &stage);
         if (st != WEFT_SUCCESS)
-            goto err_free_handle;
+            goto err;
         /* The lists alone are metadata: the operation is staged only when x is. */
         op.staged = x_ready ? staged : 1;
         if (!x_ready) {
             memcpy(stage, x, x_bytes);
             x_remote = stage;
         }
-        for (int d = 0; d < n; d++)
+        for (int d = 0; d < n && !reuse; d++)
             write_list(h, d, topk_idx, topk_weights, topk, epr, stage + list_off[d]);
     }
 
-    uint64_t list_addr[WEFT_MAX_RANKS], pair_send[WEFT_MAX_RANKS];
+    /* A reuse posts both directions' counts of its layout: ranks whose handles come from
+     * different dispatches see a pair mismatch, which the phase signal tells everyone. */
+    uint64_t list_addr[WEFT_MAX_RANKS], pair_send[WEFT_MAX_RANKS], pair_recv[WEFT_MAX_RANKS];
     for (int d = 0; d < n; d++) {
-        list_addr[d] = stage ? (uint64_t)(uintptr_t)(stage + list_off[d]) : 0;
+        list_addr[d] = stage && !reuse ? (uint64_t)(uintptr_t)(stage + list_off[d]) : 0;
         pair_send[d] = h->send_off[d + 1] - h->send_off[d];
+        pair_recv[d] = reuse ? h->recv_cnt[d] : 0;
     }
     weft_op_desc_t desc = {.coll = WEFT_COLL_MOE_DISPATCH,
                            .dtype = (uint8_t)dtype,
+                           .redop = reuse ? WEFT_MOE_DESC_REUSE : 0,
                            .root = (int16_t)topk,
                            .count = hidden,
                            .aux = (uint64_t)(uintptr_t)x_remote};
-    st = weft_op_exchange(&op, &desc, list_addr, pair_send, NULL, NULL, 0, NULL);
-    if (st != WEFT_SUCCESS)
-        goto err_free_handle;
+    int pair_only = 0;
+    st = weft_op_exchange(&op, &desc, list_addr, pair_send, reuse ? pair_recv : NULL, NULL, 0,
+                          &pair_only);
+    if (st != WEFT_SUCCESS && !pair_only)
+        goto err;
 
     /* The receive layout, and the capacity verdict agreed on before anyone writes. */
-    for (int p = 0; p < n; p++) {
-        h->recv_cnt[p] = p == me ? (size_t)pair_send[me] : (size_t)weft_op_peer(&op, p)->pair_send;
-        h->recv_off[p] = h->num_recv;
-        h->num_recv += h->recv_cnt[p];
-    }
-    weft_status_t verdict = WEFT_SUCCESS;
-    if (h->num_recv > max_recv_tokens)
+    weft_status_t verdict = st;
+    if (verdict == WEFT_SUCCESS && !reuse)
+        verdict = receive_layout(h, &op, pair_send, epr);
+    if (verdict == WEFT_SUCCESS && h->num_recv > max_recv_tokens)
         verdict = weft_error(WEFT_ERR_INVALID_ARGUMENT,
                              "%s: rank %d receives %zu tokens, more than max_recv_tokens (%zu)",
                              call, me, h->num_recv, max_recv_tokens);
     st = weft_op_execute(&op, NULL, WEFT_SYNC_PHASE, verdict);
     if (st != WEFT_SUCCESS)
-        goto err_free_handle;
+        goto err;
 
     gather_t *g = malloc(sizeof *g);
     if (!g)
@@ -286,10 +361,17 @@ weft_status_t weft_moe_dispatch_mesh(struct weft_comm *comm, const void *x, size
         g->work = (weft_work_t){.kind = WEFT_WORK_COPY};
         for (int p = 0; p < n && st == WEFT_SUCCESS; p++) {
             const weft_op_desc_t *pd = p == me ? NULL : weft_op_peer(&op, p);
-            const uint8_t *list = (const uint8_t *)(uintptr_t)(pd ? pd->src : list_addr[me]);
             const uint8_t *xs = pd ? (const uint8_t *)(uintptr_t)pd->aux : (const uint8_t *)x;
-            st = gather_peer(g, p, list, xs, h->recv_cnt[p], h->recv_off[p], k, row_bytes, recv_x,
-                             recv_topk_idx, recv_topk_weights);
+            if (!reuse && h->recv_cnt[p] > 0) {
+                const uint8_t *list =
+                    (const uint8_t *)(uintptr_t)(pd ? pd->src : list_addr[me]);
+                memcpy(h->recv_tokens + h->recv_off[p], list,
+                       h->recv_cnt[p] * sizeof *h->recv_tokens);
+                st = gather_slots(g, p, list, h->recv_cnt[p], h->recv_off[p], k, recv_topk_idx,
+                                  recv_topk_weights);
+            }
+            if (st == WEFT_SUCCESS)
+                st = gather_rows(g, h, p, xs, row_bytes, recv_x);
         }
         if (st == WEFT_SUCCESS && g->work.nslices > 0)
             st = weft_op_execute(&op, &g->work, 0, WEFT_SUCCESS);
@@ -297,19 +379,15 @@ weft_status_t weft_moe_dispatch_mesh(struct weft_comm *comm, const void *x, size
     }
     st = weft_op_execute(&op, NULL, WEFT_SYNC_DONE, st);
     if (st != WEFT_SUCCESS)
-        goto err_free_handle;
+        goto err;
 
-    for (int e = 0; e < epr; e++)
-        recv_expert_counts[e] = 0;
-    for (size_t i = 0; i < h->num_recv * k; i++) {
-        if (recv_topk_idx[i] >= 0)
-            recv_expert_counts[recv_topk_idx[i]]++;
-    }
+    routing_outputs(h, reuse != NULL, recv_topk_idx, recv_topk_weights, recv_expert_counts);
     *num_recv_out = (int64_t)h->num_recv;
     *handle_out = h;
     return weft_op_end(&op, WEFT_SUCCESS, 0);
 
-err_free_handle:
-    weft_moe_handle_free(h);
+err:
+    if (!reuse) /* a reused handle is the caller's, and unchanged */
+        weft_moe_handle_free(h);
     return weft_op_end(&op, st, 0);
 }

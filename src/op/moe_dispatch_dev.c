@@ -13,7 +13,9 @@
  * (overflow, or an expert id out of range on some rank) writes *num_recv_tokens = -1 and a report
  * into mapped host memory; the host learns of it at a later MoE call, whose handshake carries
  * the number of rejections each rank has seen, so that every rank returns
- * WEFT_ERR_INVALID_ARGUMENT from the same call.
+ * WEFT_ERR_INVALID_ARGUMENT from the same call. A dispatch that reuses a handle (WEFT_MOE_REUSE)
+ * skips the layout kernel: the lists and counts are still in every rank's handle memory, and
+ * the gather takes the verdict again with the new capacities.
  *
  * Thread safety: runs on the communicator's user thread.
  */
@@ -68,8 +70,8 @@ weft_status_t weft_moe_dispatch_dev(struct weft_comm *comm, const void *x, size_
                                     const float *topk_weights, int topk, int num_experts,
                                     void *recv_x, int64_t *recv_topk_idx, float *recv_topk_weights,
                                     int64_t *recv_expert_counts, size_t max_recv_tokens,
-                                    int64_t *num_recv_out, struct weft_moe_handle **handle_out,
-                                    void *stream)
+                                    struct weft_moe_handle *reuse, int64_t *num_recv_out,
+                                    struct weft_moe_handle **handle_out, void *stream)
 {
     weft_op_t op;
     weft_status_t st = weft_op_begin(comm, call, stream, &op);
@@ -79,32 +81,39 @@ weft_status_t weft_moe_dispatch_dev(struct weft_comm *comm, const void *x, size_
     uint32_t seen = weft_cuda_moe_rejections(comm, NULL);
     size_t x_bytes = num_tokens * hidden * weft_dtype_size(dtype);
 
-    struct weft_moe_handle *h = calloc(1, sizeof *h);
-    if (!h)
-        return weft_op_end(&op, weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory", call), 0);
-    *h = (struct weft_moe_handle){.comm = comm,
-                                  .nranks = n,
-                                  .num_tokens = num_tokens,
-                                  .hidden = hidden,
-                                  .dtype = dtype,
-                                  .topk = topk,
-                                  .capacity = max_recv_tokens};
-    weft_moe_dev_layout_t l = weft_moe_dev_layout(num_tokens, n, topk);
-    st = weft_registry_alloc(comm->registry, l.total, 1, &h->dev);
-    if (st != WEFT_SUCCESS)
-        goto err_free_handle;
-    int ready = 1;
-    st = weft_op_acquire(&op, h->dev, l.total, &ready);
-    if (st == WEFT_SUCCESS && !ready)
-        st = weft_error(WEFT_ERR_INTERNAL, "%s: handle memory is not registered", call);
+    struct weft_moe_handle *h = reuse;
+    if (!h) {
+        h = calloc(1, sizeof *h);
+        if (!h)
+            return weft_op_end(&op, weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory", call), 0);
+        *h = (struct weft_moe_handle){.comm = comm,
+                                      .nranks = n,
+                                      .num_tokens = num_tokens,
+                                      .hidden = hidden,
+                                      .dtype = dtype,
+                                      .topk = topk,
+                                      .num_experts = num_experts,
+                                      .capacity = max_recv_tokens};
+        weft_moe_dev_layout_t l = weft_moe_dev_layout(num_tokens, n, topk);
+        st = weft_registry_alloc(comm->registry, l.total, 1, &h->dev);
+        if (st != WEFT_SUCCESS)
+            goto err_free_handle;
+        int ready = 1;
+        st = weft_op_acquire(&op, h->dev, l.total, &ready);
+        if (st == WEFT_SUCCESS && !ready)
+            st = weft_error(WEFT_ERR_INTERNAL, "%s: handle memory is not registered", call);
+        if (st != WEFT_SUCCESS)
+            goto err_free_handle;
+    }
     const void *x_remote = x;
-    if (st == WEFT_SUCCESS && x_bytes > 0)
+    if (x_bytes > 0)
         st = weft_op_source(&op, x, x_bytes, 0, &x_remote);
     if (st != WEFT_SUCCESS)
         goto err_free_handle;
 
     weft_op_desc_t desc = {.coll = WEFT_COLL_MOE_DISPATCH,
                            .dtype = (uint8_t)dtype,
+                           .redop = reuse ? WEFT_MOE_DESC_REUSE : 0,
                            .root = (int16_t)topk,
                            .count = hidden,
                            .src = (uint64_t)(uintptr_t)h->dev,
@@ -140,8 +149,9 @@ weft_status_t weft_moe_dispatch_dev(struct weft_comm *comm, const void *x, size_
         a.base[p] = (uint8_t *)(uintptr_t)pd->src;
         a.rows[p] = (const uint8_t *)(uintptr_t)pd->aux;
     }
-    /* From here every rank launches the same steps: the verdict is the device's. */
-    st = weft_moe_dev_layout_launch(&a, stream);
+    /* From here every rank launches the same steps: the verdict is the device's. A reuse finds
+     * the layout (lists, counts) in the handle memory of every rank. */
+    st = reuse ? weft_moe_dev_counts_clear(&a, stream) : weft_moe_dev_layout_launch(&a, stream);
     if (st == WEFT_SUCCESS)
         st = weft_cuda_enter(comm, stream);
     if (st == WEFT_SUCCESS)
@@ -152,14 +162,17 @@ weft_status_t weft_moe_dispatch_dev(struct weft_comm *comm, const void *x, size_
         /* A failed launch leaves peers waiting for this rank's flags (their kernels time out):
          * this communicator is unusable from here. */
         weft_comm_set_async_error(comm, st);
-        weft_moe_handle_free(h);
+        if (!reuse)
+            weft_moe_handle_free(h);
         return weft_op_end(&op, st, 0);
     }
+    h->capacity = max_recv_tokens; /* y of a combine has at most this many rows */
     *handle_out = h;
     return weft_op_end(&op, WEFT_SUCCESS, 0);
 
 err_free_handle:
-    weft_moe_handle_free(h);
+    if (!reuse) /* a reused handle is the caller's, and unchanged */
+        weft_moe_handle_free(h);
     return weft_op_end(&op, st, 0);
 }
 
@@ -170,8 +183,8 @@ weft_status_t weft_moe_dispatch_dev(struct weft_comm *comm, const void *x, size_
                                     const float *topk_weights, int topk, int num_experts,
                                     void *recv_x, int64_t *recv_topk_idx, float *recv_topk_weights,
                                     int64_t *recv_expert_counts, size_t max_recv_tokens,
-                                    int64_t *num_recv_out, struct weft_moe_handle **handle_out,
-                                    void *stream)
+                                    struct weft_moe_handle *reuse, int64_t *num_recv_out,
+                                    struct weft_moe_handle **handle_out, void *stream)
 {
     return weft_error(WEFT_ERR_UNSUPPORTED, "%s: this library was built without CUDA",
                       "weft_moe_dispatch");

@@ -21,6 +21,10 @@
  * weight, recv_expert_counts, the combine output (sums of y = recv_x * (rank + 1): exact),
  * inputs (x, routing, y) unchanged, guards.
  *
+ * After each case of the grid, the backward pass: new x and y through a dispatch reusing the
+ * handle's layout (WEFT_MOE_REUSE; the routing outputs asked for in every other case, else they
+ * must keep their poison) and a combine with the same handle, checked as the first pair.
+ *
  * Rejected dispatches (roa; weft and interior buffers, so that no staging scratch has to grow):
  * a capacity overflow (the rank receiving the most gets max_recv_tokens one below its need, the
  * others room to spare), an expert id num_experts on the last rank, -2 on the first. The verdict
@@ -240,6 +244,49 @@ static int enqueue_pair(gpu_ctx_t *g, const moe_ref_t *ref, const moe_bufs_t *mb
     return mp_ok(ctx, st, "weft_moe_combine");
 }
 
+/* The backward pass after a checked case: new rows dispatched reusing h's layout
+ * (WEFT_MOE_REUSE; the routing outputs asked for in every other case, else they must keep their
+ * poison), then a combine of new y with h, checked as the first pair. */
+static void run_reuse(gpu_ctx_t *g, moe_ref_t *ref, const moe_bufs_t *mb, size_t cap,
+                      weft_moe_handle_t h)
+{
+    mp_ctx_t *ctx = &g->mp;
+    const moe_shape_t *s = &ref->shape;
+    const gpu_buf_t *b = mb->b;
+    size_t T = s->tokens[ref->rank];
+    int routing = (int)(ctx->case_id / 2 % 2);
+    ref->x_round++;
+    push_inputs(g, ref, mb);
+    poison_outputs(g, mb);
+    weft_moe_handle_t again = h;
+    weft_status_t st = weft_moe_dispatch(
+        ctx->comm, maybe_null(g, b[B_X].ptr, T == 0), T, s->hidden, s->dt, NULL, NULL,
+        WEFT_MOE_REUSE, 0, maybe_null(g, b[B_RX].ptr, cap == 0),
+        routing ? (int64_t *)b[B_RIDX].ptr : NULL, routing ? (float *)b[B_RW].ptr : NULL,
+        routing ? (int64_t *)b[B_RCNT].ptr : NULL, cap, (int64_t *)b[B_NRECV].ptr, &again,
+        g->stream);
+    int ok = mp_ok(ctx, st, "weft_moe_dispatch reusing the layout") &&
+             mp_check(ctx, again == h, "a reusing dispatch changed *handle");
+    if (ok)
+        ok = mp_ok(ctx,
+                   weft_moe_combine(ctx->comm, h, maybe_null(g, b[B_Y].ptr, ref->recv[ref->rank] == 0),
+                                    maybe_null(g, b[B_OUT].ptr, T == 0), g->stream),
+                   "weft_moe_combine after the reuse");
+    bufs_pull(g, mb);
+    gpu_sync(g, "moe dispatch reusing the layout, and combine");
+    if (!ok)
+        return;
+    moe_ref_check_dispatch(ctx, ref, num_recv_of(mb), b[B_RX].host, routing ? b[B_RIDX].host : NULL,
+                           routing ? b[B_RW].host : NULL, routing ? b[B_RCNT].host : NULL, cap);
+    moe_ref_check_combine(ctx, ref, b[B_OUT].host);
+    if (!routing) {
+        mp_check_poison(ctx, "recv_topk_idx (not asked for)", b[B_RIDX].host, b[B_RIDX].bytes);
+        mp_check_poison(ctx, "recv_topk_weights (not asked for)", b[B_RW].host, b[B_RW].bytes);
+        mp_check_poison(ctx, "recv_expert_counts (not asked for)", b[B_RCNT].host,
+                        b[B_RCNT].bytes);
+    }
+}
+
 /* ---------------------------------------------------------------------------------------------
  * The grid
  * ------------------------------------------------------------------------------------------- */
@@ -262,6 +309,8 @@ static void run_case(gpu_ctx_t *g, const pool_t *pool, const gcase_t *c)
     gpu_sync(g, "moe dispatch and combine");
     if (ok)
         check_results(g, &ref, &mb, cap);
+    if (ok)
+        run_reuse(g, &ref, &mb, cap, h);
     bufs_check_guards(g, &mb);
     mp_ok(ctx, weft_moe_handle_destroy(h), "weft_moe_handle_destroy");
     bufs_put(g, &mb);

@@ -588,6 +588,11 @@ void mp_buf_alloc(mp_ctx_t *ctx, mp_buf_t *b, mp_buf_kind_t kind, size_t bytes)
     memset(b->ptr + bytes, GUARD_BYTE, b->back);
 }
 
+void mp_buf_poison(mp_buf_t *b)
+{
+    memset(b->ptr, POISON_BYTE, b->bytes);
+}
+
 static size_t first_not(const unsigned char *p, size_t n, unsigned char v)
 {
     for (size_t i = 0; i < n; i++)

@@ -169,6 +169,9 @@ int mp_selected(const mp_ctx_t *ctx, unsigned combo, mp_buf_kind_t kind);
  * Exits 1 if the allocation fails. */
 void mp_buf_alloc(mp_ctx_t *ctx, mp_buf_t *b, mp_buf_kind_t kind, size_t bytes);
 
+/* Poison the payload again (0xA5), as before a call that must write only part of it. */
+void mp_buf_poison(mp_buf_t *b);
+
 /* Check the guard zones (a failure names `name`), then free. */
 void mp_buf_free(mp_ctx_t *ctx, mp_buf_t *b, const char *name);
 

@@ -119,7 +119,8 @@ static float draw_weight(const moe_ref_t *ref, int r, size_t t, int j)
 
 float moe_ref_x(const moe_ref_t *ref, int r, size_t t, size_t e)
 {
-    uint64_t h = mp_hash(ref->seed, ref->case_id, SALT_X + (uint64_t)r, (t << 20) + e);
+    uint64_t h = mp_hash(ref->seed ^ ref->x_round * 0x9e3779b97f4a7c15ull, ref->case_id,
+                         SALT_X + (uint64_t)r, (t << 20) + e);
     return (float)(int)(h % 17) - 8.0f;
 }
 
@@ -202,10 +203,10 @@ void moe_ref_fill_inputs(const moe_ref_t *ref, void *x, void *topk_idx, void *to
     for (size_t t = 0; t < T; t++)
         for (size_t e = 0; e < H; e++)
             moe_ref_store(x, t * H + e, s->dt, moe_ref_x(ref, me, t, e));
-    if (slots > 0) {
+    if (slots > 0 && topk_idx)
         memcpy(topk_idx, ref->idx[me], slots * sizeof(int64_t));
+    if (slots > 0 && topk_weights)
         memcpy(topk_weights, ref->w[me], slots * sizeof(float));
-    }
 }
 
 void moe_ref_check_inputs(mp_ctx_t *ctx, const moe_ref_t *ref, const void *x, const void *topk_idx,
@@ -287,7 +288,7 @@ void moe_ref_check_dispatch(mp_ctx_t *ctx, const moe_ref_t *ref, int64_t num_rec
                 float want_w = local ? ref->w[r][t * (size_t)k + (size_t)j] : 0.0f;
                 if (local)
                     counts[want_e]++;
-                if (i >= rows)
+                if (i >= rows || !recv_topk_idx || !recv_topk_weights)
                     continue;
                 int64_t got_e = get_i64(recv_topk_idx, i * (size_t)k + (size_t)j);
                 float got_w = get_f32(recv_topk_weights, i * (size_t)k + (size_t)j);
@@ -303,7 +304,7 @@ void moe_ref_check_dispatch(mp_ctx_t *ctx, const moe_ref_t *ref, int64_t num_rec
     }
     mp_check(ctx, bad_x == 0, "%zu wrong elements in recv_x", bad_x);
     mp_check(ctx, bad_slot == 0, "%zu wrong slots in recv_topk_idx / recv_topk_weights", bad_slot);
-    for (int e = 0; e < epr; e++) {
+    for (int e = 0; e < epr && recv_expert_counts; e++) {
         int64_t got = get_i64(recv_expert_counts, (size_t)e);
         mp_check(ctx, got == counts[e], "recv_expert_counts[%d] = %lld, expected %lld", e,
                  (long long)got, (long long)counts[e]);
@@ -313,12 +314,14 @@ void moe_ref_check_dispatch(mp_ctx_t *ctx, const moe_ref_t *ref, int64_t num_rec
         size_t spare = cap - need;
         mp_check_poison(ctx, "recv_x past the received rows",
                         (const unsigned char *)recv_x + need * H * es, spare * H * es);
-        mp_check_poison(ctx, "recv_topk_idx past the received rows",
-                        (const unsigned char *)recv_topk_idx + need * (size_t)k * 8,
-                        spare * (size_t)k * 8);
-        mp_check_poison(ctx, "recv_topk_weights past the received rows",
-                        (const unsigned char *)recv_topk_weights + need * (size_t)k * 4,
-                        spare * (size_t)k * 4);
+        if (recv_topk_idx)
+            mp_check_poison(ctx, "recv_topk_idx past the received rows",
+                            (const unsigned char *)recv_topk_idx + need * (size_t)k * 8,
+                            spare * (size_t)k * 8);
+        if (recv_topk_weights)
+            mp_check_poison(ctx, "recv_topk_weights past the received rows",
+                            (const unsigned char *)recv_topk_weights + need * (size_t)k * 4,
+                            spare * (size_t)k * 4);
     }
 }
 

@@ -65,6 +65,8 @@ typedef struct moe_ref {
     int rank, nranks;
     int epr;                       /* experts per rank */
     uint64_t seed, case_id;        /* of the mp_ctx_t at moe_ref_create */
+    uint64_t x_round;              /* 0 at create; a dispatch reusing the layout sends new rows:
+                                      bump it, and x (hence y and out) is drawn afresh */
     int64_t *idx[MOE_MAX_RANKS];   /* rank r's topk_idx: tokens[r] x topk expert ids */
     float *w[MOE_MAX_RANKS];       /* rank r's topk_weights */
     uint64_t *dest[MOE_MAX_RANKS]; /* bit d of dest[r][t]: rank d receives token t of rank r */
@@ -94,7 +96,7 @@ void moe_ref_store(void *buf, size_t i, weft_dtype_t dt, float v);
 float moe_ref_fetch(const void *buf, size_t i, weft_dtype_t dt);
 
 /* This rank's dispatch inputs: x (tokens x hidden elements), topk_idx (tokens x topk int64),
- * topk_weights (tokens x topk float). */
+ * topk_weights (tokens x topk float); topk_idx and topk_weights may be NULL (not written). */
 void moe_ref_fill_inputs(const moe_ref_t *ref, void *x, void *topk_idx, void *topk_weights);
 
 /* Check that this rank's inputs still hold what moe_ref_fill_inputs wrote (a failure names the
@@ -108,8 +110,9 @@ void moe_ref_fill_y(const moe_ref_t *ref, void *y);
 /* Check this rank's dispatch outputs: num_recv (the value of *num_recv_tokens) against
  * recv[rank]; rows, local ids and weights of every received token; the E/n per-expert counts;
  * and that rows recv[rank] .. cap - 1 of recv_x, recv_topk_idx and recv_topk_weights kept the
- * harness's poison (cap = the max_recv_tokens of the call, at least recv[rank]). At most three
- * wrong values are printed per check. */
+ * harness's poison (cap = the max_recv_tokens of the call, at least recv[rank]). recv_topk_idx,
+ * recv_topk_weights and recv_expert_counts may be NULL (a reused layout's optional outputs):
+ * then they are not checked. At most three wrong values are printed per check. */
 void moe_ref_check_dispatch(mp_ctx_t *ctx, const moe_ref_t *ref, int64_t num_recv,
                             const void *recv_x, const void *recv_topk_idx,
                             const void *recv_topk_weights, const void *recv_expert_counts,

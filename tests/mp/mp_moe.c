@@ -14,9 +14,14 @@
  * mode; one case in eight sets max_recv_tokens one below the largest rank's need, which must fail
  * with WEFT_ERR_INVALID_ARGUMENT on every rank and write nothing.
  *
+ * After each successful case, the backward pass: a dispatch of new rows reusing the handle's
+ * layout (WEFT_MOE_REUSE; the routing outputs asked for in every other case, else they must keep
+ * their poison) and a combine of new y, checked against the model as the first.
+ *
  * Finally the argument checks: each bad argument must give WEFT_ERR_INVALID_ARGUMENT naming the
- * call, and leave the communicator usable; and combine with handles of different dispatches on
- * the ranks must give WEFT_ERR_MISMATCH on every rank.
+ * call, and leave the communicator usable; combine with handles of different dispatches on
+ * the ranks must give WEFT_ERR_MISMATCH on every rank; and a reuse with a wrong handle, shape or
+ * capacity, or on some ranks only, must fail as documented and leave the handle usable.
  */
 #include "harness.h"
 #include "moe_ref.h"
@@ -26,6 +31,44 @@ typedef struct moe_case {
     mp_buf_kind_t kind;
     int overflow;
 } moe_case_t;
+
+/* The backward pass: a dispatch of new rows reusing the layout of handle (the routing outputs
+ * asked for in every other case), then a combine of new y with the same handle. */
+static void run_reuse(mp_ctx_t *ctx, const moe_case_t *c, moe_ref_t *ref, weft_moe_handle_t handle,
+                      mp_buf_t *x, mp_buf_t *rx, mp_buf_t *ridx, mp_buf_t *rw, mp_buf_t *rcnt,
+                      mp_buf_t *y, mp_buf_t *out, size_t cap)
+{
+    const moe_shape_t *sh = &c->shape;
+    size_t T = sh->tokens[ctx->rank];
+    int routing = (int)(ctx->case_id % 2);
+    ref->x_round++;
+    moe_ref_fill_inputs(ref, x->ptr, NULL, NULL);
+    mp_buf_poison(rx);
+    mp_buf_poison(ridx);
+    mp_buf_poison(rw);
+    mp_buf_poison(rcnt);
+    int64_t num_recv = -5;
+    weft_moe_handle_t again = handle;
+    weft_status_t st = weft_moe_dispatch(
+        ctx->comm, x->ptr, T, sh->hidden, sh->dt, NULL, NULL, WEFT_MOE_REUSE, 0, rx->ptr,
+        routing ? (int64_t *)ridx->ptr : NULL, routing ? (float *)rw->ptr : NULL,
+        routing ? (int64_t *)rcnt->ptr : NULL, cap, &num_recv, &again, NULL);
+    if (!mp_ok(ctx, st, "weft_moe_dispatch reusing the layout"))
+        return;
+    mp_check(ctx, again == handle, "a reusing dispatch changed *handle");
+    moe_ref_check_dispatch(ctx, ref, num_recv, rx->ptr, routing ? ridx->ptr : NULL,
+                           routing ? rw->ptr : NULL, routing ? rcnt->ptr : NULL, cap);
+    if (!routing) {
+        mp_check_poison(ctx, "recv_topk_idx (not asked for)", ridx->ptr, ridx->bytes);
+        mp_check_poison(ctx, "recv_topk_weights (not asked for)", rw->ptr, rw->bytes);
+        mp_check_poison(ctx, "recv_expert_counts (not asked for)", rcnt->ptr, rcnt->bytes);
+    }
+    moe_ref_fill_y(ref, y->ptr);
+    mp_buf_poison(out);
+    if (mp_ok(ctx, weft_moe_combine(ctx->comm, handle, y->ptr, out->ptr, NULL),
+              "weft_moe_combine after the reuse"))
+        moe_ref_check_combine(ctx, ref, out->ptr);
+}
 
 static void run_case(mp_ctx_t *ctx, const moe_case_t *c)
 {
@@ -83,6 +126,7 @@ static void run_case(mp_ctx_t *ctx, const moe_case_t *c)
             mp_check_path(ctx, &s0, &s1, c->kind, need * H * es);
             moe_ref_check_combine(ctx, &ref, out.ptr);
         }
+        run_reuse(ctx, c, &ref, handle, &x, &rx, &ridx, &rw, &rcnt, &y, &out, cap);
         mp_ok(ctx, weft_moe_handle_destroy(handle), "weft_moe_handle_destroy");
         mp_buf_free(ctx, &out, "out");
         mp_buf_free(ctx, &y, "y");
@@ -176,6 +220,75 @@ static void run_handle_mismatch(mp_ctx_t *ctx)
     weft_moe_handle_destroy(h[0]);
 }
 
+/* Reusing a layout wrongly: a missing handle or one of another shape is rejected locally; ranks
+ * that disagree on reusing get WEFT_ERR_MISMATCH, and a capacity below the layout's need
+ * WEFT_ERR_INVALID_ARGUMENT, on every rank; the handle stays usable after each. */
+static void run_reuse_errors(mp_ctx_t *ctx)
+{
+    int n = ctx->nranks;
+    mp_case(ctx, "moe layout reuse errors");
+    enum { T = 4, H = 2 };
+    float x[T * H], w[T], rx[64 * T * H], rw[64 * T];
+    int64_t to_first[T], ridx[64 * T], rcnt[1], num = -5;
+    for (int t = 0; t < T; t++) {
+        to_first[t] = 0;
+        w[t] = 1.0f;
+        x[2 * t] = x[2 * t + 1] = (float)(ctx->rank * T + t);
+    }
+    size_t cap = (size_t)n * T;
+    weft_comm_t cm = ctx->comm;
+    weft_moe_handle_t h = NULL, none = NULL;
+    if (!mp_ok(ctx,
+               weft_moe_dispatch(cm, x, T, H, WEFT_FLOAT32, to_first, w, 1, n, rx, ridx, rw, rcnt,
+                                 cap, &num, &h, NULL),
+               "weft_moe_dispatch"))
+        return;
+#define BAD_REUSE(what, ...)                                                                           mp_expect_status(ctx, weft_moe_dispatch(__VA_ARGS__), WEFT_ERR_INVALID_ARGUMENT,                                    "weft_moe_dispatch", what)
+    BAD_REUSE("reuse: handle NULL", cm, x, T, H, WEFT_FLOAT32, NULL, NULL, WEFT_MOE_REUSE, 0, rx,
+              NULL, NULL, NULL, cap, &num, NULL, NULL);
+    BAD_REUSE("reuse: *handle NULL", cm, x, T, H, WEFT_FLOAT32, NULL, NULL, WEFT_MOE_REUSE, 0, rx,
+              NULL, NULL, NULL, cap, &num, &none, NULL);
+    BAD_REUSE("reuse: other num_tokens", cm, x, T - 1, H, WEFT_FLOAT32, NULL, NULL,
+              WEFT_MOE_REUSE, 0, rx, NULL, NULL, NULL, cap, &num, &h, NULL);
+    BAD_REUSE("reuse: other hidden", cm, x, T, H + 1, WEFT_FLOAT32, NULL, NULL, WEFT_MOE_REUSE, 0,
+              rx, NULL, NULL, NULL, cap, &num, &h, NULL);
+    BAD_REUSE("reuse: other dtype", cm, x, T, H, WEFT_BFLOAT16, NULL, NULL, WEFT_MOE_REUSE, 0, rx,
+              NULL, NULL, NULL, cap, &num, &h, NULL);
+    BAD_REUSE("reuse: x NULL", cm, NULL, T, H, WEFT_FLOAT32, NULL, NULL, WEFT_MOE_REUSE, 0, rx,
+              NULL, NULL, NULL, cap, &num, &h, NULL);
+#undef BAD_REUSE
+    mp_check(ctx, none == NULL && num == n * (ctx->rank == 0) * T,
+             "a failed reuse wrote *handle or *num_recv_tokens");
+    weft_moe_handle_t keep = h;
+    /* Rank 0 receives n * T rows: one less capacity there fails every rank. */
+    weft_status_t st = weft_moe_dispatch(cm, x, T, H, WEFT_FLOAT32, NULL, NULL, WEFT_MOE_REUSE, 0,
+                                         rx, NULL, NULL, NULL, cap - 1, &num, &h, NULL);
+    mp_expect_status(ctx, st, WEFT_ERR_INVALID_ARGUMENT, "weft_moe_dispatch", "reuse: overflow");
+    if (n >= 2) { /* rank 0 reuses, the others dispatch afresh */
+        st = ctx->rank == 0 ? weft_moe_dispatch(cm, x, T, H, WEFT_FLOAT32, NULL, NULL,
+                                                WEFT_MOE_REUSE, 0, rx, NULL, NULL, NULL, cap, &num,
+                                                &h, NULL)
+                            : weft_moe_dispatch(cm, x, T, H, WEFT_FLOAT32, to_first, w, 1, n, rx,
+                                                ridx, rw, rcnt, cap, &num, &none, NULL);
+        mp_expect_status(ctx, st, WEFT_ERR_MISMATCH, "weft_moe_dispatch",
+                         "reuse on one rank only");
+        mp_check(ctx, none == NULL, "a mismatched dispatch set a handle");
+    }
+    mp_check(ctx, h == keep, "a failed reuse changed *handle");
+    /* Still usable: a reuse that fits moves rank r's rows to rank 0. */
+    num = -5;
+    st = weft_moe_dispatch(cm, x, T, H, WEFT_FLOAT32, NULL, NULL, WEFT_MOE_REUSE, 0, rx, NULL,
+                           NULL, NULL, cap, &num, &h, NULL);
+    if (mp_ok(ctx, st, "weft_moe_dispatch reusing after the errors") && ctx->rank == 0) {
+        size_t bad = 0;
+        for (size_t i = 0; i < (size_t)n * T * H; i++)
+            bad += rx[i] != (float)(i / H);
+        mp_check(ctx, num == n * T && bad == 0, "reuse after errors: %lld rows, %zu wrong",
+                 (long long)num, bad);
+    }
+    mp_ok(ctx, weft_moe_handle_destroy(h), "weft_moe_handle_destroy");
+}
+
 int main(void)
 {
     mp_ctx_t ctx;
@@ -228,6 +341,7 @@ int main(void)
         }
         run_invalid(&ctx);
         run_handle_mismatch(&ctx);
+        run_reuse_errors(&ctx);
         mp_comm_close(&ctx);
     }
     return mp_finish(&ctx);
