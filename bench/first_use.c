@@ -4,17 +4,23 @@
  * step 3, and "Registration modes"). CUDA backend; built with CUDA only.
  *
  *   weftrun -n N first-use [-m MODES] [-s SIZES] [-g GAPS_MS] [-n CALLS] [-r REPEATS]
- *                          [--tag TEXT] [--json FILE]
+ *                          [--gap-kind sleep|busy] [--tag TEXT] [--json FILE]
  *
  * For each registration mode (one communicator each, made with weft_config_default, the CUDA
  * backend and .registration = the mode), each allocation size and each gap, REPEATS
  * measurements, each on a fresh buffer, on every rank:
  *
- *   barrier; weft_malloc(size); sleep(gap);
+ *   barrier; weft_malloc(size); gap;
  *   first:      t0; weft_all_reduce(in place, float32, sum, size / 4); cudaStreamSynchronize; t1
  *   steady:     CALLS times { barrier; the same timed call }  -> this rank's median
- *   after-gap:  barrier; sleep(gap); the same timed call on the now used buffer
+ *   after-gap:  barrier; gap; the same timed call on the now used buffer
  *   weft_free
+ *
+ * The gap is a sleep of the host (--gap-kind sleep, the default: the GPU and the CPU go idle)
+ * or GPU work (busy: a one-warp kernel runs for the gap on the stream and the host waits for it
+ * in cudaStreamSynchronize, as a training step computes between allocating a buffer and
+ * communicating it; ranks leave it within microseconds of each other, their kernels having
+ * started together after the barrier).
  *
  * "barrier" is weft_barrier on the stream followed by cudaStreamSynchronize: it is itself a
  * collective, so the one before a measurement comes before the allocation. Times are host
@@ -67,6 +73,7 @@
 #include "util/clock.h"
 #include "util/config.h"
 #include "weft.h"
+#include "gpu_busy.h"
 #include "gpu_prog.h"
 
 #define MAX_MODES 3
@@ -87,6 +94,7 @@ typedef struct bench {
     cudaStream_t stream;
     int rank, nranks;
     int calls;
+    int gap_kind;      /* GAP_SLEEP or GAP_BUSY */
     uint64_t *call_ns; /* calls entries: the steady calls of one measurement */
     double *d_mine;    /* device (cudaMalloc): NVALS values of this rank */
     double *d_all;     /* device (cudaMalloc): nranks * NVALS values */
@@ -103,10 +111,19 @@ typedef struct row {
 
 static const char *const mode_names[MAX_MODES] = {"roa", "jit", "staged"};
 
-static void sleep_ms(int ms)
+static const char *const gap_kind_names[] = {"sleep", "busy"};
+enum { GAP_SLEEP, GAP_BUSY };
+
+/* The gap between allocation (or a barrier) and a call: the host sleeps, or the GPU computes. */
+static void gap(bench_t *b, int ms)
 {
     if (ms <= 0)
         return;
+    if (b->gap_kind == GAP_BUSY) {
+        cuda_ok(gpu_busy(b->stream, (uint64_t)ms * 1000000u), "gpu_busy launch");
+        cuda_ok(cudaStreamSynchronize(b->stream), "cudaStreamSynchronize after gpu_busy");
+        return;
+    }
     struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
@@ -172,7 +189,7 @@ static void measure(bench_t *b, size_t bytes, int gap_ms, double out[NVALS])
     get_stats(b, &s_alloc);
     void *buf = NULL;
     weft_ok(weft_malloc(b->comm, &buf, bytes), "weft_malloc");
-    sleep_ms(gap_ms);
+    gap(b, gap_ms);
     uint64_t first_ns = timed_all_reduce(b, buf, count);
     get_stats(b, &s_first);
     for (int i = 0; i < b->calls; i++) {
@@ -180,7 +197,7 @@ static void measure(bench_t *b, size_t bytes, int gap_ms, double out[NVALS])
         b->call_ns[i] = timed_all_reduce(b, buf, count);
     }
     barrier(b);
-    sleep_ms(gap_ms);
+    gap(b, gap_ms);
     uint64_t after_gap_ns = timed_all_reduce(b, buf, count);
     get_stats(b, &s_end);
     weft_ok(weft_free(b->comm, buf), "weft_free");
@@ -251,6 +268,7 @@ typedef struct setup {
     int nsizes;
     int gaps[MAX_GAPS], ngaps;
     int calls, repeats;
+    int gap_kind;
     const char *tag;
     const char *json;
 } setup_t;
@@ -282,6 +300,7 @@ static void report(const bench_t *b, const setup_t *s, FILE *json, const char *d
     json_string(json, s->tag);
     fprintf(json, ",\"device\":");
     json_string(json, device);
+    fprintf(json, ",\"gap_kind\":\"%s\"", gap_kind_names[s->gap_kind]);
     fprintf(json,
             ",\"mode\":\"%s\",\"bytes\":%zu,\"gap_ms\":%d,\"ranks\":%d,\"repeats\":%d,"
             "\"calls\":%d,\"first_us\":%.3f,\"first_max_us\":%.3f,\"steady_us\":%.3f,"
@@ -307,7 +326,7 @@ static void report(const bench_t *b, const setup_t *s, FILE *json, const char *d
 }
 
 /* Open the communicator of one mode, its stream and result buffers. */
-static void bench_open(bench_t *b, weft_registration_t mode, int calls)
+static void bench_open(bench_t *b, weft_registration_t mode, int calls, int gap_kind)
 {
     memset(b, 0, sizeof *b);
     weft_config_t cfg;
@@ -319,6 +338,7 @@ static void bench_open(bench_t *b, weft_registration_t mode, int calls)
     b->nranks = weft_comm_size(b->comm);
     gpu_prog_rank = b->rank;
     b->calls = calls;
+    b->gap_kind = gap_kind;
     /* weft_comm_init made the rank's device current on this thread. */
     cuda_ok(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking), "cudaStreamCreate");
     cuda_ok(cudaMalloc((void **)&b->d_mine, NVALS * sizeof(double)), "cudaMalloc");
@@ -367,6 +387,8 @@ static void usage(FILE *f)
                "0,1,10,100)\n"
                "  -n, --calls N       steady-state calls per measurement (default 20)\n"
                "  -r, --repeats N     measurements per (mode, size, gap) (default 5)\n"
+               "      --gap-kind K    sleep (the host sleeps) or busy (a kernel runs for the "
+               "gap) (default sleep)\n"
                "      --tag TEXT      label printed in the header and written to the JSON\n"
                "      --json FILE     also write one JSON object per row (rank 0)\n");
 }
@@ -431,6 +453,7 @@ static int parse_args(int argc, char **argv, setup_t *s)
                                              {"calls", required_argument, NULL, 'n'},
                                              {"repeats", required_argument, NULL, 'r'},
                                              {"tag", required_argument, NULL, 't'},
+                                             {"gap-kind", required_argument, NULL, 'k'},
                                              {"json", required_argument, NULL, 'j'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
@@ -460,6 +483,10 @@ static int parse_args(int argc, char **argv, setup_t *s)
             break;
         case 't':
             s->tag = optarg;
+            break;
+        case 'k':
+            s->gap_kind = strcmp(optarg, "busy") == 0 ? GAP_BUSY : GAP_SLEEP;
+            bad = strcmp(optarg, "busy") != 0 && strcmp(optarg, "sleep") != 0;
             break;
         case 'j':
             s->json = optarg;
@@ -500,7 +527,7 @@ int main(int argc, char **argv)
     char device[256] = "unknown";
     for (int m = 0; m < s.nmodes; m++) {
         bench_t b;
-        bench_open(&b, (weft_registration_t)s.modes[m], s.calls);
+        bench_open(&b, (weft_registration_t)s.modes[m], s.calls, s.gap_kind);
         if (m == 0 && b.rank == 0) {
             int dev = 0;
             struct cudaDeviceProp prop;
@@ -511,7 +538,7 @@ int main(int argc, char **argv)
                 fatal("--json %s: %s", s.json, strerror(errno));
             printf("# first-use: first in-place float32 sum all-reduce on a fresh weft_malloc "
                    "buffer vs steady state\n"
-                   "# ranks %d, device %s, %d repeats, %d steady calls%s%s\n"
+                   "# ranks %d, device %s, %d repeats, %d steady calls, gaps: %s%s%s\n"
                    "# times in us, max over ranks, median over repeats; after_gap: the same "
                    "gap, then a call on the used\n"
                    "# buffer; regs (registrations started), waits (first-use waits of the "
@@ -520,7 +547,8 @@ int main(int argc, char **argv)
                    "ranks, median over repeats\n"
                    "# meets: roa gap>=%d ms: first <= %.2f x steady and 0 waits; jit: every "
                    "rank's first call waited\n",
-                   b.nranks, device, s.repeats, s.calls, s.tag[0] ? ", tag " : "", s.tag,
+                   b.nranks, device, s.repeats, s.calls, gap_kind_names[s.gap_kind],
+                   s.tag[0] ? ", tag " : "", s.tag,
                    TARGET_GAP_MS, TARGET_RATIO);
             printf("#%5s %10s %6s %10s %10s %10s %7s %7s %5s %5s %9s %5s %6s\n", "mode", "bytes",
                    "gap_ms", "first_us", "steady_us", "after_gap", "f/stdy", "f/aftr", "regs",

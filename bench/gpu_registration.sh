@@ -7,6 +7,7 @@
 #
 # Steps, in this order, each writing OUT_DIR/<name>.log and OUT_DIR/<name>.json:
 #   first_use           weftrun -n 4 first-use, weft's allocator as configured (chunks by default)
+#   first_use_busy      the same with --gap-kind busy (the GPU computes during the gaps)
 #   launch_cost_chunk0  weftrun -n 4 launch-cost with WEFT_CUDA_CHUNK_BYTES=0: a segment per
 #                       allocation, so 1000 x 3 imported mappings per process
 #   first_use_chunk0    first-use with WEFT_CUDA_CHUNK_BYTES=0: every weft_malloc registers
@@ -117,6 +118,8 @@ step() {
 run=("$build/weftrun" -n "$ranks" --grace 5)
 step first_use "${run[@]}" "$build/first-use" --tag "chunks=default" \
     --json "$out/first_use.json"
+step first_use_busy "${run[@]}" "$build/first-use" --gap-kind busy --tag "chunks=default" \
+    --json "$out/first_use_busy.json"
 step launch_cost_chunk0 env WEFT_CUDA_CHUNK_BYTES=0 "${run[@]}" "$build/launch-cost" \
     --tag "WEFT_CUDA_CHUNK_BYTES=0" --json "$out/launch_cost_chunk0.json"
 step first_use_chunk0 env WEFT_CUDA_CHUNK_BYTES=0 "${run[@]}" "$build/first-use" \
