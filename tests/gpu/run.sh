@@ -13,9 +13,10 @@
 #    (through gpu_fault.sh) with 2, 4 and 8 ranks (GPU_TEST_RANKS), then gpu_fault --inflight
 #    with the same rank counts.
 #    Every run: WEFT_BACKEND=cuda NCCL_NVLS_ENABLE=0 WEFT_TIMEOUT_S=30 (5 for gpu_fault).
-# 4. Runs gpu_collectives with 2 ranks and a small grid (GPU_TEST_QUICK=1) under
-#    `compute-sanitizer --tool memcheck`. If that fails without the sanitizer reporting any
-#    error (it refused the MPS clients), it stops MPS and runs it again without MPS.
+# 4. Runs gpu_collectives and gpu_moe with 2 ranks and a small grid (GPU_TEST_QUICK=1), each rank
+#    under its own `compute-sanitizer --tool memcheck` (weftrun starts the sanitizers, so a
+#    rank's sanitizer only waits for that rank). If a run fails without the sanitizer reporting
+#    any error (it refused the MPS clients), it stops MPS and runs both again without MPS.
 # 5. Prints a summary table (program, N, result, seconds) last and exits 0 only if every run
 #    passed.
 #
@@ -244,22 +245,30 @@ elif [ -z "$san" ]; then
     echo "run.sh: compute-sanitizer not found"
     record "memcheck gpu_collectives" 2 MISSING 0
 else
-    sanitize=(env GPU_TEST_QUICK=1 WEFT_TIMEOUT_S=120 "$san" --tool memcheck
-        --target-processes all --report-api-errors no --print-limit 20 --error-exitcode 86
-        "$weftrun" --grace 15 -n 2 -- "$bin/gpu_collectives")
+    memcheck() { # memcheck PROG [ENV...]: 2 ranks, a sanitizer per rank
+        local prog=$1
+        shift
+        run_one "memcheck $prog ($where)" "$prog" 2 2 300 env "$@" GPU_TEST_QUICK=1 \
+            WEFT_TIMEOUT_S=120 "$weftrun" --grace 15 -n 2 -- "$san" --tool memcheck \
+            --report-api-errors no --print-limit 20 --error-exitcode 86 "$bin/$prog"
+    }
     where=$([ "$mps_on" = 1 ] && echo MPS || echo "no MPS")
-    run_one "memcheck gpu_collectives ($where)" gpu_collectives 2 2 300 "${sanitize[@]}"
-    last=${results[${#results[@]} - 1]}
-    if [ "$mps_on" = 1 ] && [[ "$last" != *"|PASS|"* && "$last" != *"|NOT-RUN|"* ]] &&
-        ! grep -q "ERROR SUMMARY: [1-9]" "$last_out"; then
-        # Nothing was reported but the run failed: the sanitizer may refuse MPS clients.
-        results[${#results[@]} - 1]="memcheck gpu_collectives (MPS)|2|RETRIED|${last##*|}"
-        failures=$((failures - 1))
-        echo "run.sh: memcheck under MPS failed without reporting an error: again without MPS"
-        mps_stop
-        run_one "memcheck gpu_collectives (no MPS)" gpu_collectives 2 2 300 \
-            env -u CUDA_MPS_PIPE_DIRECTORY -u CUDA_MPS_LOG_DIRECTORY "${sanitize[@]}"
-    fi
+    no_mps=() # once MPS is stopped: the ranks must not look for it
+    for prog in gpu_collectives gpu_moe; do
+        memcheck "$prog" "${no_mps[@]}"
+        last=${results[${#results[@]} - 1]}
+        if [ "$mps_on" = 1 ] && [[ "$last" != *"|PASS|"* && "$last" != *"|NOT-RUN|"* ]] &&
+            ! grep -q "ERROR SUMMARY: [1-9]" "$last_out"; then
+            # Nothing was reported but the run failed: the sanitizer may refuse MPS clients.
+            results[${#results[@]} - 1]="memcheck $prog (MPS)|2|RETRIED|${last##*|}"
+            failures=$((failures - 1))
+            echo "run.sh: memcheck under MPS failed without reporting an error: again without MPS"
+            mps_stop
+            where="no MPS"
+            no_mps=(-u CUDA_MPS_PIPE_DIRECTORY -u CUDA_MPS_LOG_DIRECTORY)
+            memcheck "$prog" "${no_mps[@]}"
+        fi
+    done
 fi
 
 cleanup
