@@ -10,10 +10,10 @@
  * backend and .registration = the mode), each allocation size and each gap, REPEATS
  * measurements, each on a fresh buffer, on every rank:
  *
- *   barrier; weft_malloc(size); gap;
+ *   barrier; weft_malloc(size); gap; barrier;
  *   first:      t0; weft_all_reduce(in place, float32, sum, size / 4); cudaStreamSynchronize; t1
  *   steady:     CALLS times { barrier; the same timed call }  -> this rank's median
- *   after-gap:  barrier; gap; the same timed call on the now used buffer
+ *   after-gap:  barrier; gap; barrier; the same timed call on the now used buffer
  *   weft_free
  *
  * The gap is a sleep of the host (--gap-kind sleep, the default: the GPU and the CPU go idle)
@@ -23,7 +23,10 @@
  * started together after the barrier).
  *
  * "barrier" is weft_barrier on the stream followed by cudaStreamSynchronize: it is itself a
- * collective, so the one before a measurement comes before the allocation. Times are host
+ * collective, so the one before a measurement comes before the allocation; the one after the gap
+ * lines the ranks up as before every steady call (it touches no buffer), so that the first call
+ * is not charged with how far apart the ranks leave the gap (up to 200 us after a sleep; the
+ * after-gap control measured that in runs without this barrier). Times are host
  * clock (CLOCK_MONOTONIC) from before the call to after the stream synchronised; each includes
  * the wait for the last rank to arrive. Sleeps run with a timer slack of 1 ns (prctl), so ranks
  * leave them within microseconds. The buffer is never written by the program: the call's cost
@@ -190,6 +193,7 @@ static void measure(bench_t *b, size_t bytes, int gap_ms, double out[NVALS])
     void *buf = NULL;
     weft_ok(weft_malloc(b->comm, &buf, bytes), "weft_malloc");
     gap(b, gap_ms);
+    barrier(b);
     uint64_t first_ns = timed_all_reduce(b, buf, count);
     get_stats(b, &s_first);
     for (int i = 0; i < b->calls; i++) {
@@ -198,6 +202,7 @@ static void measure(bench_t *b, size_t bytes, int gap_ms, double out[NVALS])
     }
     barrier(b);
     gap(b, gap_ms);
+    barrier(b);
     uint64_t after_gap_ns = timed_all_reduce(b, buf, count);
     get_stats(b, &s_end);
     weft_ok(weft_free(b->comm, buf), "weft_free");

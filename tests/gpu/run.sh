@@ -249,7 +249,7 @@ else
         local prog=$1
         shift
         run_one "memcheck $prog ($where)" "$prog" 2 2 300 env "$@" GPU_TEST_QUICK=1 \
-            WEFT_TIMEOUT_S=120 "$weftrun" --grace 15 -n 2 -- "$san" --tool memcheck \
+            GPU_TEST_SANITIZER=1 WEFT_TIMEOUT_S=120 "$weftrun" --grace 15 -n 2 -- "$san" --tool memcheck \
             --report-api-errors no --print-limit 20 --error-exitcode 86 "$bin/$prog"
     }
     where=$([ "$mps_on" = 1 ] && echo MPS || echo "no MPS")
