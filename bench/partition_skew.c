@@ -1,7 +1,8 @@
 /*
  * partition_skew.c - partition-skew: per-worker completion times of an MoE dispatch's gather
- * under skewed routing, with weft's cost-model partitioner against the naive one-peer-per-worker
- * assignment (model/partition.h), on the host's CPU workers.
+ * under skewed routing, with weft's cost-model partitioner (model/partition.h), run statically
+ * and completed by work stealing (exec/steal.h), against the naive one-peer-per-worker
+ * assignment, on the host's CPU workers.
  *
  *   partition-skew [-n RANKS] [-w WORKERS] [-T TOKENS] [-H HIDDEN] [-k TOPK] [-E EXPERTS]
  *                  [-s ZIPF_S] [-r REPEATS] [--json FILE]
@@ -11,18 +12,29 @@
  * have an expert on rank 0, as one slice per peer. Routing is skewed per source, as when each
  * data-parallel group favours its own experts: source p draws each of its k experts (distinct)
  * with Zipf weights 1 / (1 + (e - p * E/n) mod E)^s, so rank 0 receives most from source 0 and
- * least from source n - 1. Seeded (printed), so both assignments move the same bytes.
+ * least from source n - 1. Seeded (printed), so every plan moves the same bytes.
  *
- * Each plan's units run on WORKERS threads (started together at a barrier; each copies its units
- * from the peers' source buffers into the receive buffer with memcpy) and each thread's
- * completion time is recorded. Per plan, over REPEATS runs (the median of each quantity): the
- * makespan (slowest worker), the fastest-to-slowest gap (1 - fastest / slowest, over workers
- * that have work) and the cost model's predicted makespan. The partitioner uses the host
- * backend's configured model (WEFT_TIER_PEER_*, WEFT_PART_UNIT_BYTES, WEFT_PART_FANOUT; as
- * weft_comm_init builds it). Memory is touched once before timing.
+ * Three plans run on WORKERS threads, each unit copied with memcpy from the peers' source
+ * buffers into the receive buffer:
+ *   naive      one peer per worker, each worker runs its own units (static);
+ *   partition  the partitioner's plan, each worker runs its own units (static);
+ *   steal      the partitioner's plan through weft_steal_run, as the host executor runs it: each
+ *              worker runs its own units, then steals the others' smallest ones.
+ * The threads are created once and reused: each run releases them with one barrier and waits for
+ * them at another, so thread creation is never timed. Each worker records when it passed the
+ * start barrier and when it finished; times are taken from the earliest start, and the spread
+ * of the starts (start skew: latest - earliest, which the completion times include) is reported
+ * so that a gap it dominates can be told apart. Per plan, over REPEATS runs (the median of each
+ * quantity; the three plans alternate within each repeat so that drift affects them alike): the
+ * makespan (slowest worker), the fastest-to-slowest gap (1 - fastest / slowest, over the workers
+ * that ran a unit), the start skew, the units stolen per run, and the cost model's predicted
+ * makespan. The partitioner uses the host backend's configured model (WEFT_TIER_PEER_*,
+ * WEFT_PART_UNIT_BYTES, WEFT_PART_FANOUT; as weft_comm_init builds it). Memory is touched once
+ * before timing, and each plan runs once untimed first.
  *
  * Exit status: 0 on success, 1 on a failure, 2 on a usage error. Thread safety: the main thread
- * owns everything; workers only copy their own units.
+ * owns everything and writes the run's parameters only while the workers wait at the start
+ * barrier; workers write only their own slots of the result arrays, read after the end barrier.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -35,6 +47,7 @@
 #include <time.h>
 
 #include "core/comm.h"
+#include "exec/steal.h"
 #include "model/partition.h"
 #include "util/config.h"
 
@@ -49,19 +62,40 @@ typedef struct opts {
     const char *json;
 } opts_t;
 
-typedef struct run {
-    const weft_plan_t *plan;
-    uint8_t *const *src; /* per slice (peer) */
-    uint8_t *const *dst;
-    pthread_barrier_t start;
-    uint64_t t0_ns;
-    uint64_t end_ns[MAX_WORKERS];
-} run_t;
+typedef enum { PLAN_NAIVE, PLAN_PARTITION, PLAN_STEAL, NUM_PLANS } plan_kind_t;
+
+static const char *const plan_names[NUM_PLANS] = {"naive", "partition", "steal"};
+
+typedef struct pool pool_t;
 
 typedef struct worker_arg {
-    run_t *run;
+    pool_t *pool;
     int worker;
 } worker_arg_t;
+
+/* The worker threads, kept across runs. */
+struct pool {
+    int nworkers;
+    pthread_t threads[MAX_WORKERS];
+    worker_arg_t args[MAX_WORKERS];
+    pthread_barrier_t start, end; /* nworkers + 1: the workers and the main thread */
+    /* The current run: written by the main thread while the workers wait at start. */
+    int stop;
+    const weft_plan_t *plan;
+    int steal; /* 1: through weft_steal_run over steal_state; 0: own units only */
+    weft_steal_t steal_state;
+    uint8_t *const *src; /* per slice (peer) */
+    uint8_t *const *dst;
+    /* Results: each worker writes its own slot before end. */
+    uint64_t start_ns[MAX_WORKERS], end_ns[MAX_WORKERS];
+    size_t units_run[MAX_WORKERS], stolen[MAX_WORKERS];
+};
+
+/* What one worker carries through weft_steal_run. */
+typedef struct copy_ctx {
+    const pool_t *pool;
+    size_t units;
+} copy_ctx_t;
 
 static uint64_t now_ns(void)
 {
@@ -132,76 +166,155 @@ static size_t tokens_to_rank0(const opts_t *o, int p, uint64_t *seed)
     return count;
 }
 
-static void *worker_main(void *arg)
+static void copy_unit(void *arg, const weft_unit_t *unit)
 {
-    worker_arg_t *wa = arg;
-    run_t *r = wa->run;
-    const weft_plan_t *plan = r->plan;
-    pthread_barrier_wait(&r->start);
-    for (size_t u = plan->worker_begin[wa->worker]; u < plan->worker_begin[wa->worker + 1]; u++) {
-        const weft_unit_t *unit = &plan->units[u];
-        memcpy(r->dst[unit->slice] + unit->offset, r->src[unit->slice] + unit->offset, unit->bytes);
-    }
-    r->end_ns[wa->worker] = now_ns();
-    return NULL;
+    copy_ctx_t *c = arg;
+    memcpy(c->pool->dst[unit->slice] + unit->offset, c->pool->src[unit->slice] + unit->offset,
+           unit->bytes);
+    c->units++;
 }
 
-/* Run plan once on nworkers threads; per-worker completion times (us) into times_us. */
-static int run_plan(run_t *r, int nworkers, double *times_us)
+static void *worker_main(void *arg)
 {
-    pthread_t th[MAX_WORKERS];
-    worker_arg_t args[MAX_WORKERS];
-    if (pthread_barrier_init(&r->start, NULL, (unsigned)nworkers + 1) != 0)
-        return -1;
-    for (int w = 0; w < nworkers; w++) {
-        args[w] = (worker_arg_t){r, w};
-        if (pthread_create(&th[w], NULL, worker_main, &args[w]) != 0) {
+    pool_t *p = ((worker_arg_t *)arg)->pool;
+    int w = ((worker_arg_t *)arg)->worker;
+    for (;;) {
+        pthread_barrier_wait(&p->start);
+        if (p->stop)
+            return NULL;
+        copy_ctx_t c = {p, 0};
+        size_t stolen = 0;
+        p->start_ns[w] = now_ns();
+        if (p->steal) {
+            stolen = weft_steal_run(&p->steal_state, w, copy_unit, &c);
+        } else {
+            const weft_plan_t *plan = p->plan;
+            for (size_t u = plan->worker_begin[w]; u < plan->worker_begin[w + 1]; u++)
+                copy_unit(&c, &plan->units[u]);
+        }
+        p->end_ns[w] = now_ns();
+        p->units_run[w] = c.units;
+        p->stolen[w] = stolen;
+        pthread_barrier_wait(&p->end);
+    }
+}
+
+/* Start the pool's nworkers threads; they wait for the first run. Exits on failure. */
+static void pool_start(pool_t *p)
+{
+    if (pthread_barrier_init(&p->start, NULL, (unsigned)p->nworkers + 1) != 0 ||
+        pthread_barrier_init(&p->end, NULL, (unsigned)p->nworkers + 1) != 0) {
+        fprintf(stderr, "partition-skew: pthread_barrier_init failed\n");
+        exit(1);
+    }
+    weft_steal_init(&p->steal_state);
+    for (int w = 0; w < p->nworkers; w++) {
+        p->args[w] = (worker_arg_t){p, w};
+        if (pthread_create(&p->threads[w], NULL, worker_main, &p->args[w]) != 0) {
             /* The started threads wait at a barrier that can no longer fill: give up. */
             fprintf(stderr, "partition-skew: pthread_create failed\n");
             exit(1);
         }
     }
-    r->t0_ns = now_ns();
-    pthread_barrier_wait(&r->start);
-    for (int w = 0; w < nworkers; w++)
-        pthread_join(th[w], NULL);
-    pthread_barrier_destroy(&r->start);
-    for (int w = 0; w < nworkers; w++)
-        times_us[w] = (double)(r->end_ns[w] - r->t0_ns) / 1e3;
+}
+
+static void pool_stop(pool_t *p)
+{
+    p->stop = 1;
+    pthread_barrier_wait(&p->start);
+    for (int w = 0; w < p->nworkers; w++)
+        pthread_join(p->threads[w], NULL);
+    pthread_barrier_destroy(&p->start);
+    pthread_barrier_destroy(&p->end);
+    weft_steal_fini(&p->steal_state);
+}
+
+/* One run's measurements. */
+typedef struct sample {
+    double worker_us[MAX_WORKERS]; /* completion time from the earliest start */
+    double makespan_us, gap, skew_us, stolen;
+} sample_t;
+
+/* Run plan once on the pool (through weft_steal_run if steal) into *out. */
+static int run_plan(pool_t *p, const weft_plan_t *plan, int steal, sample_t *out)
+{
+    p->plan = plan;
+    p->steal = steal;
+    if (steal && weft_steal_prepare(&p->steal_state, plan) != WEFT_SUCCESS) {
+        fprintf(stderr, "partition-skew: %s\n", weft_last_error());
+        return -1;
+    }
+    pthread_barrier_wait(&p->start);
+    pthread_barrier_wait(&p->end);
+    uint64_t first = UINT64_MAX, last = 0;
+    for (int w = 0; w < p->nworkers; w++) {
+        first = p->start_ns[w] < first ? p->start_ns[w] : first;
+        last = p->start_ns[w] > last ? p->start_ns[w] : last;
+    }
+    double hi = 0, lo = INFINITY, stolen = 0;
+    for (int w = 0; w < p->nworkers; w++) {
+        out->worker_us[w] = (double)(p->end_ns[w] - first) / 1e3;
+        stolen += (double)p->stolen[w];
+        if (p->units_run[w] == 0)
+            continue; /* idle worker: not part of the gap */
+        hi = out->worker_us[w] > hi ? out->worker_us[w] : hi;
+        lo = out->worker_us[w] < lo ? out->worker_us[w] : lo;
+    }
+    out->makespan_us = hi;
+    out->gap = hi > 0 ? 1.0 - lo / hi : 0;
+    out->skew_us = (double)(last - first) / 1e3;
+    out->stolen = stolen;
     return 0;
 }
 
 typedef struct summary {
-    double makespan_us, gap, predicted_us;
+    double makespan_us, gap, skew_us, stolen, predicted_us;
     double worker_us[MAX_WORKERS]; /* medians per worker */
 } summary_t;
 
-static int measure(run_t *r, const weft_plan_t *plan, const opts_t *o, summary_t *out)
+/* Medians over n samples of one plan. */
+static void summarize(const sample_t *samples, int n, int nworkers, const weft_plan_t *plan,
+                      summary_t *out)
 {
-    static double times[MAX_REPEATS][MAX_WORKERS];
-    double mk[MAX_REPEATS], gap[MAX_REPEATS], col[MAX_REPEATS];
-    r->plan = plan;
-    for (int rep = 0; rep < o->repeats; rep++) {
-        if (run_plan(r, o->workers, times[rep]) != 0)
-            return -1;
-        double hi = 0, lo = INFINITY;
-        for (int w = 0; w < o->workers; w++) {
-            if (plan->worker_begin[w + 1] == plan->worker_begin[w])
-                continue; /* idle worker: not part of the gap */
-            hi = times[rep][w] > hi ? times[rep][w] : hi;
-            lo = times[rep][w] < lo ? times[rep][w] : lo;
-        }
-        mk[rep] = hi;
-        gap[rep] = hi > 0 ? 1.0 - lo / hi : 0;
-    }
-    out->makespan_us = median(mk, o->repeats);
-    out->gap = median(gap, o->repeats);
+    static double col[MAX_REPEATS];
+    for (int i = 0; i < n; i++)
+        col[i] = samples[i].makespan_us;
+    out->makespan_us = median(col, n);
+    for (int i = 0; i < n; i++)
+        col[i] = samples[i].gap;
+    out->gap = median(col, n);
+    for (int i = 0; i < n; i++)
+        col[i] = samples[i].skew_us;
+    out->skew_us = median(col, n);
+    for (int i = 0; i < n; i++)
+        col[i] = samples[i].stolen;
+    out->stolen = median(col, n);
     out->predicted_us = plan->makespan_us;
-    for (int w = 0; w < o->workers; w++) {
-        for (int rep = 0; rep < o->repeats; rep++)
-            col[rep] = times[rep][w];
-        out->worker_us[w] = median(col, o->repeats);
+    for (int w = 0; w < nworkers; w++) {
+        for (int i = 0; i < n; i++)
+            col[i] = samples[i].worker_us[w];
+        out->worker_us[w] = median(col, n);
     }
+}
+
+/* One untimed run of each plan, then REPEATS rounds running each plan once in turn. */
+static int measure(pool_t *p, const weft_plan_t *plans[NUM_PLANS], int repeats,
+                   summary_t out[NUM_PLANS])
+{
+    static sample_t samples[NUM_PLANS][MAX_REPEATS];
+    sample_t warm;
+    for (int k = 0; k < NUM_PLANS; k++) {
+        if (run_plan(p, plans[k], k == PLAN_STEAL, &warm) != 0)
+            return -1;
+    }
+    for (int rep = 0; rep < repeats; rep++) {
+        for (int k = 0; k < NUM_PLANS; k++) {
+            if (run_plan(p, plans[k], k == PLAN_STEAL, &samples[k][rep]) != 0)
+                return -1;
+        }
+    }
+    for (int k = 0; k < NUM_PLANS; k++)
+        summarize(samples[k], repeats, p->nworkers, plans[k], &out[k]);
     return 0;
 }
 
@@ -214,8 +327,9 @@ static void usage(FILE *f)
 
 static void print_summary(const char *name, const summary_t *s, int nworkers)
 {
-    printf("%-10s makespan %9.1f us  gap %5.1f%%  predicted %9.1f us  workers(us):", name,
-           s->makespan_us, 100 * s->gap, s->predicted_us);
+    printf("%-10s makespan %9.1f us  gap %5.1f%%  skew %6.1f us  stolen %5.0f  predicted %9.1f us"
+           "  workers(us):",
+           name, s->makespan_us, 100 * s->gap, s->skew_us, s->stolen, s->predicted_us);
     for (int w = 0; w < nworkers; w++)
         printf(" %.0f", s->worker_us[w]);
     printf("\n");
@@ -224,9 +338,9 @@ static void print_summary(const char *name, const summary_t *s, int nworkers)
 static void json_summary(FILE *f, const char *name, const summary_t *s, int nworkers)
 {
     fprintf(f,
-            "\"%s\":{\"makespan_us\":%.3f,\"gap\":%.5f,\"predicted_makespan_us\":%.3f,"
-            "\"worker_us\":[",
-            name, s->makespan_us, s->gap, s->predicted_us);
+            "\"%s\":{\"makespan_us\":%.3f,\"gap\":%.5f,\"start_skew_us\":%.3f,"
+            "\"stolen_units\":%.1f,\"predicted_makespan_us\":%.3f,\"worker_us\":[",
+            name, s->makespan_us, s->gap, s->skew_us, s->stolen, s->predicted_us);
     for (int w = 0; w < nworkers; w++)
         fprintf(f, "%s%.3f", w ? "," : "", s->worker_us[w]);
     fprintf(f, "]}");
@@ -300,11 +414,12 @@ int main(int argc, char **argv)
         return 2;
     }
 
-    uint64_t seed = (uint64_t)now_ns();
+    const uint64_t seed0 = (uint64_t)now_ns(); /* printed; seed advances as tokens are drawn */
+    uint64_t seed = seed0;
     printf("# partition-skew: rank 0 of %d pulls rows of %zu bf16 from each source; T=%zu k=%d "
            "E=%d, per-source Zipf s=%.2f, %d workers, %d repeats, seed %llu\n",
            o.nranks, o.hidden, o.tokens, o.topk, o.experts, o.zipf_s, o.workers, o.repeats,
-           (unsigned long long)seed);
+           (unsigned long long)seed0);
     size_t row = o.hidden * ROW_ELEM_BYTES;
     weft_slice_t slices[WEFT_MAX_RANKS];
     uint8_t *src[WEFT_MAX_RANKS], *dst[WEFT_MAX_RANKS];
@@ -346,20 +461,26 @@ int main(int argc, char **argv)
            (unsigned long long)model.tier[WEFT_TIER_PEER].unit_bytes,
            model.tier[WEFT_TIER_PEER].fanout);
 
-    run_t r = {.src = src, .dst = dst};
-    summary_t s_cost, s_naive;
-    /* Alternate so that drifting clocks affect both alike: one warm-up each first. */
-    if (measure(&r, &naive, &(opts_t){.workers = o.workers, .repeats = 1}, &s_naive) != 0 ||
-        measure(&r, &cost, &(opts_t){.workers = o.workers, .repeats = 1}, &s_cost) != 0 ||
-        measure(&r, &naive, &o, &s_naive) != 0 || measure(&r, &cost, &o, &s_cost) != 0) {
+    static pool_t pool; /* tens of KiB: not on the stack */
+    pool.nworkers = o.workers;
+    pool.src = src;
+    pool.dst = dst;
+    pool_start(&pool);
+    const weft_plan_t *plans[NUM_PLANS] = {&naive, &cost, &cost};
+    summary_t sum[NUM_PLANS];
+    int failed = measure(&pool, plans, o.repeats, sum);
+    pool_stop(&pool);
+    if (failed) {
         fprintf(stderr, "partition-skew: a run failed\n");
         return 1;
     }
-    print_summary("naive", &s_naive, o.workers);
-    print_summary("partition", &s_cost, o.workers);
-    printf("# makespan: partitioner %.1f%% shorter than naive; gap %.1f%% vs %.1f%%\n",
-           100 * (1 - s_cost.makespan_us / s_naive.makespan_us), 100 * s_cost.gap,
-           100 * s_naive.gap);
+    for (int k = 0; k < NUM_PLANS; k++)
+        print_summary(plan_names[k], &sum[k], o.workers);
+    printf("# makespan vs naive: partitioner %+.1f%%, with stealing %+.1f%%; "
+           "gap: naive %.1f%%, partitioner %.1f%%, with stealing %.1f%%\n",
+           100 * (sum[PLAN_PARTITION].makespan_us / sum[PLAN_NAIVE].makespan_us - 1),
+           100 * (sum[PLAN_STEAL].makespan_us / sum[PLAN_NAIVE].makespan_us - 1),
+           100 * sum[PLAN_NAIVE].gap, 100 * sum[PLAN_PARTITION].gap, 100 * sum[PLAN_STEAL].gap);
     if (o.json) {
         FILE *f = fopen(o.json, "a");
         if (!f) {
@@ -371,13 +492,14 @@ int main(int argc, char **argv)
                 "\"hidden\":%zu,\"topk\":%d,\"experts\":%d,\"zipf_s\":%.3f,\"repeats\":%d,"
                 "\"seed\":%llu,\"bytes\":[",
                 o.nranks, o.workers, o.tokens, o.hidden, o.topk, o.experts, o.zipf_s, o.repeats,
-                (unsigned long long)seed);
+                (unsigned long long)seed0);
         for (int p = 0; p < o.nranks; p++)
             fprintf(f, "%s%llu", p ? "," : "", (unsigned long long)slices[p].bytes);
-        fprintf(f, "],");
-        json_summary(f, "naive", &s_naive, o.workers);
-        fprintf(f, ",");
-        json_summary(f, "partition", &s_cost, o.workers);
+        fprintf(f, "]");
+        for (int k = 0; k < NUM_PLANS; k++) {
+            fprintf(f, ",");
+            json_summary(f, plan_names[k], &sum[k], o.workers);
+        }
         fprintf(f, "}\n");
         fclose(f);
     }

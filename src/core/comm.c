@@ -186,6 +186,7 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **c
     int ncpus = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
     comm->wait_policy = weft_wait_policy(cfg.nranks * cfg.host_workers, ncpus);
     weft_plan_init(&comm->plan);
+    weft_steal_init(&comm->steal);
     uint64_t deadline = weft_deadline_after_s(cfg.timeout_s);
 
     weft_store_t *store;
@@ -290,6 +291,7 @@ err_free:
     if (comm) {
         free(comm->blocks);
         free(comm->peer_tier);
+        weft_steal_fini(&comm->steal);
         weft_plan_fini(&comm->plan);
     }
     free(comm);
@@ -331,6 +333,7 @@ weft_status_t weft_comm_teardown(struct weft_comm *comm)
     weft_registry_destroy(comm->registry, healthy ? weft_deadline_after_s(bye_s) : weft_now_ns());
     weft_window_release(&comm->window);
     weft_ctrlblk_unmap(comm->blocks, comm->nranks, comm->layout.bytes);
+    weft_steal_fini(&comm->steal);
     weft_plan_fini(&comm->plan);
     free(comm->blocks);
     free(comm->peer_tier);

@@ -19,6 +19,7 @@
 #include "core/registry.h"
 #include "core/window.h"
 #include "exec/exec.h"
+#include "exec/steal.h"
 #include "exec/work.h"
 #include "mem/mem.h"
 #include "model/cost_model.h"
@@ -138,6 +139,7 @@ struct weft_comm {
     weft_exec_t *exec;
     weft_cost_model_t model;
     weft_plan_t plan;
+    weft_steal_t steal; /* the host workers' claims over plan (exec/steal.h) */
     weft_tier_t *peer_tier; /* nranks entries */
     weft_wait_policy_t wait_policy;
     struct weft_cuda_state *cuda; /* CUDA backend only (comm_cuda.c) */

@@ -1,8 +1,9 @@
 /*
  * op_common.c - the steps every host algorithm shares (see op.h).
  *
- * Thread safety: an operation runs on the communicator's user thread; weft_op_move hands units
- * to the executor's workers, which only read peers' memory and write this rank's.
+ * Thread safety: an operation runs on the communicator's user thread; weft_op_execute hands units
+ * to the executor's workers, which claim them through comm->steal (each unit runs once, on
+ * whichever worker claims it), only read peers' memory and write this rank's.
  */
 #include <string.h>
 
@@ -149,21 +150,25 @@ weft_status_t weft_op_local_copy(weft_op_t *op, void *dst, const void *src, size
 }
 
 typedef struct move_ctx {
-    const weft_plan_t *plan;
+    weft_steal_t *steal;
     const weft_work_t *work;
 } move_ctx_t;
+
+static void move_unit(void *arg, const weft_unit_t *unit)
+{
+    const move_ctx_t *m = arg;
+    weft_work_host_unit(m->work, unit->slice, unit->offset, unit->bytes);
+}
 
 static void run_worker_units(void *arg, int worker)
 {
     move_ctx_t *m = arg;
-    const weft_plan_t *plan = m->plan;
-    for (size_t u = plan->worker_begin[worker]; u < plan->worker_begin[worker + 1]; u++) {
-        const weft_unit_t *unit = &plan->units[u];
-        weft_work_host_unit(m->work, unit->slice, unit->offset, unit->bytes);
-    }
+    (void)weft_steal_run(m->steal, worker, move_unit, m);
 }
 
-/* Run the work on the CPU workers: whole slices in order with one worker. */
+/* Run the work on the CPU workers: whole slices in order with one worker; otherwise the
+ * partitioner's plan, which each worker starts with its own units and completes by stealing
+ * (exec/steal.h). */
 static weft_status_t host_move(struct weft_comm *comm, const weft_work_t *work)
 {
     int nworkers = comm->exec_ops->nworkers(comm->exec);
@@ -178,7 +183,10 @@ static weft_status_t host_move(struct weft_comm *comm, const weft_work_t *work)
                                       WEFT_WORK_GRANULE, &comm->plan);
     if (st != WEFT_SUCCESS)
         return st;
-    move_ctx_t m = {&comm->plan, work};
+    st = weft_steal_prepare(&comm->steal, &comm->plan);
+    if (st != WEFT_SUCCESS)
+        return st;
+    move_ctx_t m = {&comm->steal, work};
     comm->exec_ops->run(comm->exec, run_worker_units, &m);
     return WEFT_SUCCESS;
 }
