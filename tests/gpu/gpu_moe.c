@@ -17,9 +17,10 @@
  * topk_idx, topk_weights and out when T is 0, the receive arrays when max_recv_tokens is 0, y
  * when nothing was received) in every other case that has them. roa runs the whole grid, jit and
  * staged a quarter each. Then a case with T = 4096 and one with H = 7168 per mode (fresh
- * allocations). Every case checks: *num_recv_tokens, every received row, local expert id and
- * weight, recv_expert_counts, the combine output (sums of y = recv_x * (rank + 1): exact),
- * inputs (x, routing, y) unchanged, guards.
+ * allocations), and one with topk = 40 (more slots than a warp has lanes). Every case checks:
+ * *num_recv_tokens, every received row, local expert id and weight, recv_expert_counts, the
+ * combine output (sums of y = recv_x * (rank + 1): exact), inputs (x, routing, y) unchanged,
+ * guards.
  *
  * After each case of the grid, the backward pass: new x and y through a dispatch reusing the
  * handle's layout (WEFT_MOE_REUSE; the routing outputs asked for in every other case, else they
@@ -367,6 +368,8 @@ typedef struct large_case {
 static const large_case_t large_cases[] = {
     {WEFT_REGISTRATION_ROA, 4096, 128, 8, 32, MOE_ROUTE_ZIPF, WEFT_BFLOAT16, GPU_BUF_WEFT},
     {WEFT_REGISTRATION_ROA, 300, 7168, 8, 8, MOE_ROUTE_UNIFORM, WEFT_BFLOAT16, GPU_BUF_INTERIOR},
+    /* More expert slots than a warp has lanes: the gather loops over them. */
+    {WEFT_REGISTRATION_ROA, 300, 64, 40, 32, MOE_ROUTE_UNIFORM, WEFT_FLOAT32, GPU_BUF_WEFT},
     {WEFT_REGISTRATION_JIT, 4096, 7, 2, 8, MOE_ROUTE_MASKED, WEFT_FLOAT32, GPU_BUF_CUDA},
     {WEFT_REGISTRATION_STAGED, 7, 7168, 1, 1, MOE_ROUTE_ALL_TO_ONE, WEFT_FLOAT16, GPU_BUF_WEFT},
 };
