@@ -4,7 +4,7 @@
  * step 3, and "Registration modes"). CUDA backend; built with CUDA only.
  *
  *   weftrun -n N first-use [-m MODES] [-s SIZES] [-g GAPS_MS] [-n CALLS] [-r REPEATS]
- *                          [--gap-kind sleep|busy] [--tag TEXT] [--json FILE]
+ *                          [--gap-kind sleep|spin|busy] [--tag TEXT] [--json FILE]
  *
  * For each registration mode (one communicator each, made with weft_config_default, the CUDA
  * backend and .registration = the mode), each allocation size and each gap, REPEATS
@@ -16,11 +16,12 @@
  *   after-gap:  barrier; gap; barrier; the same timed call on the now used buffer
  *   weft_free
  *
- * The gap is a sleep of the host (--gap-kind sleep, the default: the GPU and the CPU go idle)
- * or GPU work (busy: a one-warp kernel runs for the gap on the stream and the host waits for it
- * in cudaStreamSynchronize, as a training step computes between allocating a buffer and
+ * The gap is a sleep of the host (--gap-kind sleep, the default: the GPU and the CPU go idle),
+ * a busy wait of the host (spin: the CPU stays awake, the GPU goes idle) or GPU work (busy: a
+ * one-warp kernel runs for the gap on the stream and the host waits for it in
+ * cudaStreamSynchronize, as a training step computes between allocating a buffer and
  * communicating it; ranks leave it within microseconds of each other, their kernels having
- * started together after the barrier).
+ * started together after the barrier). Comparing the three tells where an idle cost sits.
  *
  * "barrier" is weft_barrier on the stream followed by cudaStreamSynchronize: it is itself a
  * collective, so the one before a measurement comes before the allocation; the one after the gap
@@ -28,7 +29,8 @@
  * is not charged with how far apart the ranks leave the gap (up to 200 us after a sleep; the
  * after-gap control measured that in runs without this barrier). Times are host
  * clock (CLOCK_MONOTONIC) from before the call to after the stream synchronised; each includes
- * the wait for the last rank to arrive. Sleeps run with a timer slack of 1 ns (prctl), so ranks
+ * the wait for the last rank to arrive. The host part of each (until weft_all_reduce returned:
+ * entry handshake and launch) is recorded too. Sleeps run with a timer slack of 1 ns (prctl), so ranks
  * leave them within microseconds. The buffer is never written by the program: the call's cost
  * does not depend on the values.
  *
@@ -90,15 +92,28 @@
 #define TARGET_RATIO 1.10
 
 /* Per-rank values of one measurement, all-gathered as doubles. */
-enum { V_FIRST_NS, V_STEADY_NS, V_AFTER_GAP_NS, V_REGS, V_WAITS, V_WAIT_NS, V_LATER_WAITS, NVALS };
+enum {
+    V_FIRST_NS,
+    V_STEADY_NS,
+    V_AFTER_GAP_NS,
+    V_FIRST_HOST_NS, /* the host parts of the three: until weft_all_reduce returned */
+    V_STEADY_HOST_NS,
+    V_AFTER_GAP_HOST_NS,
+    V_REGS,
+    V_WAITS,
+    V_WAIT_NS,
+    V_LATER_WAITS,
+    NVALS
+};
 
 typedef struct bench {
     weft_comm_t comm;
     cudaStream_t stream;
     int rank, nranks;
     int calls;
-    int gap_kind;      /* GAP_SLEEP or GAP_BUSY */
-    uint64_t *call_ns; /* calls entries: the steady calls of one measurement */
+    int gap_kind;       /* GAP_SLEEP, GAP_SPIN or GAP_BUSY */
+    uint64_t *call_ns;  /* calls entries: the steady calls of one measurement */
+    uint64_t *host_ns;  /* calls entries: their host parts */
     double *d_mine;    /* device (cudaMalloc): NVALS values of this rank */
     double *d_all;     /* device (cudaMalloc): nranks * NVALS values */
     double *h_all;     /* host copy of d_all */
@@ -107,6 +122,7 @@ typedef struct bench {
 /* One row: a (mode, size, gap) over its repetitions, as rank 0 accumulates it. */
 typedef struct row {
     double first_us[MAX_REPEATS], steady_us[MAX_REPEATS], after_gap_us[MAX_REPEATS];
+    double host_us[3][MAX_REPEATS]; /* host parts of first, steady, after-gap */
     double wait_us[MAX_REPEATS];
     uint64_t regs, waits, later_waits;
     int ranks_waited; /* (rank, repetition) pairs whose first call waited */
@@ -114,10 +130,11 @@ typedef struct row {
 
 static const char *const mode_names[MAX_MODES] = {"roa", "jit", "staged"};
 
-static const char *const gap_kind_names[] = {"sleep", "busy"};
-enum { GAP_SLEEP, GAP_BUSY };
+enum { GAP_SLEEP, GAP_SPIN, GAP_BUSY, NUM_GAP_KINDS };
+static const char *const gap_kind_names[NUM_GAP_KINDS] = {"sleep", "spin", "busy"};
 
-/* The gap between allocation (or a barrier) and a call: the host sleeps, or the GPU computes. */
+/* The gap between allocation (or a barrier) and a call: the host sleeps or busy-waits, or the
+ * GPU computes. */
 static void gap(bench_t *b, int ms)
 {
     if (ms <= 0)
@@ -125,6 +142,12 @@ static void gap(bench_t *b, int ms)
     if (b->gap_kind == GAP_BUSY) {
         cuda_ok(gpu_busy(b->stream, (uint64_t)ms * 1000000u), "gpu_busy launch");
         cuda_ok(cudaStreamSynchronize(b->stream), "cudaStreamSynchronize after gpu_busy");
+        return;
+    }
+    if (b->gap_kind == GAP_SPIN) {
+        uint64_t t0 = weft_now_ns();
+        while (weft_now_ns() - t0 < (uint64_t)ms * 1000000u)
+            ;
         return;
     }
     struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
@@ -140,12 +163,13 @@ static void barrier(bench_t *b)
 }
 
 /* One in-place float32 sum all-reduce of buf, host time from the call to the end of the stream
- * synchronisation. */
-static uint64_t timed_all_reduce(bench_t *b, void *buf, size_t count)
+ * synchronisation; *host_ns gets the time until the call returned. */
+static uint64_t timed_all_reduce(bench_t *b, void *buf, size_t count, uint64_t *host_ns)
 {
     uint64_t t0 = weft_now_ns();
     weft_ok(weft_all_reduce(b->comm, buf, buf, count, WEFT_FLOAT32, WEFT_SUM, b->stream),
             "weft_all_reduce");
+    *host_ns = weft_now_ns() - t0;
     cuda_ok(cudaStreamSynchronize(b->stream), "cudaStreamSynchronize after weft_all_reduce");
     return weft_now_ns() - t0;
 }
@@ -194,22 +218,26 @@ static void measure(bench_t *b, size_t bytes, int gap_ms, double out[NVALS])
     weft_ok(weft_malloc(b->comm, &buf, bytes), "weft_malloc");
     gap(b, gap_ms);
     barrier(b);
-    uint64_t first_ns = timed_all_reduce(b, buf, count);
+    uint64_t first_host, after_gap_host;
+    uint64_t first_ns = timed_all_reduce(b, buf, count, &first_host);
     get_stats(b, &s_first);
     for (int i = 0; i < b->calls; i++) {
         barrier(b);
-        b->call_ns[i] = timed_all_reduce(b, buf, count);
+        b->call_ns[i] = timed_all_reduce(b, buf, count, &b->host_ns[i]);
     }
     barrier(b);
     gap(b, gap_ms);
     barrier(b);
-    uint64_t after_gap_ns = timed_all_reduce(b, buf, count);
+    uint64_t after_gap_ns = timed_all_reduce(b, buf, count, &after_gap_host);
     get_stats(b, &s_end);
     weft_ok(weft_free(b->comm, buf), "weft_free");
 
     out[V_FIRST_NS] = (double)first_ns;
     out[V_STEADY_NS] = median_u64(b->call_ns, b->calls);
     out[V_AFTER_GAP_NS] = (double)after_gap_ns;
+    out[V_FIRST_HOST_NS] = (double)first_host;
+    out[V_STEADY_HOST_NS] = median_u64(b->host_ns, b->calls);
+    out[V_AFTER_GAP_HOST_NS] = (double)after_gap_host;
     out[V_REGS] = (double)(s_first.registrations_started - s_alloc.registrations_started);
     out[V_WAITS] = (double)(s_first.first_use_waits - s_alloc.first_use_waits);
     out[V_WAIT_NS] = (double)(s_first.first_use_wait_ns - s_alloc.first_use_wait_ns);
@@ -233,9 +261,11 @@ static void gather(bench_t *b, const double mine[NVALS])
 /* Rank 0: fold one repetition's gathered values into the row. */
 static void accumulate(const bench_t *b, row_t *row, int rep)
 {
-    double first = 0, steady = 0, after = 0, wait = 0;
+    double first = 0, steady = 0, after = 0, wait = 0, host[3] = {0, 0, 0};
     for (int r = 0; r < b->nranks; r++) {
         const double *v = b->h_all + (size_t)r * NVALS;
+        for (int h = 0; h < 3; h++)
+            host[h] = v[V_FIRST_HOST_NS + h] > host[h] ? v[V_FIRST_HOST_NS + h] : host[h];
         first = v[V_FIRST_NS] > first ? v[V_FIRST_NS] : first;
         steady = v[V_STEADY_NS] > steady ? v[V_STEADY_NS] : steady;
         after = v[V_AFTER_GAP_NS] > after ? v[V_AFTER_GAP_NS] : after;
@@ -249,6 +279,8 @@ static void accumulate(const bench_t *b, row_t *row, int rep)
     row->steady_us[rep] = steady / 1e3;
     row->after_gap_us[rep] = after / 1e3;
     row->wait_us[rep] = wait / 1e3;
+    for (int h = 0; h < 3; h++)
+        row->host_us[h][rep] = host[h] / 1e3;
 }
 
 /* Write s as a JSON string. */
@@ -289,15 +321,19 @@ static void report(const bench_t *b, const setup_t *s, FILE *json, const char *d
     for (int i = 0; i < n; i++)
         first_max = row->first_us[i] > first_max ? row->first_us[i] : first_max;
     double ratio = steady > 0 ? first / steady : 0, ratio_after = after > 0 ? first / after : 0;
+    double host[3];
+    for (int h = 0; h < 3; h++)
+        host[h] = median_double(row->host_us[h], n);
     const char *target = "-";
     if (mode == WEFT_REGISTRATION_ROA && gap_ms >= TARGET_GAP_MS)
         target = ratio <= TARGET_RATIO && row->waits == 0 ? "yes" : "NO";
     else if (mode == WEFT_REGISTRATION_JIT)
         target = row->ranks_waited == b->nranks * n ? "yes" : "NO";
-    printf("%6s %10zu %6d %10.1f %10.1f %10.1f %7.2f %7.2f %5llu %5llu %9.1f %5llu %6s\n",
+    printf("%6s %10zu %6d %10.1f %10.1f %10.1f %7.2f %7.2f %5llu %5llu %9.1f %5llu %6s "
+           "%7.1f %7.1f %7.1f\n",
            mode_names[mode], bytes, gap_ms, first, steady, after, ratio, ratio_after,
            (unsigned long long)row->regs, (unsigned long long)row->waits, wait,
-           (unsigned long long)row->later_waits, target);
+           (unsigned long long)row->later_waits, target, host[0], host[1], host[2]);
     fflush(stdout);
     if (!json)
         return;
@@ -311,11 +347,12 @@ static void report(const bench_t *b, const setup_t *s, FILE *json, const char *d
             "\"calls\":%d,\"first_us\":%.3f,\"first_max_us\":%.3f,\"steady_us\":%.3f,"
             "\"after_gap_us\":%.3f,\"ratio\":%.4f,\"ratio_after_gap\":%.4f,"
             "\"registrations\":%llu,\"first_use_waits\":%llu,\"first_use_wait_us\":%.3f,"
-            "\"ranks_waited\":%d,\"later_waits\":%llu,\"meets_target\":",
+            "\"ranks_waited\":%d,\"later_waits\":%llu,\"host_first_us\":%.3f,"
+            "\"host_steady_us\":%.3f,\"host_after_gap_us\":%.3f,\"meets_target\":",
             mode_names[mode], bytes, gap_ms, b->nranks, n, s->calls, first, first_max, steady,
             after, ratio, ratio_after, (unsigned long long)row->regs,
             (unsigned long long)row->waits, wait, row->ranks_waited,
-            (unsigned long long)row->later_waits);
+            (unsigned long long)row->later_waits, host[0], host[1], host[2]);
     if (strcmp(target, "-") == 0)
         fprintf(json, "null");
     else
@@ -351,7 +388,8 @@ static void bench_open(bench_t *b, weft_registration_t mode, int calls, int gap_
             "cudaMalloc");
     b->h_all = calloc((size_t)b->nranks * NVALS, sizeof(double));
     b->call_ns = calloc((size_t)calls, sizeof(uint64_t));
-    if (!b->h_all || !b->call_ns)
+    b->host_ns = calloc((size_t)calls, sizeof(uint64_t));
+    if (!b->h_all || !b->call_ns || !b->host_ns)
         fatal("calloc: out of memory");
 }
 
@@ -364,6 +402,7 @@ static void bench_close(bench_t *b)
     cuda_ok(cudaStreamDestroy(b->stream), "cudaStreamDestroy");
     free(b->h_all);
     free(b->call_ns);
+    free(b->host_ns);
     memset(b, 0, sizeof *b);
 }
 
@@ -376,7 +415,8 @@ static void warm_up(bench_t *b, const setup_t *s)
         weft_ok(weft_malloc(b->comm, &buf, s->sizes[i]), "weft_malloc (warm-up)");
         for (int c = 0; c < WARMUP_CALLS; c++) {
             barrier(b);
-            (void)timed_all_reduce(b, buf, s->sizes[i] / sizeof(float));
+            uint64_t host_ns;
+            (void)timed_all_reduce(b, buf, s->sizes[i] / sizeof(float), &host_ns);
         }
         weft_ok(weft_free(b->comm, buf), "weft_free (warm-up)");
     }
@@ -392,8 +432,9 @@ static void usage(FILE *f)
                "0,1,10,100)\n"
                "  -n, --calls N       steady-state calls per measurement (default 20)\n"
                "  -r, --repeats N     measurements per (mode, size, gap) (default 5)\n"
-               "      --gap-kind K    sleep (the host sleeps) or busy (a kernel runs for the "
-               "gap) (default sleep)\n"
+               "      --gap-kind K    sleep (the host sleeps), spin (the host busy-waits) or "
+               "busy (a kernel\n"
+               "                      runs for the gap) (default sleep)\n"
                "      --tag TEXT      label printed in the header and written to the JSON\n"
                "      --json FILE     also write one JSON object per row (rank 0)\n");
 }
@@ -490,8 +531,13 @@ static int parse_args(int argc, char **argv, setup_t *s)
             s->tag = optarg;
             break;
         case 'k':
-            s->gap_kind = strcmp(optarg, "busy") == 0 ? GAP_BUSY : GAP_SLEEP;
-            bad = strcmp(optarg, "busy") != 0 && strcmp(optarg, "sleep") != 0;
+            bad = 1;
+            for (int k = 0; k < NUM_GAP_KINDS; k++) {
+                if (strcmp(optarg, gap_kind_names[k]) == 0) {
+                    s->gap_kind = k;
+                    bad = 0;
+                }
+            }
             break;
         case 'j':
             s->json = optarg;
@@ -551,13 +597,16 @@ int main(int argc, char **argv)
                    "# of the other calls): sums over ranks and repeats; wait_us: max over "
                    "ranks, median over repeats\n"
                    "# meets: roa gap>=%d ms: first <= %.2f x steady and 0 waits; jit: every "
-                   "rank's first call waited\n",
+                   "rank's first call waited\n"
+                   "# h_first, h_stdy, h_aftr: the host parts of the three calls (until "
+                   "weft_all_reduce returned)\n",
                    b.nranks, device, s.repeats, s.calls, gap_kind_names[s.gap_kind],
                    s.tag[0] ? ", tag " : "", s.tag,
                    TARGET_GAP_MS, TARGET_RATIO);
-            printf("#%5s %10s %6s %10s %10s %10s %7s %7s %5s %5s %9s %5s %6s\n", "mode", "bytes",
-                   "gap_ms", "first_us", "steady_us", "after_gap", "f/stdy", "f/aftr", "regs",
-                   "waits", "wait_us", "later", "meets");
+            printf("#%5s %10s %6s %10s %10s %10s %7s %7s %5s %5s %9s %5s %6s %7s %7s %7s\n",
+                   "mode", "bytes", "gap_ms", "first_us", "steady_us", "after_gap", "f/stdy",
+                   "f/aftr", "regs", "waits", "wait_us", "later", "meets", "h_first", "h_stdy",
+                   "h_aftr");
             fflush(stdout);
         }
         warm_up(&b, &s);
