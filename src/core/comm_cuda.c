@@ -23,8 +23,8 @@
 
 struct weft_cuda_state {
     int device;
-    int nblocks;     /* blocks per launch at most */
-    int moe_blocks;  /* blocks of the MoE data kernels (weft_cuda_moe_blocks) */
+    int nblocks;    /* blocks per launch at most */
+    int moe_blocks; /* blocks of the MoE data kernels (weft_cuda_moe_blocks) */
     weft_cuda_ctl_t *ctl[WEFT_CUDA_MAX_RANKS];
     volatile int32_t *words;   /* mapped pinned host memory: [0] status, [16] abort, then
                                   the MoE report area at byte 128 */
@@ -32,10 +32,11 @@ struct weft_cuda_state {
     weft_cuda_params_t params; /* scratch for launches */
     weft_cost_model_t model;   /* the GPU's partitioning parameters */
     int copy_engine;           /* copies through cudaMemcpyAsync (WEFT_CUDA_COPY_ENGINE) */
+    uint64_t fused_copy_bytes; /* local copies up to this size run in-kernel (0: none) */
 };
 
 #define STATUS_WORD 0
-#define ABORT_WORD 16 /* another cache line */
+#define ABORT_WORD 16    /* another cache line */
 #define REPORT_BYTES 128 /* the MoE report area (weft_moe_dev_report_t), after the words */
 #define WORDS_BYTES (128 + REPORT_BYTES)
 _Static_assert(sizeof(weft_moe_dev_report_t) <= REPORT_BYTES, "the MoE report area is too small");
@@ -141,6 +142,7 @@ weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store)
         cs->nblocks = 1;
     cs->moe_blocks = env->cuda_moe_blocks > 0 ? env->cuda_moe_blocks : 2 * (fit > 0 ? fit : 1);
     cs->copy_engine = env->cuda_copy_engine != 0;
+    cs->fused_copy_bytes = cs->copy_engine ? 0 : env->cuda_fused_copy_bytes;
     uint64_t unit = env->cuda_unit_bytes ? env->cuda_unit_bytes : (1u << 20);
     int fanout = env->cuda_fanout > 0 ? env->cuda_fanout : cs->nblocks;
     for (int t = 0; t < WEFT_NUM_TIERS; t++) {
@@ -196,8 +198,13 @@ void weft_cuda_abort(struct weft_comm *comm)
         comm->cuda->words[ABORT_WORD] = 1;
 }
 
-weft_status_t weft_cuda_local_copy(void *dst, const void *src, size_t bytes, void *stream)
+weft_status_t weft_cuda_local_copy(struct weft_comm *comm, weft_cuda_copy_t *pending, void *dst,
+                                   const void *src, size_t bytes, void *stream)
 {
+    if (bytes <= comm->cuda->fused_copy_bytes && pending->bytes == 0) {
+        *pending = (weft_cuda_copy_t){.dst = dst, .src = src, .bytes = bytes};
+        return WEFT_SUCCESS;
+    }
     cudaError_t err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, (cudaStream_t)stream);
     if (err != cudaSuccess)
         return cuda_error(err, "cudaMemcpyAsync (staging)");
@@ -218,14 +225,44 @@ static void fill_common(struct weft_comm *comm, weft_cuda_params_t *p, unsigned 
     for (int r = 0; r < comm->nranks; r++)
         p->ctl[r] = cs->ctl[r];
     p->block_begin[0] = p->block_begin[1] = 0;
+    p->pre_dst = NULL;
+    p->pre_src = NULL;
+    p->pre_bytes = 0;
 }
 
-/* The entry step of an operation that goes on after it (sync: WEFT_SYNC_CONTINUE or 0). */
-static weft_status_t launch_enter(struct weft_comm *comm, unsigned sync, void *stream)
+/* Move the pending copy into the launch; returns the blocks it wants (a share of at least
+ * CUDA_MIN_UNIT_BYTES each, at most the launch bound), 0 without one. */
+static int take_pending(struct weft_comm *comm, weft_cuda_params_t *p, weft_cuda_copy_t *pending)
+{
+    if (!pending || pending->bytes == 0)
+        return 0;
+    p->pre_dst = pending->dst;
+    p->pre_src = pending->src;
+    p->pre_bytes = pending->bytes;
+    *pending = (weft_cuda_copy_t){0};
+    uint64_t want = (p->pre_bytes + CUDA_MIN_UNIT_BYTES - 1) / CUDA_MIN_UNIT_BYTES;
+    return want < (uint64_t)comm->cuda->nblocks ? (int)want : comm->cuda->nblocks;
+}
+
+/* Blocks [from, to) of a launch get no units (they only run their share of the copy). */
+static void no_units(weft_cuda_params_t *p, int from, int to)
+{
+    for (int b = from; b < to; b++)
+        p->block_begin[b + 1] = p->block_begin[from];
+}
+
+/* The entry step of an operation that goes on after it (sync: WEFT_SYNC_CONTINUE or 0), with
+ * the pending copy if any. */
+static weft_status_t launch_enter(struct weft_comm *comm, unsigned sync, weft_cuda_copy_t *pending,
+                                  void *stream)
 {
     weft_cuda_params_t *p = &comm->cuda->params;
     fill_common(comm, p, (sync & WEFT_SYNC_CONTINUE) | WEFT_SYNC_KEEP_SEQ);
-    return weft_cuda_launch(p, 1, stream);
+    int nblocks = take_pending(comm, p, pending);
+    if (nblocks < 1)
+        nblocks = 1;
+    no_units(p, 0, nblocks);
+    return weft_cuda_launch(p, nblocks, stream);
 }
 
 /* The closing step of an operation whose entry step ran. */
@@ -236,9 +273,9 @@ static weft_status_t launch_leave(struct weft_comm *comm, unsigned sync, void *s
     return weft_cuda_launch(p, 1, stream);
 }
 
-weft_status_t weft_cuda_enter(struct weft_comm *comm, void *stream)
+weft_status_t weft_cuda_enter(struct weft_comm *comm, weft_cuda_copy_t *pending, void *stream)
 {
-    return launch_enter(comm, 0, stream);
+    return launch_enter(comm, 0, pending, stream);
 }
 
 weft_status_t weft_cuda_leave(struct weft_comm *comm, void *stream)
@@ -281,9 +318,9 @@ uint32_t weft_cuda_moe_rejections(struct weft_comm *comm, void *last_out)
 /* Copies on the copy engines: a one-block kernel waits for the peers' ready flags, the
  * engines copy every slice, a second one-block kernel runs the closing signal. */
 static weft_status_t execute_copy_engine(struct weft_comm *comm, const weft_work_t *work,
-                                         unsigned sync, void *stream)
+                                         unsigned sync, weft_cuda_copy_t *pending, void *stream)
 {
-    weft_status_t st = launch_enter(comm, sync, stream);
+    weft_status_t st = launch_enter(comm, sync, pending, stream);
     for (int i = 0; st == WEFT_SUCCESS && i < work->nslices; i++) {
         if (work->slices[i].bytes == 0)
             continue;
@@ -298,15 +335,21 @@ static weft_status_t execute_copy_engine(struct weft_comm *comm, const weft_work
 }
 
 weft_status_t weft_cuda_execute(struct weft_comm *comm, const weft_work_t *work, unsigned sync,
-                                weft_status_t mine, void *stream)
+                                weft_status_t mine, weft_cuda_copy_t *pending, void *stream)
 {
-    if (mine != WEFT_SUCCESS)
+    if (mine != WEFT_SUCCESS) {
+        if (pending)
+            *pending = (weft_cuda_copy_t){0}; /* nobody will read it */
         return mine; /* every rank knows it (the handshake agreed): nobody launches */
+    }
+    if (pending && pending->bytes > 0 && (sync & WEFT_SYNC_CONTINUE))
+        return weft_error(WEFT_ERR_INTERNAL, "a local copy is pending at a continued launch");
     struct weft_cuda_state *cs = comm->cuda;
     if (work && work->kind == WEFT_WORK_COPY && cs->copy_engine)
-        return execute_copy_engine(comm, work, sync, stream);
+        return execute_copy_engine(comm, work, sync, pending, stream);
     weft_cuda_params_t *p = &cs->params;
     fill_common(comm, p, sync);
+    int copy_blocks = take_pending(comm, p, pending);
     int nblocks = 1;
     if (work) {
         p->kind = (int32_t)work->kind;
@@ -365,6 +408,10 @@ weft_status_t weft_cuda_execute(struct weft_comm *comm, const weft_work_t *work,
             nblocks = 1;
             p->block_begin[0] = p->block_begin[1] = 0;
         }
+    }
+    if (copy_blocks > nblocks) {
+        no_units(p, nblocks, copy_blocks);
+        nblocks = copy_blocks;
     }
     return weft_cuda_launch(p, nblocks, stream);
 }

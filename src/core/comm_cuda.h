@@ -47,22 +47,38 @@ void weft_cuda_comm_teardown(struct weft_comm *comm);
  * checked at the start of every call. */
 weft_status_t weft_cuda_check(struct weft_comm *comm, const char *call);
 
-/* Launch the work with its device-side synchronisation on stream. */
-weft_status_t weft_cuda_execute(struct weft_comm *comm, const weft_work_t *work, unsigned sync,
-                                weft_status_t mine, void *stream);
+/* A local copy an operation has made but not yet issued (bytes 0: none). */
+typedef struct weft_cuda_copy {
+    void *dst;
+    const void *src;
+    size_t bytes;
+} weft_cuda_copy_t;
 
-/* dst <- src on stream (device memory, or any memory CUDA can copy). */
-weft_status_t weft_cuda_local_copy(void *dst, const void *src, size_t bytes, void *stream);
+/* dst <- src in stream order, before the operation's peers are told it is ready. Up to
+ * WEFT_CUDA_FUSED_COPY_BYTES (unless WEFT_CUDA_COPY_ENGINE), and when *pending holds none yet, the
+ * copy is only recorded in *pending: the operation's next launch (weft_cuda_execute or
+ * weft_cuda_enter, which must follow) runs it on its blocks before the ready signal, which saves
+ * a copy submission (and the copy engine's wake-up after an idle gap, 10-20 us on an H200).
+ * Otherwise a cudaMemcpyAsync on stream. Device memory, or any memory CUDA can copy. */
+weft_status_t weft_cuda_local_copy(struct weft_comm *comm, weft_cuda_copy_t *pending, void *dst,
+                                   const void *src, size_t bytes, void *stream);
+
+/* Launch the work with its device-side synchronisation on stream; the launch also runs the
+ * pending copy (cleared; must be none when sync has WEFT_SYNC_CONTINUE). With mine an error
+ * nothing is launched and the pending copy is dropped. */
+weft_status_t weft_cuda_execute(struct weft_comm *comm, const weft_work_t *work, unsigned sync,
+                                weft_status_t mine, weft_cuda_copy_t *pending, void *stream);
 
 /* Tell running kernels to give up (abort, lost peer): never blocks. */
 void weft_cuda_abort(struct weft_comm *comm);
 
 /* The entry and closing signals of an operation whose data movement is a kernel of its own
- * (MoE), each a one-block launch on stream: weft_cuda_enter posts this rank's ready flag and
- * waits for every peer's (their earlier stream work is complete, so their memory may be read);
- * weft_cuda_leave runs the closing signal (every peer finished reading ours) and ends the
- * operation. The kernels in between must not wait for peers. */
-weft_status_t weft_cuda_enter(struct weft_comm *comm, void *stream);
+ * (MoE), each a one-block launch on stream: weft_cuda_enter runs the pending copy (then on every
+ * block of a launch), posts this rank's ready flag and waits for every peer's (their earlier
+ * stream work is complete, so their memory may be read); weft_cuda_leave runs the closing
+ * signal (every peer finished reading ours) and ends the operation. The kernels in between must
+ * not wait for peers. */
+weft_status_t weft_cuda_enter(struct weft_comm *comm, weft_cuda_copy_t *pending, void *stream);
 weft_status_t weft_cuda_leave(struct weft_comm *comm, void *stream);
 
 /* The device this communicator's memory and kernels are on (-1 without the CUDA backend). */

@@ -46,19 +46,20 @@ weft_status_t weft_cuda_check(struct weft_comm *comm, const char *call)
 }
 
 weft_status_t weft_cuda_execute(struct weft_comm *comm, const weft_work_t *work, unsigned sync,
-                                weft_status_t mine, void *stream)
+                                weft_status_t mine, weft_cuda_copy_t *pending, void *stream)
 {
     return not_built("a collective");
 }
 
-weft_status_t weft_cuda_local_copy(void *dst, const void *src, size_t bytes, void *stream)
+weft_status_t weft_cuda_local_copy(struct weft_comm *comm, weft_cuda_copy_t *pending, void *dst,
+                                   const void *src, size_t bytes, void *stream)
 {
     return not_built("a collective");
 }
 
 void weft_cuda_abort(struct weft_comm *comm) {}
 
-weft_status_t weft_cuda_enter(struct weft_comm *comm, void *stream)
+weft_status_t weft_cuda_enter(struct weft_comm *comm, weft_cuda_copy_t *pending, void *stream)
 {
     return not_built("a collective");
 }

@@ -48,8 +48,7 @@ static __device__ void report(const weft_cuda_params_t &p, int32_t status)
 }
 
 /* Wait until *flag reached seq (wrap-safe). Returns 0, or the status that ended the wait. */
-static __device__ int32_t wait_flag(const weft_cuda_params_t &p, const uint32_t *flag,
-                                    uint32_t seq)
+static __device__ int32_t wait_flag(const weft_cuda_params_t &p, const uint32_t *flag, uint32_t seq)
 {
     uint64_t deadline = 0;
     for (unsigned polls = 0;; polls++) {
@@ -69,17 +68,18 @@ static __device__ int32_t wait_flag(const weft_cuda_params_t &p, const uint32_t 
     }
 }
 
-/* Threads 0..n-1 of the block: set flags[me] = seq in every peer's block (kind selects the
- * flag array), then wait for every peer's. Returns the status that ended a wait, or 0. */
-static __device__ int32_t exchange(const weft_cuda_params_t &p, int kind, uint32_t seq,
-                                   int post)
+/* Threads 0..n-1 of the block: unless !post, set flags[me] = seq in every peer's block (kind
+ * selects the flag array), then wait for every peer's; with self, in this rank's block too.
+ * Returns the status that ended a wait, or 0. */
+static __device__ int32_t exchange(const weft_cuda_params_t &p, int kind, uint32_t seq, int post,
+                                   int self)
 {
     __shared__ int32_t failed;
     int t = threadIdx.x;
     if (t == 0)
         failed = 0;
     __syncthreads();
-    if (t < p.nranks && t != p.rank) {
+    if (t < p.nranks && (t != p.rank || self)) {
         weft_cuda_ctl_t *peer = p.ctl[t], *me = p.ctl[p.rank];
         weft_cuda_flag_t *out = kind == 0 ? peer->ready : kind == 1 ? peer->phase : peer->done;
         weft_cuda_flag_t *in = kind == 0 ? me->ready : kind == 1 ? me->phase : me->done;
@@ -97,6 +97,35 @@ static __device__ int32_t exchange(const weft_cuda_params_t &p, int kind, uint32
     return failed;
 }
 
+/* This block's share of the launch's local copy (16-byte multiples, so shares stay aligned). */
+static __device__ void run_pre_copy(const weft_cuda_params_t &p)
+{
+    uint64_t share = (p.pre_bytes + gridDim.x - 1) / gridDim.x;
+    share = (share + 15) / 16 * 16;
+    uint64_t lo = (uint64_t)blockIdx.x * share;
+    if (lo >= p.pre_bytes)
+        return;
+    uint64_t hi = lo + share < p.pre_bytes ? lo + share : p.pre_bytes;
+    weft_dev_copy(p.pre_dst + lo, p.pre_src + lo, hi - lo, threadIdx.x, blockDim.x);
+}
+
+/* Whether this block is the last of the launch to arrive at counter (which it then resets for
+ * the next launch: every block has counted by then). Orders every block's writes before the
+ * last block's later signals. */
+static __device__ int arrive_last(weft_cuda_flag_t *counter)
+{
+    __shared__ int last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        last = atomicAdd(&counter->v, 1) == gridDim.x - 1;
+        if (last)
+            counter->v = 0;
+    }
+    __syncthreads();
+    return last;
+}
+
 static __device__ void run_units(const weft_cuda_params_t &p)
 {
     size_t tid = threadIdx.x, nthreads = blockDim.x;
@@ -111,10 +140,9 @@ static __device__ void run_units(const weft_cuda_params_t &p)
         const void *srcs[WEFT_CUDA_MAX_RANKS];
         for (int r = 0; r < p.nsrcs; r++)
             srcs[r] = p.src[r] + off;
-        size_t esize = p.dtype == WEFT_INT8 || p.dtype == WEFT_UINT8           ? 1
+        size_t esize = p.dtype == WEFT_INT8 || p.dtype == WEFT_UINT8         ? 1
                        : p.dtype == WEFT_FLOAT16 || p.dtype == WEFT_BFLOAT16 ? 2
-                       : p.dtype == WEFT_INT64 || p.dtype == WEFT_UINT64 ||
-                               p.dtype == WEFT_FLOAT64
+                       : p.dtype == WEFT_INT64 || p.dtype == WEFT_UINT64 || p.dtype == WEFT_FLOAT64
                            ? 8
                            : 4;
         weft_dev_reduce(p.dst[0] + off, srcs, p.nsrcs, unit.bytes / esize, p.dtype, p.redop,
@@ -126,34 +154,32 @@ __global__ void __launch_bounds__(WEFT_CUDA_THREADS, 2)
     weft_cuda_collective(const __grid_constant__ weft_cuda_params_t p)
 {
     __shared__ uint32_t seq;
-    __shared__ int last;
     weft_cuda_ctl_t *me = p.ctl[p.rank];
     if (threadIdx.x == 0)
         seq = *(volatile uint32_t *)&me->seq.v + 1;
     __syncthreads();
 
     int32_t st = 0;
-    if (!(p.sync & WEFT_SYNC_CONTINUE))
-        st = exchange(p, 0, seq, blockIdx.x == 0);
+    if (!(p.sync & WEFT_SYNC_CONTINUE)) {
+        int post = blockIdx.x == 0;
+        if (p.pre_bytes > 0) {
+            run_pre_copy(p);
+            post = arrive_last(&me->copied);
+        }
+        st = exchange(p, 0, seq, post, p.pre_bytes > 0);
+    }
     if (st == 0 && p.kind >= 0)
         run_units(p);
 
     /* The last block to finish runs the closing signal. */
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        last = atomicAdd(&me->arrive.v, 1) == gridDim.x - 1;
-    }
-    __syncthreads();
-    if (!last)
+    if (!arrive_last(&me->arrive))
         return;
     __threadfence_system();
     if (st == 0 && (p.sync & WEFT_SYNC_PHASE))
-        st = exchange(p, 1, seq, 1);
+        st = exchange(p, 1, seq, 1, 0);
     if (st == 0 && (p.sync & (WEFT_SYNC_DONE | WEFT_SYNC_DONE_NOWAIT)))
-        st = exchange(p, 2, seq, 1);
+        st = exchange(p, 2, seq, 1, 0);
     if (threadIdx.x == 0) {
-        me->arrive.v = 0;
         /* The operation is over unless a phase or another launch of it follows. */
         if (!(p.sync & (WEFT_SYNC_PHASE | WEFT_SYNC_KEEP_SEQ)))
             *(volatile uint32_t *)&me->seq.v = seq;

@@ -14,9 +14,17 @@
  * reached seq (their inputs are complete in their stream order); the blocks run their units;
  * the last block to arrive runs the phase or done signal (set the flag in every peer, wait for
  * every peer's), resets the arrival counter and, when the operation is over, stores seq into
- * the counter. Every wait polls a deadline (%globaltimer) and the host's abort word; on either
- * it stores a status into the mapped status word (first one wins) and the kernel ends. So all
- * ranks' kernels must be co-resident: blocks per launch are bounded (WEFT_CUDA_MAX_BLOCKS).
+ * the counter.
+ *
+ * A launch may carry the operation's local copy (pre_bytes > 0: the input copied into the
+ * staging scratch that peers will read, weft_cuda_local_copy). Then every block first copies its
+ * share of it, the last block to finish (a second arrival counter) sets ready[me] in every
+ * peer's block and in this rank's own, and every block waits for all ranks' ready flags, its
+ * own included: no block, here or on a peer, reads the copy before all of it is written. This
+ * saves a separate copy submission per operation. Every wait polls a deadline (%globaltimer) and
+ * the host's abort word; on either it stores a status into the mapped status word (first one wins)
+ * and the kernel ends. So all ranks' kernels must be co-resident: blocks per launch are bounded
+ * (WEFT_CUDA_MAX_BLOCKS).
  */
 #ifndef WEFT_EXEC_EXEC_CUDA_H
 #define WEFT_EXEC_EXEC_CUDA_H
@@ -39,6 +47,7 @@ typedef struct weft_cuda_flag {
 typedef struct weft_cuda_ctl {
     weft_cuda_flag_t seq;    /* last finished operation (this rank only) */
     weft_cuda_flag_t arrive; /* blocks of the current launch that finished (this rank only) */
+    weft_cuda_flag_t copied; /* blocks that finished their share of the local copy (ditto) */
     weft_cuda_flag_t ready[WEFT_CUDA_MAX_RANKS];
     weft_cuda_flag_t phase[WEFT_CUDA_MAX_RANKS];
     weft_cuda_flag_t done[WEFT_CUDA_MAX_RANKS];
@@ -64,6 +73,9 @@ typedef struct weft_cuda_params {
     const uint8_t *src[WEFT_CUDA_MAX_RANKS];
     uint8_t *dst[WEFT_CUDA_MAX_RANKS];
     uint64_t off[WEFT_CUDA_MAX_RANKS];
+    uint8_t *pre_dst; /* the local copy run before the ready signal (pre_bytes 0: none) */
+    const uint8_t *pre_src;
+    uint64_t pre_bytes;
     uint16_t block_begin[WEFT_CUDA_MAX_BLOCKS + 1]; /* units of block b: [begin[b], begin[b+1]) */
     weft_cuda_unit_t units[WEFT_CUDA_MAX_UNITS];
 } weft_cuda_params_t;

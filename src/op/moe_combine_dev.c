@@ -79,7 +79,7 @@ weft_status_t weft_moe_combine_dev(struct weft_comm *comm, const struct weft_moe
         a.base[p] = (uint8_t *)(uintptr_t)pd->aux;
         a.rows[p] = (const uint8_t *)(uintptr_t)pd->src;
     }
-    st = weft_cuda_enter(comm, stream);
+    st = weft_cuda_enter(comm, &op.pending, stream);
     if (st == WEFT_SUCCESS)
         st = weft_moe_dev_combine_launch(&a, weft_cuda_moe_blocks(comm), stream);
     if (st == WEFT_SUCCESS)

@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "core/comm.h"
+#include "core/comm_cuda.h"
 #include "exec/work.h"
 #include "model/partition.h"
 #include "weft.h"
@@ -35,9 +36,10 @@ typedef struct weft_op {
     struct weft_comm *comm;
     uint32_t seq;
     weft_wait_ctx_t wait;
-    const char *call; /* API function name, for messages */
-    void *stream;     /* cudaStream_t on the CUDA backend, NULL on the host */
-    int staged;       /* some source went through the staging scratch */
+    const char *call;         /* API function name, for messages */
+    void *stream;             /* cudaStream_t on the CUDA backend, NULL on the host */
+    int staged;               /* some source went through the staging scratch */
+    weft_cuda_copy_t pending; /* CUDA: a local copy the next launch runs (weft_op_local_copy) */
 } weft_op_t;
 
 /* Start an operation: fails with the stored status if an earlier error made the communicator
@@ -94,7 +96,10 @@ static inline const void *weft_op_peer_data(const weft_op_t *op, int peer)
 weft_status_t weft_op_execute(weft_op_t *op, const weft_work_t *work, unsigned sync,
                               weft_status_t mine);
 
-/* dst <- src locally, in stream order (staging copies). */
+/* dst <- src locally, in stream order (staging copies). On the CUDA backend a small copy may
+ * be deferred to the operation's next launch (weft_cuda_local_copy): every path that copies must
+ * then reach weft_op_execute or weft_cuda_enter with &op->pending; weft_op_end reports an
+ * internal error if a successful operation left one behind. */
 weft_status_t weft_op_local_copy(weft_op_t *op, void *dst, const void *src, size_t bytes);
 
 /* ---- algorithms -------------------------------------------------------------------------- */

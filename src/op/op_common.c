@@ -33,6 +33,8 @@ weft_status_t weft_op_end(weft_op_t *op, weft_status_t st, int inline_payload)
 {
     struct weft_comm *comm = op->comm;
     weft_registry_reads_done(comm->registry);
+    if (st == WEFT_SUCCESS && op->pending.bytes > 0)
+        st = weft_error(WEFT_ERR_INTERNAL, "%s: a local copy was never issued", op->call);
     switch (st) {
     case WEFT_SUCCESS:
         if (inline_payload)
@@ -144,7 +146,7 @@ weft_status_t weft_op_exchange(weft_op_t *op, const weft_op_desc_t *desc,
 weft_status_t weft_op_local_copy(weft_op_t *op, void *dst, const void *src, size_t bytes)
 {
     if (op->comm->backend == WEFT_BACKEND_CUDA)
-        return weft_cuda_local_copy(dst, src, bytes, op->stream);
+        return weft_cuda_local_copy(op->comm, &op->pending, dst, src, bytes, op->stream);
     memcpy(dst, src, bytes);
     return WEFT_SUCCESS;
 }
@@ -214,7 +216,7 @@ weft_status_t weft_op_execute(weft_op_t *op, const weft_work_t *work, unsigned s
 {
     struct weft_comm *comm = op->comm;
     if (comm->backend == WEFT_BACKEND_CUDA)
-        return weft_cuda_execute(comm, work, sync, mine, op->stream);
+        return weft_cuda_execute(comm, work, sync, mine, &op->pending, op->stream);
     weft_status_t st = mine;
     if (st == WEFT_SUCCESS && work)
         st = host_move(comm, work);

@@ -104,6 +104,10 @@ static const cfg_row_t rows[] = {
      "(0: two per SM of this rank's share of the GPU)"},
     {"WEFT_CUDA_COPY_ENGINE", NULL, "0", "", CFG_INT, OFF(cuda_copy_engine), NULL,
      "CUDA: 1 runs all-gather, all-to-all(v) and broadcast copies on the copy engines (no SM)"},
+    {"WEFT_CUDA_FUSED_COPY_BYTES", NULL, "1M", "bytes", CFG_BYTES, OFF(cuda_fused_copy_bytes),
+     NULL,
+     "CUDA: an operation's local copy (in-place input, staging) up to this size runs inside its "
+     "kernel; larger ones, and all with WEFT_CUDA_COPY_ENGINE=1, on a copy engine"},
     {"WEFT_CUDA_CHUNK_BYTES", NULL, "64M", "bytes", CFG_BYTES, OFF(cuda_chunk_bytes), NULL,
      "CUDA: device memory is registered in chunks of at least this size (doubling up to 1G)"},
     {"WEFT_RUN_GRACE_S", NULL, "30", "s", CFG_DOUBLE, OFF(run_grace_s), NULL,

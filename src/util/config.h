@@ -50,12 +50,13 @@ typedef struct weft_env {
     int part_fanout;          /* WEFT_PART_FANOUT: workers per peer at once, H_t */
 
     /* CUDA backend */
-    int cuda_max_blocks;       /* WEFT_CUDA_MAX_BLOCKS: thread blocks per launch and rank */
-    uint64_t cuda_unit_bytes;  /* WEFT_CUDA_UNIT_BYTES: partitioner unit size on the GPU */
-    int cuda_fanout;           /* WEFT_CUDA_FANOUT: blocks per peer at once (0: no cap) */
-    int cuda_moe_blocks;       /* WEFT_CUDA_MOE_BLOCKS: blocks of the MoE data kernels (0: auto) */
-    int cuda_copy_engine;      /* WEFT_CUDA_COPY_ENGINE: pure copies on the copy engines */
-    uint64_t cuda_chunk_bytes; /* WEFT_CUDA_CHUNK_BYTES: smallest registered chunk */
+    int cuda_max_blocks;      /* WEFT_CUDA_MAX_BLOCKS: thread blocks per launch and rank */
+    uint64_t cuda_unit_bytes; /* WEFT_CUDA_UNIT_BYTES: partitioner unit size on the GPU */
+    int cuda_fanout;          /* WEFT_CUDA_FANOUT: blocks per peer at once (0: no cap) */
+    int cuda_moe_blocks;      /* WEFT_CUDA_MOE_BLOCKS: blocks of the MoE data kernels (0: auto) */
+    int cuda_copy_engine;     /* WEFT_CUDA_COPY_ENGINE: pure copies on the copy engines */
+    uint64_t cuda_fused_copy_bytes; /* WEFT_CUDA_FUSED_COPY_BYTES: local copies run in-kernel */
+    uint64_t cuda_chunk_bytes;      /* WEFT_CUDA_CHUNK_BYTES: smallest registered chunk */
 
     /* launcher */
     double run_grace_s; /* WEFT_RUN_GRACE_S: weftrun's wait for survivors after a rank dies */
