@@ -11,6 +11,7 @@
  * last block sees every block's writes before it signals "done" to the peers.
  */
 #include <cuda_runtime.h>
+#include <stddef.h>
 #include <stdio.h>
 
 #include "exec/exec_cuda.h"
@@ -150,8 +151,7 @@ static __device__ void run_units(const weft_cuda_params_t &p)
     }
 }
 
-__global__ void __launch_bounds__(WEFT_CUDA_THREADS, 2)
-    weft_cuda_collective(const __grid_constant__ weft_cuda_params_t p)
+static __device__ __forceinline__ void collective(const weft_cuda_params_t &p)
 {
     __shared__ uint32_t seq;
     weft_cuda_ctl_t *me = p.ctl[p.rank];
@@ -186,10 +186,39 @@ __global__ void __launch_bounds__(WEFT_CUDA_THREADS, 2)
     }
 }
 
+/* The kernel's parameter: weft_cuda_params_t cut after its first UNITS units. The driver copies
+ * the whole parameter at every launch (on an H200 a 7.4 KB one costs 1.7 us more per launch than
+ * 1 KB), so launches with few units take the short form; the kernel reads no unit past the
+ * launch's last (block_begin[gridDim.x]). */
+template <int UNITS> struct alignas(alignof(weft_cuda_params_t)) params_head {
+    unsigned char bytes[offsetof(weft_cuda_params_t, units) + UNITS * sizeof(weft_cuda_unit_t)];
+};
+static_assert(sizeof(params_head<WEFT_CUDA_MAX_UNITS>) == sizeof(weft_cuda_params_t),
+              "the long form is the whole parameter block");
+
+#define SHORT_UNITS 32 /* units of the short form: small operations, signals only, barriers */
+
+template <int UNITS>
+__global__ void __launch_bounds__(WEFT_CUDA_THREADS, 2)
+    weft_cuda_collective(const __grid_constant__ params_head<UNITS> head)
+{
+    collective(*reinterpret_cast<const weft_cuda_params_t *>(&head));
+}
+
+template <int UNITS>
+static void launch(const weft_cuda_params_t *params, int nblocks, cudaStream_t stream)
+{
+    weft_cuda_collective<UNITS><<<nblocks, WEFT_CUDA_THREADS, 0, stream>>>(
+        *reinterpret_cast<const params_head<UNITS> *>(params));
+}
+
 extern "C" weft_status_t weft_cuda_launch(const weft_cuda_params_t *params, int nblocks,
                                           void *stream)
 {
-    weft_cuda_collective<<<nblocks, WEFT_CUDA_THREADS, 0, (cudaStream_t)stream>>>(*params);
+    if (params->block_begin[nblocks] <= SHORT_UNITS)
+        launch<SHORT_UNITS>(params, nblocks, (cudaStream_t)stream);
+    else
+        launch<WEFT_CUDA_MAX_UNITS>(params, nblocks, (cudaStream_t)stream);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess)
         return weft_error(WEFT_ERR_CUDA, "kernel launch (%d blocks): %s: %s", nblocks,

@@ -84,8 +84,10 @@ typedef struct weft_cuda_params {
 extern "C" {
 #endif
 
-/* Launch one collective step with nblocks blocks on stream (a cudaStream_t). Statuses:
- * WEFT_ERR_CUDA when the launch fails (with the CUDA error in the message). */
+/* Launch one collective step with nblocks blocks on stream (a cudaStream_t). The launch has
+ * units [0, block_begin[nblocks]) (so block_begin must be filled for all nblocks + 1 entries);
+ * only those are passed to the device. Statuses: WEFT_ERR_CUDA when the launch fails (with the
+ * CUDA error in the message). */
 weft_status_t weft_cuda_launch(const weft_cuda_params_t *params, int nblocks, void *stream);
 
 #ifdef __cplusplus
