@@ -6,13 +6,15 @@
 # 16 MiB (checking 1 GiB on the CPU would dominate the run). Writes OUT_DIR/gpu_sweep_<path>.json
 # (path: zero_copy, staged, copy_engine) and the tables to OUT_DIR/gpu_sweep.log; prints a
 # summary last. The copy-engine path holds no SM while copying (two one-block kernels per call
-# wait for the peers and signal completion).
+# wait for the peers and signal completion); the other two run with WEFT_CUDA_COPY_ENGINE=0, so
+# that they measure the SM kernel at every size (the default, auto, moves large copies between
+# GPUs to the copy engines).
 set -uo pipefail
 build=$1
 out=$2
 ranks=${3:-4}
 mkdir -p "$out"
-export NCCL_NVLS_ENABLE=0 WEFT_BACKEND=cuda
+export NCCL_NVLS_ENABLE=0 WEFT_BACKEND=cuda WEFT_CUDA_COPY_ENGINE=0
 ngpu=$(nvidia-smi -L | wc -l)
 mps_started=0
 if [ "$ngpu" -lt "$ranks" ]; then

@@ -31,6 +31,7 @@ typedef struct cfg_row {
 static const char *const backend_names[] = {"auto", "host", "cuda", NULL};
 static const char *const registration_names[] = {"roa", "jit", "staged", NULL};
 static const char *const log_names[] = {"none", "error", "warn", "info", "debug", NULL};
+static const char *const copy_engine_names[] = {"0", "1", "auto", NULL}; /* weft_copy_engine_t */
 
 #define OFF(field) offsetof(weft_env_t, field)
 
@@ -102,8 +103,12 @@ static const cfg_row_t rows[] = {
     {"WEFT_CUDA_MOE_BLOCKS", NULL, "0", "blocks", CFG_INT, OFF(cuda_moe_blocks), NULL,
      "CUDA: thread blocks of the MoE gather and combine kernels, which never wait for a peer "
      "(0: two per SM of this rank's share of the GPU)"},
-    {"WEFT_CUDA_COPY_ENGINE", NULL, "0", "", CFG_INT, OFF(cuda_copy_engine), NULL,
-     "CUDA: 1 runs all-gather, all-to-all(v) and broadcast copies on the copy engines (no SM)"},
+    {"WEFT_CUDA_COPY_ENGINE", NULL, "auto", "", CFG_ENUM, OFF(cuda_copy_engine), copy_engine_names,
+     "CUDA: pure copies (all-gather, all-to-all(v), broadcast, the second step of a two-shot "
+     "all-reduce) on the copy engines, holding no SM: 0 never, 1 always, auto when the "
+     "communicator spans GPUs and a rank copies at least WEFT_CUDA_COPY_ENGINE_BYTES"},
+    {"WEFT_CUDA_COPY_ENGINE_BYTES", NULL, "64M", "bytes", CFG_BYTES, OFF(cuda_copy_engine_bytes),
+     NULL, "CUDA: the threshold of WEFT_CUDA_COPY_ENGINE=auto (bytes one rank copies in a call)"},
     {"WEFT_CUDA_FUSED_COPY_BYTES", NULL, "1M", "bytes", CFG_BYTES, OFF(cuda_fused_copy_bytes),
      NULL,
      "CUDA: an operation's local copy (in-place input, staging) up to this size runs inside its "

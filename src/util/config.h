@@ -16,6 +16,13 @@
 
 #define WEFT_CONFIG_STR_BYTES 256
 
+/* WEFT_CUDA_COPY_ENGINE: when pure copies run on the copy engines. */
+typedef enum {
+    WEFT_COPY_ENGINE_NEVER,
+    WEFT_COPY_ENGINE_ALWAYS,
+    WEFT_COPY_ENGINE_AUTO /* across GPUs, copies of at least WEFT_CUDA_COPY_ENGINE_BYTES */
+} weft_copy_engine_t;
+
 /* Parsed values. Field names carry their unit. */
 typedef struct weft_env {
     /* identity and bootstrap */
@@ -54,9 +61,10 @@ typedef struct weft_env {
     uint64_t cuda_unit_bytes; /* WEFT_CUDA_UNIT_BYTES: partitioner unit size on the GPU */
     int cuda_fanout;          /* WEFT_CUDA_FANOUT: blocks per peer at once (0: no cap) */
     int cuda_moe_blocks;      /* WEFT_CUDA_MOE_BLOCKS: blocks of the MoE data kernels (0: auto) */
-    int cuda_copy_engine;     /* WEFT_CUDA_COPY_ENGINE: pure copies on the copy engines */
-    uint64_t cuda_fused_copy_bytes; /* WEFT_CUDA_FUSED_COPY_BYTES: local copies run in-kernel */
-    uint64_t cuda_chunk_bytes;      /* WEFT_CUDA_CHUNK_BYTES: smallest registered chunk */
+    int cuda_copy_engine;     /* WEFT_CUDA_COPY_ENGINE: a weft_copy_engine_t */
+    uint64_t cuda_copy_engine_bytes; /* WEFT_CUDA_COPY_ENGINE_BYTES: the threshold of "auto" */
+    uint64_t cuda_fused_copy_bytes;  /* WEFT_CUDA_FUSED_COPY_BYTES: local copies run in-kernel */
+    uint64_t cuda_chunk_bytes;       /* WEFT_CUDA_CHUNK_BYTES: smallest registered chunk */
 
     /* launcher */
     double run_grace_s; /* WEFT_RUN_GRACE_S: weftrun's wait for survivors after a rank dies */
