@@ -341,7 +341,7 @@ static weft_status_t execute_copy_engine(struct weft_comm *comm, const weft_work
 
 /* Whether a work item runs on the copy engines (WEFT_CUDA_COPY_ENGINE): pure copies only; with
  * "auto", when the communicator spans GPUs and this rank copies at least
- * WEFT_CUDA_COPY_ENGINE_BYTES (two H200s over NVLink: the engines take 4-23% less time than the
+ * WEFT_CUDA_COPY_ENGINE_BYTES (two H200s over NVLink: the engines take 3-23% less time than the
  * SM kernel from 128 MiB per rank up, within 5% at 64 MiB, 12-57% more up to 32 MiB). Counting the
  * rank's own block too makes the ranks of one call agree (a broadcast's root copies only its own
  * block while the peers read it over NVLink); the paths may differ between ranks all the same, as
