@@ -361,10 +361,12 @@ int main(int argc, char **argv)
                                              {NULL, 0, NULL, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "n:w:T:H:k:E:s:r:h", longopts, NULL)) != -1) {
+        /* '?' (an unknown option, which getopt reported) has no value either. */
+        int numeric = c != 'j' && c != 'h' && c != '?';
         char *end = NULL;
         errno = 0;
-        double v = c == 'j' || c == 'h' ? 0 : strtod(optarg, &end);
-        if (c != 'j' && c != 'h' && (errno != 0 || end == optarg || *end != '\0' || v < 0)) {
+        double v = numeric ? strtod(optarg, &end) : 0;
+        if (numeric && (errno != 0 || end == optarg || *end != '\0' || v < 0)) {
             fprintf(stderr, "partition-skew: bad value '%s' for -%c\n", optarg, c);
             usage(stderr);
             return 2;
