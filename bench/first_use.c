@@ -76,7 +76,7 @@
 #include <time.h>
 
 #include "util/clock.h"
-#include "util/config.h"
+#include "util/parse_bytes.h"
 #include "weft.h"
 #include "gpu_busy.h"
 #include "gpu_prog.h"

@@ -62,7 +62,7 @@
 #include "gpu_prog.h"
 extern "C" {
 #include "util/clock.h"
-#include "util/config.h"
+#include "util/parse_bytes.h"
 }
 
 #define WARMUP_LAUNCHES 100

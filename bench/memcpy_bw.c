@@ -17,7 +17,6 @@
  *
  * Exit status: 0 on success, 1 on a system failure, 2 on an argument error.
  */
-#include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -25,6 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "util/parse_bytes.h"
 
 #define MAX_THREADS 256
 #define BUFFER_ALIGN 4096
@@ -50,42 +51,6 @@ static int cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return (x > y) - (x < y);
-}
-
-/* Parse "8", "64K", "16M", "1G" (powers of 1024, optional trailing B). Returns 0 on success. */
-static int parse_size(const char *s, size_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (end == s || errno != 0 || s[0] == '-')
-        return -1;
-    unsigned shift = 0;
-    switch (*end) {
-    case 'k':
-    case 'K':
-        shift = 10;
-        end++;
-        break;
-    case 'm':
-    case 'M':
-        shift = 20;
-        end++;
-        break;
-    case 'g':
-    case 'G':
-        shift = 30;
-        end++;
-        break;
-    default:
-        break;
-    }
-    if (*end == 'B' || *end == 'b')
-        end++;
-    if (*end != '\0' || v > (SIZE_MAX >> shift))
-        return -1;
-    *out = (size_t)(v << shift);
-    return 0;
 }
 
 static void *copier_main(void *arg)
@@ -136,13 +101,13 @@ int main(int argc, char **argv)
     }
     size_t max_bytes = 1;
     for (int k = optind; k < argc; k++) {
-        size_t s;
-        if (parse_size(argv[k], &s) != 0) {
+        uint64_t s;
+        if (weft_parse_bytes(argv[k], &s) != 0 || s > SIZE_MAX) {
             fprintf(stderr, "memcpy_bw: bad size '%s'\n", argv[k]);
             usage();
             return 2;
         }
-        max_bytes = s > max_bytes ? s : max_bytes;
+        max_bytes = s > max_bytes ? (size_t)s : max_bytes;
     }
 
     copier_t cs[MAX_THREADS];
@@ -169,8 +134,9 @@ int main(int argc, char **argv)
     printf("# %10s  %9s  %7s\n", "size", "time", "GB/s");
     printf("# %10s  %9s  %7s\n", "(B)", "(us)", "");
     for (int k = optind; k < argc; k++) {
-        size_t bytes;
-        (void)parse_size(argv[k], &bytes); /* validated above */
+        uint64_t v;
+        (void)weft_parse_bytes(argv[k], &v); /* validated above */
+        size_t bytes = (size_t)v;
         for (int t = 0; t < threads; t++) {
             cs[t].bytes = bytes;
             int err = pthread_create(&cs[t].thread, NULL, copier_main, &cs[t]);

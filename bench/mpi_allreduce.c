@@ -19,7 +19,6 @@
  *
  * Thread safety: single-threaded (MPI_Init, not MPI_Init_thread).
  */
-#include <errno.h>
 #include <getopt.h>
 #include <mpi.h>
 #include <stdint.h>
@@ -27,6 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "util/parse_bytes.h"
 
 /* Inputs cycle through this many small integers; 64 * nranks stays exact in float32. */
 #define INPUT_MODULUS 64
@@ -42,42 +43,6 @@ static int cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return (x > y) - (x < y);
-}
-
-/* Parse "8", "64K", "16M", "1G" (powers of 1024, optional trailing B). Returns 0 on success. */
-static int parse_size(const char *s, size_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (end == s || errno != 0 || s[0] == '-')
-        return -1;
-    unsigned shift = 0;
-    switch (*end) {
-    case 'k':
-    case 'K':
-        shift = 10;
-        end++;
-        break;
-    case 'm':
-    case 'M':
-        shift = 20;
-        end++;
-        break;
-    case 'g':
-    case 'G':
-        shift = 30;
-        end++;
-        break;
-    default:
-        break;
-    }
-    if (*end == 'B' || *end == 'b')
-        end++;
-    if (*end != '\0' || v > (SIZE_MAX >> shift))
-        return -1;
-    *out = (size_t)(v << shift);
-    return 0;
 }
 
 static float input_value(int rank, size_t i)
@@ -116,11 +81,13 @@ int main(int argc, char **argv)
         return 1;
     }
     for (size_t k = 0; k < nsizes; k++) {
-        if (parse_size(argv[optind + (int)k], &sizes[k]) != 0) {
+        uint64_t v;
+        if (weft_parse_bytes(argv[optind + (int)k], &v) != 0 || v > SIZE_MAX) {
             fprintf(stderr, "mpi_allreduce: bad size '%s'\n", argv[optind + (int)k]);
             usage();
             return 2;
         }
+        sizes[k] = (size_t)v;
         max_bytes = sizes[k] > max_bytes ? sizes[k] : max_bytes;
     }
 

@@ -56,9 +56,9 @@
 #include "mem/cuda_driver.h"
 #include "mem/mem.h"
 #include "util/clock.h"
-#include "util/config.h"
 #include "util/fdpass.h"
 #include "util/log.h"
+#include "util/parse_bytes.h"
 
 #define MAX_SIZES 32
 #define MAX_REPEATS 10000

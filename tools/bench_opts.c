@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "bench_opts.h"
+#include "util/parse_bytes.h"
 
 const coll_info_t colls[NUM_COLLS] = {
     [COLL_ALL_REDUCE] = {"all_reduce", true, false, true, false, 2},
@@ -61,39 +62,13 @@ void bench_usage(FILE *out)
             "Exit status: 0 success, 1 failure or wrong results, 2 bad arguments.\n");
 }
 
-/* Parse "8", "1K", "64M", "2G" (powers of 1024, optional trailing B). Returns 0 on success. */
+/* A byte size (util/parse_bytes.h) into a size_t. Returns 0 on success. */
 static int parse_size(const char *s, size_t *out)
 {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (end == s || errno != 0 || s[0] == '-')
+    uint64_t v;
+    if (weft_parse_bytes(s, &v) != 0 || v > SIZE_MAX)
         return -1;
-    unsigned shift = 0;
-    switch (*end) {
-    case 'k':
-    case 'K':
-        shift = 10;
-        end++;
-        break;
-    case 'm':
-    case 'M':
-        shift = 20;
-        end++;
-        break;
-    case 'g':
-    case 'G':
-        shift = 30;
-        end++;
-        break;
-    default:
-        break;
-    }
-    if (*end == 'B' || *end == 'b')
-        end++;
-    if (*end != '\0' || v > (SIZE_MAX >> shift))
-        return -1;
-    *out = (size_t)(v << shift);
+    *out = (size_t)v;
     return 0;
 }
 

@@ -75,7 +75,7 @@
 #include "gpu_prog.h"
 extern "C" {
 #include "model/burst_gap.h"
-#include "util/config.h"
+#include "util/parse_bytes.h"
 }
 
 #define BLOCK_THREADS 256
