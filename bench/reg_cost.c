@@ -52,6 +52,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "gpu_prog.h"
 #include "mem/cuda_driver.h"
 #include "mem/mem.h"
@@ -268,16 +269,10 @@ typedef struct summary {
     double median_us, min_us, max_us;
 } summary_t;
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
+/* Median, minimum and maximum of ns[0..n) in us; sorts ns. */
 static summary_t summarise(uint64_t *ns, int n)
 {
-    qsort(ns, (size_t)n, sizeof *ns, cmp_u64);
-    double median = n % 2 ? (double)ns[n / 2] : 0.5 * ((double)ns[n / 2 - 1] + (double)ns[n / 2]);
+    double median = bench_median_u64(ns, (size_t)n);
     return (summary_t){median / 1e3, (double)ns[0] / 1e3, (double)ns[n - 1] / 1e3};
 }
 
@@ -646,13 +641,13 @@ int main(int argc, char **argv)
             bad = weft_parse_bytes(optarg, &max_bytes) != 0 || max_bytes == 0;
             break;
         case 'n':
-            bad = parse_int(optarg, 1, MAX_REPEATS, &repeats) != 0;
+            bad = bench_parse_int(optarg, 1, MAX_REPEATS, &repeats) != 0;
             break;
         case 'k':
-            bad = parse_int(optarg, EXPORT_THREADS_MAX, 1 << 20, &handles) != 0;
+            bad = bench_parse_int(optarg, EXPORT_THREADS_MAX, 1 << 20, &handles) != 0;
             break;
         case 'p':
-            bad = parse_int(optarg, 0, 1 << 16, &peer_dev) != 0;
+            bad = bench_parse_int(optarg, 0, 1 << 16, &peer_dev) != 0;
             break;
         case 'j':
             json = optarg;
