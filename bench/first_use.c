@@ -30,8 +30,8 @@
  * after-gap control measured that in runs without this barrier). Times are host
  * clock (CLOCK_MONOTONIC) from before the call to after the stream synchronised; each includes
  * the wait for the last rank to arrive. The host part of each (until weft_all_reduce returned:
- * entry handshake and launch) is recorded too. Sleeps run with a timer slack of 1 ns (prctl), so ranks
- * leave them within microseconds. The buffer is never written by the program: the call's cost
+ * entry handshake and launch) is recorded too. Sleeps run with a timer slack of 1 ns (prctl), so
+ * ranks leave them within microseconds. The buffer is never written by the program: the call's cost
  * does not depend on the values.
  *
  * The after-gap call is a control: the same idle time and the same barrier skew as the first
@@ -112,9 +112,9 @@ typedef struct bench {
     cudaStream_t stream;
     int rank, nranks;
     int calls;
-    int gap_kind;       /* GAP_SLEEP, GAP_SPIN or GAP_BUSY */
-    uint64_t *call_ns;  /* calls entries: the steady calls of one measurement */
-    uint64_t *host_ns;  /* calls entries: their host parts */
+    int gap_kind;      /* GAP_SLEEP, GAP_SPIN or GAP_BUSY */
+    uint64_t *call_ns; /* calls entries: the steady calls of one measurement */
+    uint64_t *host_ns; /* calls entries: their host parts */
     double *d_mine;    /* device (cudaMalloc): NVALS values of this rank */
     double *d_all;     /* device (cudaMalloc): nranks * NVALS values */
     double *h_all;     /* host copy of d_all */
@@ -442,16 +442,12 @@ static int add_gap(const char *tok, void *ctx)
 /* Parse the command line into s. Returns 0, 1 (help printed) or 2 (usage error). */
 static int parse_args(int argc, char **argv, setup_t *s)
 {
-    static const struct option longopts[] = {{"modes", required_argument, NULL, 'm'},
-                                             {"sizes", required_argument, NULL, 's'},
-                                             {"gaps", required_argument, NULL, 'g'},
-                                             {"calls", required_argument, NULL, 'n'},
-                                             {"repeats", required_argument, NULL, 'r'},
-                                             {"tag", required_argument, NULL, 't'},
-                                             {"gap-kind", required_argument, NULL, 'k'},
-                                             {"json", required_argument, NULL, 'j'},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {
+        {"modes", required_argument, NULL, 'm'},    {"sizes", required_argument, NULL, 's'},
+        {"gaps", required_argument, NULL, 'g'},     {"calls", required_argument, NULL, 'n'},
+        {"repeats", required_argument, NULL, 'r'},  {"tag", required_argument, NULL, 't'},
+        {"gap-kind", required_argument, NULL, 'k'}, {"json", required_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},           {NULL, 0, NULL, 0}};
     memset(s, 0, sizeof *s);
     s->calls = 20;
     s->repeats = 5;
@@ -550,12 +546,10 @@ int main(int argc, char **argv)
                    "# h_first, h_stdy, h_aftr: the host parts of the three calls (until "
                    "weft_all_reduce returned)\n",
                    b.nranks, device, s.repeats, s.calls, gap_kind_names[s.gap_kind],
-                   s.tag[0] ? ", tag " : "", s.tag,
-                   TARGET_GAP_MS, TARGET_RATIO);
-            printf("#%5s %10s %6s %10s %10s %10s %7s %7s %5s %5s %9s %5s %6s %7s %7s %7s\n",
-                   "mode", "bytes", "gap_ms", "first_us", "steady_us", "after_gap", "f/stdy",
-                   "f/aftr", "regs", "waits", "wait_us", "later", "meets", "h_first", "h_stdy",
-                   "h_aftr");
+                   s.tag[0] ? ", tag " : "", s.tag, TARGET_GAP_MS, TARGET_RATIO);
+            printf("#%5s %10s %6s %10s %10s %10s %7s %7s %5s %5s %9s %5s %6s %7s %7s %7s\n", "mode",
+                   "bytes", "gap_ms", "first_us", "steady_us", "after_gap", "f/stdy", "f/aftr",
+                   "regs", "waits", "wait_us", "later", "meets", "h_first", "h_stdy", "h_aftr");
             fflush(stdout);
         }
         warm_up(&b, &s);

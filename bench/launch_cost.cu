@@ -114,7 +114,6 @@ typedef struct lc {
     char device[256];
 } lc_t;
 
-
 /* The kernel whose launch is timed. */
 static __global__ void empty_kernel(void) {}
 

@@ -466,9 +466,8 @@ static double weft_dispatch_reuse(bench_t *m, weft_moe_handle_t h)
     const setup_t *s = m->s;
     barrier(m);
     uint64_t t0 = weft_now_ns();
-    weft_ok(weft_moe_dispatch(m->comm, m->x, s->T, s->H, WEFT_BFLOAT16, NULL, NULL,
-                              WEFT_MOE_REUSE, 0, m->rx, NULL, NULL, NULL, m->cap, m->nrecv, &h,
-                              m->stream),
+    weft_ok(weft_moe_dispatch(m->comm, m->x, s->T, s->H, WEFT_BFLOAT16, NULL, NULL, WEFT_MOE_REUSE,
+                              0, m->rx, NULL, NULL, NULL, m->cap, m->nrecv, &h, m->stream),
             "weft_moe_dispatch reusing the layout");
     sync_stream(m, "cudaStreamSynchronize after weft_moe_dispatch (reuse)");
     return us_since(t0);
