@@ -76,8 +76,9 @@
 #include <time.h>
 
 #include "util/clock.h"
-#include "util/config.h"
+#include "util/parse_bytes.h"
 #include "weft.h"
+#include "bench_util.h"
 #include "gpu_busy.h"
 #include "gpu_prog.h"
 
@@ -179,32 +180,12 @@ static void get_stats(bench_t *b, weft_stats_t *s)
     weft_ok(weft_get_stats(b->comm, s), "weft_get_stats");
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Median of v[0..n) (n >= 1); sorts v. */
-static double median_u64(uint64_t *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_u64);
-    return n % 2 ? (double)v[n / 2] : ((double)v[n / 2 - 1] + (double)v[n / 2]) / 2.0;
-}
-
-/* Median of v[0..n) (n >= 1); v is left unchanged. */
-static double median_double(const double *v, int n)
+/* Median of v[0..n) (1 <= n <= MAX_REPEATS); v is left in order (the JSON lists it). */
+static double median_of(const double *v, int n)
 {
     double s[MAX_REPEATS];
     memcpy(s, v, (size_t)n * sizeof *v);
-    qsort(s, (size_t)n, sizeof *s, cmp_double);
-    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2.0;
+    return bench_median_double(s, (size_t)n);
 }
 
 /* One measurement on a fresh buffer; out gets this rank's NVALS values. */
@@ -233,10 +214,10 @@ static void measure(bench_t *b, size_t bytes, int gap_ms, double out[NVALS])
     weft_ok(weft_free(b->comm, buf), "weft_free");
 
     out[V_FIRST_NS] = (double)first_ns;
-    out[V_STEADY_NS] = median_u64(b->call_ns, b->calls);
+    out[V_STEADY_NS] = bench_median_u64(b->call_ns, (size_t)b->calls);
     out[V_AFTER_GAP_NS] = (double)after_gap_ns;
     out[V_FIRST_HOST_NS] = (double)first_host;
-    out[V_STEADY_HOST_NS] = median_u64(b->host_ns, b->calls);
+    out[V_STEADY_HOST_NS] = bench_median_u64(b->host_ns, (size_t)b->calls);
     out[V_AFTER_GAP_HOST_NS] = (double)after_gap_host;
     out[V_REGS] = (double)(s_first.registrations_started - s_alloc.registrations_started);
     out[V_WAITS] = (double)(s_first.first_use_waits - s_alloc.first_use_waits);
@@ -283,22 +264,6 @@ static void accumulate(const bench_t *b, row_t *row, int rep)
         row->host_us[h][rep] = host[h] / 1e3;
 }
 
-/* Write s as a JSON string. */
-static void json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 typedef struct setup {
     int modes[MAX_MODES], nmodes;
     size_t sizes[MAX_SIZES];
@@ -315,15 +280,15 @@ static void report(const bench_t *b, const setup_t *s, FILE *json, const char *d
                    size_t bytes, int gap_ms, const row_t *row)
 {
     int n = s->repeats;
-    double first = median_double(row->first_us, n), steady = median_double(row->steady_us, n);
-    double after = median_double(row->after_gap_us, n), wait = median_double(row->wait_us, n);
+    double first = median_of(row->first_us, n), steady = median_of(row->steady_us, n);
+    double after = median_of(row->after_gap_us, n), wait = median_of(row->wait_us, n);
     double first_max = 0;
     for (int i = 0; i < n; i++)
         first_max = row->first_us[i] > first_max ? row->first_us[i] : first_max;
     double ratio = steady > 0 ? first / steady : 0, ratio_after = after > 0 ? first / after : 0;
     double host[3];
     for (int h = 0; h < 3; h++)
-        host[h] = median_double(row->host_us[h], n);
+        host[h] = median_of(row->host_us[h], n);
     const char *target = "-";
     if (mode == WEFT_REGISTRATION_ROA && gap_ms >= TARGET_GAP_MS)
         target = ratio <= TARGET_RATIO && row->waits == 0 ? "yes" : "NO";
@@ -338,9 +303,9 @@ static void report(const bench_t *b, const setup_t *s, FILE *json, const char *d
     if (!json)
         return;
     fprintf(json, "{\"bench\":\"first_use\",\"tag\":");
-    json_string(json, s->tag);
+    bench_json_string(json, s->tag);
     fprintf(json, ",\"device\":");
-    json_string(json, device);
+    bench_json_string(json, device);
     fprintf(json, ",\"gap_kind\":\"%s\"", gap_kind_names[s->gap_kind]);
     fprintf(json,
             ",\"mode\":\"%s\",\"bytes\":%zu,\"gap_ms\":%d,\"ranks\":%d,\"repeats\":%d,"
@@ -439,22 +404,6 @@ static void usage(FILE *f)
                "      --json FILE     also write one JSON object per row (rank 0)\n");
 }
 
-/* Split a comma-separated list; calls item(token, ctx) for each. Returns 0 or -1. */
-static int parse_list(const char *text, int (*item)(const char *, void *), void *ctx)
-{
-    char buf[1024];
-    if (strlen(text) >= sizeof buf)
-        return -1;
-    strcpy(buf, text);
-    char *save = NULL;
-    int n = 0;
-    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save), n++) {
-        if (item(tok, ctx) != 0)
-            return -1;
-    }
-    return n > 0 ? 0 : -1;
-}
-
 static int add_mode(const char *tok, void *ctx)
 {
     setup_t *s = ctx;
@@ -487,7 +436,7 @@ static int add_gap(const char *tok, void *ctx)
     setup_t *s = ctx;
     if (s->ngaps == MAX_GAPS)
         return -1;
-    return parse_int(tok, 0, MAX_GAP_MS, &s->gaps[s->ngaps++]);
+    return bench_parse_int(tok, 0, MAX_GAP_MS, &s->gaps[s->ngaps++]);
 }
 
 /* Parse the command line into s. Returns 0, 1 (help printed) or 2 (usage error). */
@@ -518,10 +467,10 @@ static int parse_args(int argc, char **argv, setup_t *s)
             gaps = optarg;
             break;
         case 'n':
-            bad = parse_int(optarg, 1, MAX_CALLS, &s->calls);
+            bad = bench_parse_int(optarg, 1, MAX_CALLS, &s->calls);
             break;
         case 'r':
-            bad = parse_int(optarg, 1, MAX_REPEATS, &s->repeats);
+            bad = bench_parse_int(optarg, 1, MAX_REPEATS, &s->repeats);
             break;
         case 't':
             s->tag = optarg;
@@ -549,8 +498,8 @@ static int parse_args(int argc, char **argv, setup_t *s)
             return 2;
         }
     }
-    if (optind != argc || parse_list(modes, add_mode, s) != 0 ||
-        parse_list(sizes, add_size, s) != 0 || parse_list(gaps, add_gap, s) != 0) {
+    if (optind != argc || bench_parse_list(modes, add_mode, s) != 0 ||
+        bench_parse_list(sizes, add_size, s) != 0 || bench_parse_list(gaps, add_gap, s) != 0) {
         usage(stderr);
         return 2;
     }

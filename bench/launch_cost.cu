@@ -59,10 +59,11 @@
 #include <time.h>
 
 #include "weft.h"
+#include "bench_util.h"
 #include "gpu_prog.h"
 extern "C" {
 #include "util/clock.h"
-#include "util/config.h"
+#include "util/parse_bytes.h"
 }
 
 #define WARMUP_LAUNCHES 100
@@ -113,7 +114,6 @@ typedef struct lc {
     char device[256];
 } lc_t;
 
-
 /* The kernel whose launch is timed. */
 static __global__ void empty_kernel(void) {}
 
@@ -144,26 +144,13 @@ static void launch(lc_t *c)
             "cudaLaunchKernel");
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Median, 10th and 90th percentile (nearest rank) and mean of t[0..n) in us; sorts t. */
 static void summarize(uint64_t *t, int n, double out[4])
 {
-    qsort(t, (size_t)n, sizeof *t, cmp_u64);
+    out[0] = bench_median_u64(t, (size_t)n) / 1e3;
     double sum = 0;
     for (int i = 0; i < n; i++)
         sum += (double)t[i];
-    out[0] = (n % 2 ? (double)t[n / 2] : ((double)t[n / 2 - 1] + (double)t[n / 2]) / 2.0) / 1e3;
     out[1] = (double)t[(size_t)(0.1 * (n - 1) + 0.5)] / 1e3;
     out[2] = (double)t[(size_t)(0.9 * (n - 1) + 0.5)] / 1e3;
     out[3] = sum / n / 1e3;
@@ -208,38 +195,16 @@ static void gather(lc_t *c, const double mine[NVALS])
     cuda_ok(cudaStreamSynchronize(c->stream), "cudaStreamSynchronize after the results");
 }
 
-static void json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            fprintf(f, "\\%c", ch);
-        else if (ch < 0x20)
-            fprintf(f, "\\u%04x", ch);
-        else
-            fputc(ch, f);
-    }
-    fputc('"', f);
-}
-
 static void json_head(lc_t *c, const char *phase)
 {
     fprintf(c->json, "{\"bench\":\"launch_cost\",\"tag\":");
-    json_string(c->json, c->s->tag);
+    bench_json_string(c->json, c->s->tag);
     fprintf(c->json, ",\"device\":");
-    json_string(c->json, c->device);
+    bench_json_string(c->json, c->device);
     fprintf(c->json,
             ",\"phase\":\"%s\",\"ranks\":%d,\"launches\":%d,\"buffers\":%d,"
             "\"buffer_bytes\":%zu",
             phase, c->nranks, c->s->launches, c->s->buffers, c->s->bytes);
-}
-
-/* Median of v[0..n) (n >= 1); sorts v. */
-static double median_double(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
 }
 
 /* All ranks measure in turn; rank 0 prints and writes the phase's rows and keeps its summary. */
@@ -281,7 +246,7 @@ static void run_phase(lc_t *c, int phase)
     for (int k = 0; k < 2; k++) {
         for (int r = 0; r < c->nranks; r++)
             c->h_med[r] = c->h_all[(size_t)r * NVALS + (k == 0 ? V_LAUNCH_MED : V_RT_MED)];
-        c->summary[phase][k] = median_double(c->h_med, c->nranks);
+        c->summary[phase][k] = bench_median_double(c->h_med, (size_t)c->nranks);
     }
     fflush(stdout);
     if (c->json)
@@ -457,20 +422,20 @@ static int parse_args(int argc, char **argv, setup_t *s)
         uint64_t v = 0;
         switch (opt) {
         case 'k':
-            bad = parse_int(optarg, 1, MAX_LAUNCHES, &s->launches);
+            bad = bench_parse_int(optarg, 1, MAX_LAUNCHES, &s->launches);
             break;
         case 'b':
-            bad = parse_int(optarg, 0, MAX_BUFFERS, &s->buffers);
+            bad = bench_parse_int(optarg, 0, MAX_BUFFERS, &s->buffers);
             break;
         case 'z':
             bad = weft_parse_bytes(optarg, &v) != 0 || v == 0 || v > SIZE_MAX;
             s->bytes = (size_t)v;
             break;
         case 'B':
-            bad = parse_int(optarg, 0, MAX_BUFFERS, &s->batch);
+            bad = bench_parse_int(optarg, 0, MAX_BUFFERS, &s->batch);
             break;
         case 't':
-            bad = parse_int(optarg, 1, 3600, &timeout_s);
+            bad = bench_parse_int(optarg, 1, 3600, &timeout_s);
             s->timeout_s = timeout_s;
             break;
         case 'T':

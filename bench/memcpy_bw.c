@@ -17,14 +17,17 @@
  *
  * Exit status: 0 on success, 1 on a system failure, 2 on an argument error.
  */
-#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "bench_util.h"
+#include "util/clock.h"
+#include "util/parse_bytes.h"
 
 #define MAX_THREADS 256
 #define BUFFER_ALIGN 4096
@@ -39,55 +42,6 @@ typedef struct copier {
     double median_us;
 } copier_t;
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* Parse "8", "64K", "16M", "1G" (powers of 1024, optional trailing B). Returns 0 on success. */
-static int parse_size(const char *s, size_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (end == s || errno != 0 || s[0] == '-')
-        return -1;
-    unsigned shift = 0;
-    switch (*end) {
-    case 'k':
-    case 'K':
-        shift = 10;
-        end++;
-        break;
-    case 'm':
-    case 'M':
-        shift = 20;
-        end++;
-        break;
-    case 'g':
-    case 'G':
-        shift = 30;
-        end++;
-        break;
-    default:
-        break;
-    }
-    if (*end == 'B' || *end == 'b')
-        end++;
-    if (*end != '\0' || v > (SIZE_MAX >> shift))
-        return -1;
-    *out = (size_t)(v << shift);
-    return 0;
-}
-
 static void *copier_main(void *arg)
 {
     copier_t *c = arg;
@@ -95,17 +49,13 @@ static void *copier_main(void *arg)
         memcpy(c->dst, c->src, c->bytes);
     for (int it = 0; it < c->iters; it++) {
         pthread_barrier_wait(c->barrier);
-        uint64_t t0 = now_ns();
+        uint64_t t0 = weft_now_ns();
         memcpy(c->dst, c->src, c->bytes);
         /* Keep the copy from being elided or moved past the clock read. */
         __asm__ volatile("" : : "r"(c->dst) : "memory");
-        c->times_ns[it] = now_ns() - t0;
+        c->times_ns[it] = weft_now_ns() - t0;
     }
-    qsort(c->times_ns, (size_t)c->iters, sizeof c->times_ns[0], cmp_u64);
-    size_t h = (size_t)c->iters / 2;
-    c->median_us = (c->iters % 2 ? (double)c->times_ns[h]
-                                 : 0.5 * ((double)c->times_ns[h - 1] + (double)c->times_ns[h])) /
-                   1e3;
+    c->median_us = bench_median_u64(c->times_ns, (size_t)c->iters) / 1e3;
     return NULL;
 }
 
@@ -118,14 +68,11 @@ int main(int argc, char **argv)
 {
     int threads = 1, iters = 20, warmup = 5, c;
     while ((c = getopt(argc, argv, "t:n:w:")) != -1) {
-        long v = strtol(optarg, NULL, 10);
-        if (c == 't' && v >= 1 && v <= MAX_THREADS)
-            threads = (int)v;
-        else if (c == 'n' && v >= 1)
-            iters = (int)v;
-        else if (c == 'w' && v >= 0)
-            warmup = (int)v;
-        else {
+        int bad = c == 't'   ? bench_parse_int(optarg, 1, MAX_THREADS, &threads)
+                  : c == 'n' ? bench_parse_int(optarg, 1, INT_MAX, &iters)
+                  : c == 'w' ? bench_parse_int(optarg, 0, INT_MAX, &warmup)
+                             : -1; /* getopt printed what is wrong */
+        if (bad) {
             usage();
             return 2;
         }
@@ -136,13 +83,13 @@ int main(int argc, char **argv)
     }
     size_t max_bytes = 1;
     for (int k = optind; k < argc; k++) {
-        size_t s;
-        if (parse_size(argv[k], &s) != 0) {
+        uint64_t s;
+        if (weft_parse_bytes(argv[k], &s) != 0 || s > SIZE_MAX) {
             fprintf(stderr, "memcpy_bw: bad size '%s'\n", argv[k]);
             usage();
             return 2;
         }
-        max_bytes = s > max_bytes ? s : max_bytes;
+        max_bytes = s > max_bytes ? (size_t)s : max_bytes;
     }
 
     copier_t cs[MAX_THREADS];
@@ -169,8 +116,9 @@ int main(int argc, char **argv)
     printf("# %10s  %9s  %7s\n", "size", "time", "GB/s");
     printf("# %10s  %9s  %7s\n", "(B)", "(us)", "");
     for (int k = optind; k < argc; k++) {
-        size_t bytes;
-        (void)parse_size(argv[k], &bytes); /* validated above */
+        uint64_t v;
+        (void)weft_parse_bytes(argv[k], &v); /* validated above */
+        size_t bytes = (size_t)v;
         for (int t = 0; t < threads; t++) {
             cs[t].bytes = bytes;
             int err = pthread_create(&cs[t].thread, NULL, copier_main, &cs[t]);

@@ -63,6 +63,7 @@
 #include <string.h>
 
 #include "weft.h"
+#include "bench_util.h"
 #include "gpu_prog.h"
 extern "C" {
 #include "util/clock.h"
@@ -465,9 +466,8 @@ static double weft_dispatch_reuse(bench_t *m, weft_moe_handle_t h)
     const setup_t *s = m->s;
     barrier(m);
     uint64_t t0 = weft_now_ns();
-    weft_ok(weft_moe_dispatch(m->comm, m->x, s->T, s->H, WEFT_BFLOAT16, NULL, NULL,
-                              WEFT_MOE_REUSE, 0, m->rx, NULL, NULL, NULL, m->cap, m->nrecv, &h,
-                              m->stream),
+    weft_ok(weft_moe_dispatch(m->comm, m->x, s->T, s->H, WEFT_BFLOAT16, NULL, NULL, WEFT_MOE_REUSE,
+                              0, m->rx, NULL, NULL, NULL, m->cap, m->nrecv, &h, m->stream),
             "weft_moe_dispatch reusing the layout");
     sync_stream(m, "cudaStreamSynchronize after weft_moe_dispatch (reuse)");
     return us_since(t0);
@@ -646,18 +646,6 @@ static int check_rank(bench_t *m)
 /* ---------------------------------------------------------------------------------------------
  * Report
  * ------------------------------------------------------------------------------------------- */
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
-}
-
 /* Reduce vals[0..count) (count <= NUM_VALS) over ranks with op, in place (through device
  * memory). */
 static void reduce(bench_t *m, double *vals, int count, weft_redop_t op)
@@ -673,28 +661,13 @@ static void reduce(bench_t *m, double *vals, int count, weft_redop_t op)
     sync_stream(m, "cudaStreamSynchronize after the results");
 }
 
-static void json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char ch = (unsigned char)*s;
-        if (ch == '"' || ch == '\\')
-            fprintf(f, "\\%c", ch);
-        else if (ch < 0x20)
-            fprintf(f, "\\u%04x", ch);
-        else
-            fputc(ch, f);
-    }
-    fputc('"', f);
-}
-
 /* One JSON line; ratio <= 0 is written as null. */
 static void json_row(bench_t *m, const char *op, const char *impl, double us, double gbps,
                      double rows_avg, double ratio, int check_ok)
 {
     const setup_t *s = m->s;
     fprintf(m->json, "{\"bench\":\"moe\",\"op\":\"%s\",\"impl\":\"%s\",\"device\":", op, impl);
-    json_string(m->json, m->device);
+    bench_json_string(m->json, m->device);
     fprintf(m->json,
             ",\"ranks\":%d,\"tokens\":%zu,\"hidden\":%zu,\"topk\":%d,\"experts\":%d,"
             "\"route\":\"%s\",\"dtype\":\"bfloat16\",\"iters\":%d,\"warmup\":%d,"
@@ -714,7 +687,7 @@ static void report(bench_t *m, int check_ok)
     /* Max over ranks of the medians, and of rows and -rows (for the range); the rows' sum. */
     double mx[NUM_VALS], sum[1] = {(double)m->base_rows};
     for (int k = 0; k < NUM_M; k++)
-        mx[k] = median(m->t_us[k], s->iters);
+        mx[k] = bench_median_double(m->t_us[k], (size_t)s->iters);
     mx[NUM_M] = (double)m->base_rows;
     mx[NUM_M + 1] = -(double)m->base_rows;
     reduce(m, mx, NUM_VALS, WEFT_MAX);
@@ -800,19 +773,19 @@ static int parse_args(int argc, char **argv, setup_t *s)
         int bad = 0;
         switch (opt) {
         case 'T':
-            bad = parse_int(optarg, 1, MAX_TOKENS, &v);
+            bad = bench_parse_int(optarg, 1, MAX_TOKENS, &v);
             s->T = (size_t)v;
             break;
         case 'H':
-            bad = parse_int(optarg, 1, MAX_HIDDEN, &v);
+            bad = bench_parse_int(optarg, 1, MAX_HIDDEN, &v);
             s->H = (size_t)v;
             break;
         case 'k':
-            bad = parse_int(optarg, 1, 64, &v);
+            bad = bench_parse_int(optarg, 1, 64, &v);
             s->k = (int)v;
             break;
         case 'E':
-            bad = parse_int(optarg, 1, 1 << 20, &v);
+            bad = bench_parse_int(optarg, 1, 1 << 20, &v);
             s->E = (int)v;
             break;
         case 'r':
@@ -824,11 +797,11 @@ static int parse_args(int argc, char **argv, setup_t *s)
                 bad = 1;
             break;
         case 'n':
-            bad = parse_int(optarg, 1, 1000000, &v);
+            bad = bench_parse_int(optarg, 1, 1000000, &v);
             s->iters = (int)v;
             break;
         case 'w':
-            bad = parse_int(optarg, 0, 1000000, &v);
+            bad = bench_parse_int(optarg, 0, 1000000, &v);
             s->warmup = (int)v;
             break;
         case 'j':

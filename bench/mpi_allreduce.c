@@ -19,66 +19,20 @@
  *
  * Thread safety: single-threaded (MPI_Init, not MPI_Init_thread).
  */
-#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+
+#include "bench_util.h"
+#include "util/clock.h"
+#include "util/parse_bytes.h"
 
 /* Inputs cycle through this many small integers; 64 * nranks stays exact in float32. */
 #define INPUT_MODULUS 64
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* Parse "8", "64K", "16M", "1G" (powers of 1024, optional trailing B). Returns 0 on success. */
-static int parse_size(const char *s, size_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (end == s || errno != 0 || s[0] == '-')
-        return -1;
-    unsigned shift = 0;
-    switch (*end) {
-    case 'k':
-    case 'K':
-        shift = 10;
-        end++;
-        break;
-    case 'm':
-    case 'M':
-        shift = 20;
-        end++;
-        break;
-    case 'g':
-    case 'G':
-        shift = 30;
-        end++;
-        break;
-    default:
-        break;
-    }
-    if (*end == 'B' || *end == 'b')
-        end++;
-    if (*end != '\0' || v > (SIZE_MAX >> shift))
-        return -1;
-    *out = (size_t)(v << shift);
-    return 0;
-}
 
 static float input_value(int rank, size_t i)
 {
@@ -94,12 +48,10 @@ int main(int argc, char **argv)
 {
     int iters = 20, warmup = 5, c;
     while ((c = getopt(argc, argv, "n:w:")) != -1) {
-        long v = strtol(optarg, NULL, 10);
-        if (c == 'n' && v >= 1)
-            iters = (int)v;
-        else if (c == 'w' && v >= 0)
-            warmup = (int)v;
-        else {
+        int bad = c == 'n'   ? bench_parse_int(optarg, 1, INT_MAX, &iters)
+                  : c == 'w' ? bench_parse_int(optarg, 0, INT_MAX, &warmup)
+                             : -1; /* getopt printed what is wrong */
+        if (bad) {
             usage();
             return 2;
         }
@@ -116,11 +68,13 @@ int main(int argc, char **argv)
         return 1;
     }
     for (size_t k = 0; k < nsizes; k++) {
-        if (parse_size(argv[optind + (int)k], &sizes[k]) != 0) {
+        uint64_t v;
+        if (weft_parse_bytes(argv[optind + (int)k], &v) != 0 || v > SIZE_MAX) {
             fprintf(stderr, "mpi_allreduce: bad size '%s'\n", argv[optind + (int)k]);
             usage();
             return 2;
         }
+        sizes[k] = (size_t)v;
         max_bytes = sizes[k] > max_bytes ? sizes[k] : max_bytes;
     }
 
@@ -161,17 +115,14 @@ int main(int argc, char **argv)
             MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         for (int it = 0; it < iters; it++) {
             MPI_Barrier(MPI_COMM_WORLD);
-            uint64_t t0 = now_ns();
+            uint64_t t0 = weft_now_ns();
             MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-            times[it] = now_ns() - t0;
+            times[it] = weft_now_ns() - t0;
         }
-        qsort(times, (size_t)iters, sizeof times[0], cmp_u64);
+        double median = bench_median_u64(times, (size_t)iters); /* sorts: times[0] is the min */
         double sum = 0;
         for (int it = 0; it < iters; it++)
             sum += (double)times[it];
-        size_t h = (size_t)iters / 2;
-        double median =
-            iters % 2 ? (double)times[h] : 0.5 * ((double)times[h - 1] + (double)times[h]);
         double local[3] = {median / 1e3, (double)times[0] / 1e3, sum / iters / 1e3}, worst[3];
         MPI_Reduce(local, worst, 3, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
 

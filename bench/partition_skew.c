@@ -44,12 +44,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/comm.h"
 #include "exec/steal.h"
 #include "model/partition.h"
+#include "util/clock.h"
 #include "util/config.h"
+
+#include "bench_util.h"
 
 #define MAX_WORKERS 256
 #define MAX_REPEATS 1000
@@ -97,31 +99,12 @@ typedef struct copy_ctx {
     size_t units;
 } copy_ctx_t;
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static uint64_t splitmix(uint64_t *s)
 {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 /* Tokens of source p with an expert on rank 0 (experts [0, E/n)), under the per-source Zipf. */
@@ -184,7 +167,7 @@ static void *worker_main(void *arg)
             return NULL;
         copy_ctx_t c = {p, 0};
         size_t stolen = 0;
-        p->start_ns[w] = now_ns();
+        p->start_ns[w] = weft_now_ns();
         if (p->steal) {
             stolen = weft_steal_run(&p->steal_state, w, copy_unit, &c);
         } else {
@@ -192,7 +175,7 @@ static void *worker_main(void *arg)
             for (size_t u = plan->worker_begin[w]; u < plan->worker_begin[w + 1]; u++)
                 copy_unit(&c, &plan->units[u]);
         }
-        p->end_ns[w] = now_ns();
+        p->end_ns[w] = weft_now_ns();
         p->units_run[w] = c.units;
         p->stolen[w] = stolen;
         pthread_barrier_wait(&p->end);
@@ -279,21 +262,21 @@ static void summarize(const sample_t *samples, int n, int nworkers, const weft_p
     static double col[MAX_REPEATS];
     for (int i = 0; i < n; i++)
         col[i] = samples[i].makespan_us;
-    out->makespan_us = median(col, n);
+    out->makespan_us = bench_median_double(col, (size_t)n);
     for (int i = 0; i < n; i++)
         col[i] = samples[i].gap;
-    out->gap = median(col, n);
+    out->gap = bench_median_double(col, (size_t)n);
     for (int i = 0; i < n; i++)
         col[i] = samples[i].skew_us;
-    out->skew_us = median(col, n);
+    out->skew_us = bench_median_double(col, (size_t)n);
     for (int i = 0; i < n; i++)
         col[i] = samples[i].stolen;
-    out->stolen = median(col, n);
+    out->stolen = bench_median_double(col, (size_t)n);
     out->predicted_us = plan->makespan_us;
     for (int w = 0; w < nworkers; w++) {
         for (int i = 0; i < n; i++)
             col[i] = samples[i].worker_us[w];
-        out->worker_us[w] = median(col, n);
+        out->worker_us[w] = bench_median_double(col, (size_t)n);
     }
 }
 
@@ -361,10 +344,12 @@ int main(int argc, char **argv)
                                              {NULL, 0, NULL, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "n:w:T:H:k:E:s:r:h", longopts, NULL)) != -1) {
+        /* '?' (an unknown option, which getopt reported) has no value either. */
+        int numeric = c != 'j' && c != 'h' && c != '?';
         char *end = NULL;
         errno = 0;
-        double v = c == 'j' || c == 'h' ? 0 : strtod(optarg, &end);
-        if (c != 'j' && c != 'h' && (errno != 0 || end == optarg || *end != '\0' || v < 0)) {
+        double v = numeric ? strtod(optarg, &end) : 0;
+        if (numeric && (errno != 0 || end == optarg || *end != '\0' || v < 0)) {
             fprintf(stderr, "partition-skew: bad value '%s' for -%c\n", optarg, c);
             usage(stderr);
             return 2;
@@ -414,7 +399,7 @@ int main(int argc, char **argv)
         return 2;
     }
 
-    const uint64_t seed0 = (uint64_t)now_ns(); /* printed; seed advances as tokens are drawn */
+    const uint64_t seed0 = (uint64_t)weft_now_ns(); /* printed; seed advances as tokens are drawn */
     uint64_t seed = seed0;
     printf("# partition-skew: rank 0 of %d pulls rows of %zu bf16 from each source; T=%zu k=%d "
            "E=%d, per-source Zipf s=%.2f, %d workers, %d repeats, seed %llu\n",

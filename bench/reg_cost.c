@@ -42,7 +42,6 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -53,12 +52,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "gpu_prog.h"
 #include "mem/cuda_driver.h"
 #include "mem/mem.h"
 #include "util/clock.h"
-#include "util/config.h"
+#include "util/fdpass.h"
 #include "util/log.h"
+#include "util/parse_bytes.h"
 
 #define MAX_SIZES 32
 #define MAX_REPEATS 10000
@@ -91,26 +92,7 @@ typedef struct msg {
 
 static int send_msg(int sock, const msg_t *m, int fd)
 {
-    struct iovec iov = {.iov_base = (void *)m, .iov_len = sizeof *m};
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } ctl;
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (fd >= 0) {
-        memset(&ctl, 0, sizeof ctl);
-        mh.msg_control = ctl.buf;
-        mh.msg_controllen = sizeof ctl.buf;
-        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(c), &fd, sizeof fd);
-    }
-    ssize_t n;
-    do {
-        n = sendmsg(sock, &mh, MSG_NOSIGNAL);
-    } while (n < 0 && errno == EINTR);
+    ssize_t n = weft_fdpass_send(sock, m, sizeof *m, fd, true);
     if (n != (ssize_t)sizeof *m) {
         fprintf(stderr, "reg-cost: sendmsg: %s\n", n < 0 ? strerror(errno) : "short write");
         return -1;
@@ -121,43 +103,18 @@ static int send_msg(int sock, const msg_t *m, int fd)
 /* Receive one message within PEER_TIMEOUT_MS; *fd_out gets the attached descriptor or -1. */
 static int recv_msg(int sock, msg_t *m, int *fd_out)
 {
-    *fd_out = -1;
-    struct pollfd pfd = {.fd = sock, .events = POLLIN};
-    int ready;
-    do {
-        ready = poll(&pfd, 1, PEER_TIMEOUT_MS);
-    } while (ready < 0 && errno == EINTR);
-    if (ready <= 0) {
+    ssize_t n = weft_fdpass_recv(sock, m, sizeof *m, PEER_TIMEOUT_MS, fd_out);
+    if (n == (ssize_t)sizeof *m)
+        return 0;
+    if (n < 0 && errno == ETIMEDOUT)
         fprintf(stderr, "reg-cost: no message from the other process within %d ms\n",
                 PEER_TIMEOUT_MS);
-        return -1;
-    }
-    struct iovec iov = {.iov_base = m, .iov_len = sizeof *m};
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } ctl;
-    struct msghdr mh = {
-        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
-    ssize_t n;
-    do {
-        n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
-    } while (n < 0 && errno == EINTR);
-    for (struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c)) {
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-            memcpy(fd_out, CMSG_DATA(c), sizeof(int));
-    }
-    if (n != (ssize_t)sizeof *m || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+    else
         fprintf(stderr, "reg-cost: recvmsg: %s\n",
                 n < 0    ? strerror(errno)
                 : n == 0 ? "the other process is gone"
                          : "bad message");
-        if (*fd_out >= 0)
-            close(*fd_out);
-        *fd_out = -1;
-        return -1;
-    }
-    return 0;
+    return -1;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -312,16 +269,10 @@ typedef struct summary {
     double median_us, min_us, max_us;
 } summary_t;
 
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
+/* Median, minimum and maximum of ns[0..n) in us; sorts ns. */
 static summary_t summarise(uint64_t *ns, int n)
 {
-    qsort(ns, (size_t)n, sizeof *ns, cmp_u64);
-    double median = n % 2 ? (double)ns[n / 2] : 0.5 * ((double)ns[n / 2 - 1] + (double)ns[n / 2]);
+    double median = bench_median_u64(ns, (size_t)n);
     return (summary_t){median / 1e3, (double)ns[0] / 1e3, (double)ns[n - 1] / 1e3};
 }
 
@@ -690,13 +641,13 @@ int main(int argc, char **argv)
             bad = weft_parse_bytes(optarg, &max_bytes) != 0 || max_bytes == 0;
             break;
         case 'n':
-            bad = parse_int(optarg, 1, MAX_REPEATS, &repeats) != 0;
+            bad = bench_parse_int(optarg, 1, MAX_REPEATS, &repeats) != 0;
             break;
         case 'k':
-            bad = parse_int(optarg, EXPORT_THREADS_MAX, 1 << 20, &handles) != 0;
+            bad = bench_parse_int(optarg, EXPORT_THREADS_MAX, 1 << 20, &handles) != 0;
             break;
         case 'p':
-            bad = parse_int(optarg, 0, 1 << 16, &peer_dev) != 0;
+            bad = bench_parse_int(optarg, 0, 1 << 16, &peer_dev) != 0;
             break;
         case 'j':
             json = optarg;

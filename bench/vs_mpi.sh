@@ -32,8 +32,12 @@ if [ ! -x "$build/weftrun" ] || [ ! -x "$build/weft-bench" ]; then
     cmake --build "$build" -j "$(nproc)"
 fi
 mkdir -p "$build/bench" "$root/docs/results"
-mpicc -std=gnu11 -O2 -Wall -Wextra "$root/bench/mpi_allreduce.c" -o "$build/bench/mpi_allreduce"
-cc -std=gnu11 -O2 -Wall -Wextra -D_GNU_SOURCE "$root/bench/memcpy_bw.c" \
+# The two baselines do not link weft: they compile the dependency-free helpers they share with
+# the other benchmarks (medians, option values, byte sizes; util/clock.h is header-only).
+helpers=(-I"$root/src" -I"$root/tools" "$root/tools/bench_util.c" "$root/src/util/parse_bytes.c")
+mpicc -std=gnu11 -O2 -Wall -Wextra "$root/bench/mpi_allreduce.c" "${helpers[@]}" \
+    -o "$build/bench/mpi_allreduce"
+cc -std=gnu11 -O2 -Wall -Wextra -D_GNU_SOURCE "$root/bench/memcpy_bw.c" "${helpers[@]}" \
     -o "$build/bench/memcpy_bw" -lpthread
 
 raw=$(mktemp -d)

@@ -3,13 +3,14 @@
  *
  * Thread safety: the tables are constant; parsing runs on the main thread.
  */
-#include <errno.h>
 #include <getopt.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bench_opts.h"
+#include "bench_util.h"
+#include "util/parse_bytes.h"
 
 const coll_info_t colls[NUM_COLLS] = {
     [COLL_ALL_REDUCE] = {"all_reduce", true, false, true, false, 2},
@@ -61,51 +62,13 @@ void bench_usage(FILE *out)
             "Exit status: 0 success, 1 failure or wrong results, 2 bad arguments.\n");
 }
 
-/* Parse "8", "1K", "64M", "2G" (powers of 1024, optional trailing B). Returns 0 on success. */
+/* A byte size (util/parse_bytes.h) into a size_t. Returns 0 on success. */
 static int parse_size(const char *s, size_t *out)
 {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (end == s || errno != 0 || s[0] == '-')
+    uint64_t v;
+    if (weft_parse_bytes(s, &v) != 0 || v > SIZE_MAX)
         return -1;
-    unsigned shift = 0;
-    switch (*end) {
-    case 'k':
-    case 'K':
-        shift = 10;
-        end++;
-        break;
-    case 'm':
-    case 'M':
-        shift = 20;
-        end++;
-        break;
-    case 'g':
-    case 'G':
-        shift = 30;
-        end++;
-        break;
-    default:
-        break;
-    }
-    if (*end == 'B' || *end == 'b')
-        end++;
-    if (*end != '\0' || v > (SIZE_MAX >> shift))
-        return -1;
-    *out = (size_t)(v << shift);
-    return 0;
-}
-
-/* Parse a non-negative int in [lo, hi]. Returns 0 on success. */
-static int parse_int(const char *s, int lo, int hi, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (end == s || *end != '\0' || errno != 0 || v < lo || v > hi)
-        return -1;
-    *out = (int)v;
+    *out = (size_t)v;
     return 0;
 }
 
@@ -203,7 +166,7 @@ int bench_parse_args(int argc, char **argv, bench_opts_t *opt)
             bad = parse_size(a, &opt->max_bytes);
             break;
         case 'f':
-            bad = parse_int(a, 2, 1 << 20, &v);
+            bad = bench_parse_int(a, 2, 1 << 20, &v);
             opt->factor = (size_t)v;
             break;
         case 'o':
@@ -215,16 +178,16 @@ int bench_parse_args(int argc, char **argv, bench_opts_t *opt)
             bad = parse_dtype(a, &opt->dtype);
             break;
         case 'r':
-            bad = parse_int(a, 0, 1 << 20, &opt->root);
+            bad = bench_parse_int(a, 0, 1 << 20, &opt->root);
             break;
         case 'n':
-            bad = parse_int(a, 1, 1 << 24, &opt->iters);
+            bad = bench_parse_int(a, 1, 1 << 24, &opt->iters);
             break;
         case 'w':
-            bad = parse_int(a, 0, 1 << 24, &opt->warmup);
+            bad = bench_parse_int(a, 0, 1 << 24, &opt->warmup);
             break;
         case 'c':
-            bad = parse_int(a, 0, 1, &v);
+            bad = bench_parse_int(a, 0, 1, &v);
             opt->check = v == 1;
             break;
         case OPT_REGISTRATION:
@@ -238,7 +201,7 @@ int bench_parse_args(int argc, char **argv, bench_opts_t *opt)
             opt->weft_buffers = strcmp(a, "weft") == 0;
             break;
         case OPT_INPLACE:
-            bad = parse_int(a, 0, 2, &v);
+            bad = bench_parse_int(a, 0, 2, &v);
             opt->run_outofplace = v != 1;
             opt->run_inplace = v != 0;
             break;

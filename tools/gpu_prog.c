@@ -3,7 +3,6 @@
  */
 #include "gpu_prog.h"
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,15 +42,4 @@ void require_device(void)
     printf("SKIP: no CUDA device (%s)\n",
            err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount found none");
     exit(GPU_PROG_SKIP);
-}
-
-int parse_int(const char *s, int lo, int hi, int *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return -1;
-    *out = (int)v;
-    return 0;
 }

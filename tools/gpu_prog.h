@@ -1,8 +1,8 @@
 /*
  * gpu_prog.h - what the GPU benchmark programs (first-use, launch-cost, moe-bench, reg-cost,
  * weft-calibrate) share: error exits (a failing weft or CUDA call prints "<program>: rank <r>:
- * <what>: <why>" and ends the process with status 1, weftrun then ends the job), the skip
- * without a device, and integer option parsing.
+ * <what>: <why>" and ends the process with status 1, weftrun then ends the job) and the skip
+ * without a device. Their plain-C helpers (medians, JSON, option values) are in bench_util.h.
  */
 #ifndef WEFT_TOOLS_GPU_PROG_H
 #define WEFT_TOOLS_GPU_PROG_H
@@ -26,9 +26,6 @@ void fatal(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)))
 /* fatal unless st is WEFT_SUCCESS / err is cudaSuccess; what names the call. */
 void weft_ok(weft_status_t st, const char *what);
 void cuda_ok(cudaError_t err, const char *what);
-/* Parse a decimal int in [lo, hi] (the whole string). Returns 0, or -1 if it is malformed or
- * out of range (*out untouched). */
-int parse_int(const char *s, int lo, int hi, int *out);
 /* Without a usable CUDA device, print "SKIP: no CUDA device (<reason>)" and exit with
  * GPU_PROG_SKIP; otherwise return. */
 void require_device(void);

@@ -52,12 +52,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "weft.h"
 
 #include "bench_data.h"
 #include "bench_opts.h"
+#include "bench_util.h"
+#include "util/clock.h"
 #ifdef WEFT_BENCH_NCCL
 #include "bench_nccl.h"
 #define LIBRARY_NAME "nccl"
@@ -240,19 +241,6 @@ static weft_status_t reduce_meta(bench_t *b, size_t n, weft_dtype_t dt, weft_red
 /* ---------------------------------------------------------------------------------------------
  * Measurement
  * ------------------------------------------------------------------------------------------- */
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
 /* Print a failed call of this rank and return -1. */
 static int report_failure(const bench_t *b, const char *what, coll_t coll, size_t total,
                           weft_status_t s)
@@ -280,22 +268,19 @@ static int measure(bench_t *b, coll_t coll, size_t total, bool inplace, result_t
         if (s != WEFT_SUCCESS)
             return report_failure(b, "weft_barrier before a timed call", coll, total, s);
         b->other_calls++;
-        uint64_t t0 = now_ns();
+        uint64_t t0 = weft_now_ns();
         s = run_and_wait(b, coll, total, inplace);
-        uint64_t t1 = now_ns();
+        uint64_t t1 = weft_now_ns();
         if (s != WEFT_SUCCESS)
             return report_failure(b, "timed call", coll, total, s);
         b->times_ns[it] = t1 - t0;
         b->timed_calls++;
     }
     size_t nit = (size_t)b->opt.iters;
-    qsort(b->times_ns, nit, sizeof b->times_ns[0], cmp_u64);
+    double median = bench_median_u64(b->times_ns, nit); /* sorts: times_ns[0] is the minimum */
     double sum = 0;
     for (size_t i = 0; i < nit; i++)
         sum += (double)b->times_ns[i];
-    size_t h = nit / 2;
-    double median = nit % 2 ? (double)b->times_ns[h]
-                            : 0.5 * ((double)b->times_ns[h - 1] + (double)b->times_ns[h]);
     b->meta[0] = median / 1e3;
     b->meta[1] = (double)b->times_ns[0] / 1e3;
     b->meta[2] = sum / (double)nit / 1e3;

@@ -72,10 +72,11 @@
 #include <time.h>
 
 #include "weft.h"
+#include "bench_util.h"
 #include "gpu_prog.h"
 extern "C" {
 #include "model/burst_gap.h"
-#include "util/config.h"
+#include "util/parse_bytes.h"
 }
 
 #define BLOCK_THREADS 256
@@ -227,19 +228,6 @@ static __global__ void burst_kernel(uint4 *const *dst, int npeers, uint64_t vecs
 /* Host-side reductions                                                                         */
 /* ------------------------------------------------------------------------------------------- */
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Median of v[0..n) (n >= 1); sorts v. */
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
-}
-
 /*
  * One point from the timestamps ts[(block * bursts + b) * 2 + {0, 1}] of nblocks blocks: the
  * medians over bursts WARM_BURSTS.. (bursts > WARM_BURSTS) of the issue time, the gap before the
@@ -266,9 +254,9 @@ static void reduce_point(const uint64_t *ts, int nblocks, int bursts, double *sc
         prev_start = start;
         prev_end = end;
     }
-    out[P_ISSUE] = median(issue, n);
-    out[P_GAP] = median(gap, n);
-    out[P_PERIOD] = median(period, n);
+    out[P_ISSUE] = bench_median_double(issue, (size_t)n);
+    out[P_GAP] = bench_median_double(gap, (size_t)n);
+    out[P_PERIOD] = bench_median_double(period, (size_t)n);
 }
 
 /* Median and spread (max - min) of the finite values among v[0..n) (n <= MAX_REPEATS, stride
@@ -280,8 +268,8 @@ static int summarize(const double *v, int n, int stride, double *med_out, double
     for (int i = 0; i < n; i++)
         if (isfinite(v[(size_t)i * stride]))
             f[m++] = v[(size_t)i * stride];
-    *med_out = m ? median(f, m) : NAN;
-    *spread_out = m ? f[m - 1] - f[0] : 0; /* median() sorted f */
+    *med_out = m ? bench_median_double(f, (size_t)m) : NAN;
+    *spread_out = m ? f[m - 1] - f[0] : 0; /* the median sorted f */
     return m;
 }
 
@@ -314,7 +302,7 @@ static void calibrate_spin(cal_t *c)
         cuda_ok(cudaStreamSynchronize(c->stream), "cudaStreamSynchronize after spin_kernel");
         rate[i] = ns ? SPIN_CAL_ITERS / (ns / 1e3) : 0;
     }
-    c->iters_per_us = median(rate, 5);
+    c->iters_per_us = bench_median_double(rate, 5);
     if (!(c->iters_per_us > 0))
         fatal("gap-loop calibration: %%globaltimer did not advance");
     cuda_ok(cudaFree(d_ns), "cudaFree");
@@ -807,7 +795,7 @@ static void report_param(cal_t *c, int pattern, int index, const char *name, int
 /* Median and max of v[0..n) (sorts v), as a table's columns and a JSON object. */
 static void report_errors(cal_t *c, double *v, int n, const char *name)
 {
-    double med = n ? median(v, n) : NAN, max = n ? v[n - 1] : NAN;
+    double med = n ? bench_median_double(v, (size_t)n) : NAN, max = n ? v[n - 1] : NAN;
     printf(" %12.4g %12.4g", med, max);
     if (!c->json)
         return;
@@ -958,21 +946,13 @@ static int parse_args(int argc, char **argv, setup_t *s)
     int opt;
     while ((opt = getopt_long(argc, argv, "r:b:V:p:h", longopts, NULL)) != -1) {
         char *end;
-        long v = 0;
         int bad = 0;
         switch (opt) {
         case 'r':
+            bad = bench_parse_int(optarg, 1, MAX_REPEATS, &s->repeats);
+            break;
         case 'b':
-            errno = 0;
-            v = strtol(optarg, &end, 10);
-            bad = errno || end == optarg || *end;
-            if (opt == 'r') {
-                bad = bad || v < 1 || v > MAX_REPEATS;
-                s->repeats = (int)v;
-            } else {
-                bad = bad || v < WARM_BURSTS + 3 || v > 64;
-                s->bursts = (int)v;
-            }
+            bad = bench_parse_int(optarg, WARM_BURSTS + 3, 64, &s->bursts);
             break;
         case 'V':
             bad = weft_parse_bytes(optarg, &s->max_bytes) != 0 || s->max_bytes < (64u << 10) ||

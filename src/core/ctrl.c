@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "util/clock.h"
+#include "util/fdpass.h"
 #include "util/log.h"
 
 #define HELLO_MAGIC 0x7765667443544cull /* "weftCTL" */
@@ -200,63 +201,25 @@ err_close_listen:
     return st;
 }
 
+/* The status of a non-blocking weft_fdpass call on a control message that returned n: the whole
+ * message, the socket full (send) or empty (receive), or the peer lost. */
+static weft_status_t msg_status(ssize_t n)
+{
+    if (n == (ssize_t)sizeof(weft_ctrl_msg_t))
+        return WEFT_SUCCESS;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return WEFT_ERR_TIMEOUT;
+    return WEFT_ERR_PEER_LOST;
+}
+
 weft_status_t weft_ctrl_send(int sock, const weft_ctrl_msg_t *msg, int fd)
 {
-    struct iovec iov = {.iov_base = (void *)msg, .iov_len = sizeof *msg};
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } ctl;
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (fd >= 0) {
-        memset(&ctl, 0, sizeof ctl);
-        mh.msg_control = ctl.buf;
-        mh.msg_controllen = sizeof ctl.buf;
-        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(c), &fd, sizeof fd);
-    }
-    for (;;) {
-        ssize_t n = sendmsg(sock, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
-        if (n == (ssize_t)sizeof *msg)
-            return WEFT_SUCCESS;
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return WEFT_ERR_TIMEOUT;
-        return WEFT_ERR_PEER_LOST;
-    }
+    return msg_status(weft_fdpass_send(sock, msg, sizeof *msg, fd, false));
 }
 
 weft_status_t weft_ctrl_recv(int sock, weft_ctrl_msg_t *msg, int *fd_out)
 {
-    struct iovec iov = {.iov_base = msg, .iov_len = sizeof *msg};
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } ctl;
-    struct msghdr mh = {
-        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
-    *fd_out = -1;
-    ssize_t n;
-    do {
-        n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-    } while (n < 0 && errno == EINTR);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-        return WEFT_ERR_TIMEOUT;
-    for (struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c)) {
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-            memcpy(fd_out, CMSG_DATA(c), sizeof(int));
-    }
-    if (n != (ssize_t)sizeof *msg || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
-        if (*fd_out >= 0)
-            close(*fd_out);
-        *fd_out = -1;
-        return WEFT_ERR_PEER_LOST;
-    }
-    return WEFT_SUCCESS;
+    return msg_status(weft_fdpass_recv(sock, msg, sizeof *msg, 0, fd_out));
 }
 
 weft_status_t weft_ctrl_exchange_fd(const int *socks, int rank, int nranks, int fd, size_t bytes,

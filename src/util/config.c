@@ -15,6 +15,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "util/parse_bytes.h"
+
 typedef enum { CFG_INT, CFG_DOUBLE, CFG_BYTES, CFG_STRING, CFG_ENUM } cfg_type_t;
 
 typedef struct cfg_row {
@@ -124,48 +126,6 @@ static const cfg_row_t rows[] = {
 
 static weft_env_t env;
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
-
-int weft_parse_bytes(const char *s, uint64_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (end == s || errno != 0 || s[0] == '-')
-        return -1;
-    unsigned shift = 0;
-    switch (*end) {
-    case '\0':
-        break;
-    case 'k':
-    case 'K':
-        shift = 10;
-        end++;
-        break;
-    case 'm':
-    case 'M':
-        shift = 20;
-        end++;
-        break;
-    case 'g':
-    case 'G':
-        shift = 30;
-        end++;
-        break;
-    case 't':
-    case 'T':
-        shift = 40;
-        end++;
-        break;
-    default:
-        return -1;
-    }
-    if (*end == 'i' || *end == 'B')
-        end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
-    if (*end != '\0' || (shift && v > (ULLONG_MAX >> shift)))
-        return -1;
-    *out = (uint64_t)(v << shift);
-    return 0;
-}
 
 /* Parse text into the row's field. Returns 0 on success, -1 if the text is malformed. */
 static int parse_row(const cfg_row_t *row, const char *text)

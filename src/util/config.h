@@ -80,7 +80,4 @@ void weft_config_print(FILE *out);
 /* Print the table as a Markdown page (docs/config.md). */
 void weft_config_print_markdown(FILE *out);
 
-/* Parse a byte size such as "4096", "64K", "2M", "1G" (powers of 1024). Returns 0 on success. */
-int weft_parse_bytes(const char *s, uint64_t *out);
-
 #endif /* WEFT_UTIL_CONFIG_H */

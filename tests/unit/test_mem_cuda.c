@@ -42,7 +42,6 @@ int main(void)
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -55,6 +54,7 @@ int main(void)
 
 #include "mem/cuda_driver.h"
 #include "mem/mem.h"
+#include "util/fdpass.h"
 #include "util/log.h"
 
 #define SKIP_EXIT 77
@@ -160,26 +160,7 @@ typedef struct msg {
 
 static int send_msg(int sock, const msg_t *m, int fd)
 {
-    struct iovec iov = {.iov_base = (void *)m, .iov_len = sizeof *m};
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } ctl;
-    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-    if (fd >= 0) {
-        memset(&ctl, 0, sizeof ctl);
-        mh.msg_control = ctl.buf;
-        mh.msg_controllen = sizeof ctl.buf;
-        struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(c), &fd, sizeof fd);
-    }
-    ssize_t n;
-    do {
-        n = sendmsg(sock, &mh, MSG_NOSIGNAL);
-    } while (n < 0 && errno == EINTR);
+    ssize_t n = weft_fdpass_send(sock, m, sizeof *m, fd, true);
     CHECK(n == (ssize_t)sizeof *m, "sendmsg: %s", n < 0 ? strerror(errno) : "short");
     return n == (ssize_t)sizeof *m ? 0 : -1;
 }
@@ -187,42 +168,17 @@ static int send_msg(int sock, const msg_t *m, int fd)
 /* Receive one message within PEER_TIMEOUT_MS; *fd_out gets the attached descriptor or -1. */
 static int recv_msg(int sock, msg_t *m, int *fd_out)
 {
-    *fd_out = -1;
-    struct pollfd pfd = {.fd = sock, .events = POLLIN};
-    int ready;
-    do {
-        ready = poll(&pfd, 1, PEER_TIMEOUT_MS);
-    } while (ready < 0 && errno == EINTR);
-    if (ready <= 0) {
+    ssize_t n = weft_fdpass_recv(sock, m, sizeof *m, PEER_TIMEOUT_MS, fd_out);
+    if (n == (ssize_t)sizeof *m)
+        return 0;
+    if (n < 0 && errno == ETIMEDOUT)
         CHECK(0, "no message from the other process within %d ms", PEER_TIMEOUT_MS);
-        return -1;
-    }
-    struct iovec iov = {.iov_base = m, .iov_len = sizeof *m};
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } ctl;
-    struct msghdr mh = {
-        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
-    ssize_t n;
-    do {
-        n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
-    } while (n < 0 && errno == EINTR);
-    for (struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c)) {
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-            memcpy(fd_out, CMSG_DATA(c), sizeof(int));
-    }
-    if (n != (ssize_t)sizeof *m || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+    else
         CHECK(0, "recvmsg: %s",
               n < 0    ? strerror(errno)
               : n == 0 ? "the other process is gone"
                        : "bad message");
-        if (*fd_out >= 0)
-            close(*fd_out);
-        *fd_out = -1;
-        return -1;
-    }
-    return 0;
+    return -1;
 }
 
 /* ---------------------------------------------------------------------------------------------
