@@ -561,6 +561,33 @@ int mp_selected(const mp_ctx_t *ctx, unsigned combo, mp_buf_kind_t kind)
     return ctx->quick ? combo % 6 == 2 * slot : combo % 3 == slot;
 }
 
+void mp_run_grid(mp_ctx_t *ctx, int with_ops, mp_grid_fn run, const mp_large_case_t *large,
+                 size_t nlarge)
+{
+    size_t counts[8];
+    size_t ncounts = mp_counts(ctx, counts);
+    int nops = with_ops ? WEFT_NUM_REDOPS : 1;
+    for (int reg = 0; reg < MP_NUM_REG_MODES; reg++) {
+        mp_comm_open(ctx, (weft_registration_t)reg);
+        for (int kind = 0; kind < MP_NUM_BUF_KINDS; kind++)
+            for (size_t c = 0; c < ncounts; c++)
+                for (int dt = 0; dt < WEFT_NUM_DTYPES; dt++)
+                    for (int op = 0; op < nops; op++) {
+                        if (!mp_selected(ctx, (unsigned)(dt * nops + op), (mp_buf_kind_t)kind))
+                            continue;
+                        for (int inplace = 0; inplace < 2; inplace++)
+                            run(ctx, (mp_buf_kind_t)kind, counts[c], (weft_dtype_t)dt,
+                                (weft_redop_t)op, inplace);
+                    }
+        for (size_t i = 0; !ctx->quick && i < nlarge; i++) {
+            const mp_large_case_t *lc = &large[i];
+            if (lc->reg == (weft_registration_t)reg)
+                run(ctx, lc->kind, MP_LARGE_COUNT, lc->dt, lc->op, lc->inplace);
+        }
+        mp_comm_close(ctx);
+    }
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Buffers
  * ------------------------------------------------------------------------------------------- */
