@@ -97,6 +97,19 @@ static weft_status_t wait_fd(int fd, short events, uint64_t deadline_ns, int *er
     }
 }
 
+/* After a send or receive on fd failed with errno: WEFT_SUCCESS when the call should be made
+ * again (it was interrupted, or it would have blocked and fd became ready for events before the
+ * deadline); otherwise the status to return. */
+static weft_status_t io_retry(int fd, short events, uint64_t deadline_ns, int *err)
+{
+    if (errno == EINTR)
+        return WEFT_SUCCESS;
+    if (errno == EAGAIN || errno == EWOULDBLOCK)
+        return wait_fd(fd, events, deadline_ns, err);
+    *err = errno;
+    return WEFT_ERR_PEER_LOST;
+}
+
 /* Send the whole iovec array (modified in place) before the deadline. */
 static weft_status_t send_iov(int fd, struct iovec *iov, int iovcnt, uint64_t deadline_ns, int *err)
 {
@@ -104,16 +117,10 @@ static weft_status_t send_iov(int fd, struct iovec *iov, int iovcnt, uint64_t de
         struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)iovcnt};
         ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
         if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                weft_status_t status = wait_fd(fd, POLLOUT, deadline_ns, err);
-                if (status != WEFT_SUCCESS)
-                    return status;
-                continue;
-            }
-            *err = errno;
-            return WEFT_ERR_PEER_LOST;
+            weft_status_t status = io_retry(fd, POLLOUT, deadline_ns, err);
+            if (status != WEFT_SUCCESS)
+                return status;
+            continue;
         }
         size_t done = (size_t)n;
         while (iovcnt > 0 && done >= iov->iov_len) {
@@ -147,16 +154,10 @@ static weft_status_t recv_exact(int fd, void *buf, size_t len, uint64_t deadline
             return WEFT_ERR_PEER_LOST;
         }
         if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                weft_status_t status = wait_fd(fd, POLLIN, deadline_ns, err);
-                if (status != WEFT_SUCCESS)
-                    return status;
-                continue;
-            }
-            *err = errno;
-            return WEFT_ERR_PEER_LOST;
+            weft_status_t status = io_retry(fd, POLLIN, deadline_ns, err);
+            if (status != WEFT_SUCCESS)
+                return status;
+            continue;
         }
         if (p != NULL)
             p += n;

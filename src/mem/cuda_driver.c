@@ -198,7 +198,7 @@ weft_status_t weft_cuda_current_device(const weft_cuda_driver_t *drv, CUdevice *
     return WEFT_SUCCESS;
 }
 
-weft_status_t weft_cuda_device_check(void)
+weft_status_t weft_cuda_driver_device(const weft_cuda_driver_t **drv_out, CUdevice *dev_out)
 {
     const weft_cuda_driver_t *drv;
     weft_status_t st = weft_cuda_driver_get(&drv);
@@ -206,6 +206,18 @@ weft_status_t weft_cuda_device_check(void)
         return st;
     CUdevice dev = 0;
     st = weft_cuda_current_device(drv, &dev);
+    if (st != WEFT_SUCCESS)
+        return st;
+    *drv_out = drv;
+    *dev_out = dev;
+    return WEFT_SUCCESS;
+}
+
+weft_status_t weft_cuda_device_check(void)
+{
+    const weft_cuda_driver_t *drv;
+    CUdevice dev = 0;
+    weft_status_t st = weft_cuda_driver_device(&drv, &dev);
     if (st != WEFT_SUCCESS)
         return st;
     int vmm = 0, posix_fd = 0;

@@ -72,6 +72,10 @@ void weft_cuda_warn(CUresult res, const char *fmt, ...) WEFT_PRINTF(2, 3);
  * Statuses: WEFT_ERR_CUDA when the thread has no current context. */
 weft_status_t weft_cuda_current_device(const weft_cuda_driver_t *drv, CUdevice *dev_out);
 
+/* weft_cuda_driver_get, then weft_cuda_current_device: the table and the device of the calling
+ * thread's current context, both set only on success. Statuses: those of the two calls. */
+weft_status_t weft_cuda_driver_device(const weft_cuda_driver_t **drv_out, CUdevice *dev_out);
+
 /* Check that the device of the calling thread's current context can do what the CUDA memory
  * provider needs: virtual memory management and POSIX file-descriptor handles. Statuses:
  * WEFT_ERR_UNSUPPORTED (no driver, or the device lacks a feature), WEFT_ERR_CUDA. */

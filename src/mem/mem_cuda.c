@@ -44,10 +44,10 @@ static void remember_device(CUdevice dev)
         atomic_compare_exchange_strong(&process_device, &none, (int)dev);
 }
 
-/* The device of the calling thread's current context (remembered). */
-static weft_status_t current_device(const weft_cuda_driver_t *drv, CUdevice *dev_out)
+/* weft_cuda_driver_device, remembering the device. */
+static weft_status_t driver_device(const weft_cuda_driver_t **drv_out, CUdevice *dev_out)
 {
-    weft_status_t st = weft_cuda_current_device(drv, dev_out);
+    weft_status_t st = weft_cuda_driver_device(drv_out, dev_out);
     if (st == WEFT_SUCCESS)
         remember_device(*dev_out);
     return st;
@@ -76,7 +76,7 @@ static weft_status_t cuda_attach_thread(void)
     weft_status_t st = weft_cuda_driver_get(&drv);
     if (st != WEFT_SUCCESS)
         return st;
-    CUdevice dev;
+    CUdevice dev = 0;
     if (drv->cuCtxGetDevice(&dev) == CUDA_SUCCESS) { /* the thread has a context already */
         remember_device(dev);
         return WEFT_SUCCESS;
@@ -98,7 +98,7 @@ static size_t cuda_granularity(void)
 {
     const weft_cuda_driver_t *drv;
     CUdevice dev = 0;
-    if (weft_cuda_driver_get(&drv) != WEFT_SUCCESS || current_device(drv, &dev) != WEFT_SUCCESS)
+    if (driver_device(&drv, &dev) != WEFT_SUCCESS)
         return 0;
     CUmemAllocationProp prop = device_prop(dev);
     size_t gran = 0;
@@ -148,11 +148,8 @@ static weft_status_t cuda_release(void *addr, size_t bytes)
 static weft_status_t cuda_create(size_t bytes, weft_mem_seg_t *seg_out)
 {
     const weft_cuda_driver_t *drv;
-    weft_status_t st = weft_cuda_driver_get(&drv);
-    if (st != WEFT_SUCCESS)
-        return st;
     CUdevice dev = 0;
-    st = current_device(drv, &dev);
+    weft_status_t st = driver_device(&drv, &dev);
     if (st != WEFT_SUCCESS)
         return st;
     CUmemAllocationProp prop = device_prop(dev);
@@ -183,11 +180,8 @@ static void cuda_destroy(weft_mem_seg_t *seg)
 static weft_status_t cuda_map(const weft_mem_seg_t *seg, void *addr)
 {
     const weft_cuda_driver_t *drv;
-    weft_status_t st = weft_cuda_driver_get(&drv);
-    if (st != WEFT_SUCCESS)
-        return st;
     CUdevice dev = 0;
-    st = current_device(drv, &dev);
+    weft_status_t st = driver_device(&drv, &dev);
     if (st != WEFT_SUCCESS)
         return st;
     CUresult res =

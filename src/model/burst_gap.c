@@ -196,10 +196,16 @@ static weft_status_t eval_args(const char *fn, const weft_bg_params_t *params, i
     return WEFT_SUCCESS;
 }
 
-static weft_status_t check_gap(const char *fn, const char *name, double gap_us)
+/* eval_args for the functions that also take a gap: gap_us must be finite and >= 0. */
+static weft_status_t eval_gap_args(const char *fn, const weft_bg_params_t *params, int producers,
+                                   uint64_t bytes, double gap_us, const void *out,
+                                   bg_point_t *point_out)
 {
+    weft_status_t status = eval_args(fn, params, producers, bytes, out, NULL, NULL, point_out);
+    if (status != WEFT_SUCCESS)
+        return status;
     if (!(isfinite(gap_us) && gap_us >= 0.0))
-        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "%s: %s %g must be finite and >= 0", fn, name,
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "%s: gap_us %g must be finite and >= 0", fn,
                           gap_us);
     return WEFT_SUCCESS;
 }
@@ -233,9 +239,7 @@ weft_status_t weft_bg_issue_time(const weft_bg_params_t *params, int producers, 
 {
     static const char fn[] = "weft_bg_issue_time";
     bg_point_t p;
-    weft_status_t status = eval_args(fn, params, producers, bytes, issue_us_out, NULL, NULL, &p);
-    if (status == WEFT_SUCCESS)
-        status = check_gap(fn, "gap_us", gap_us);
+    weft_status_t status = eval_gap_args(fn, params, producers, bytes, gap_us, issue_us_out, &p);
     if (status != WEFT_SUCCESS)
         return status;
     *issue_us_out = issue_us(&p, (double)bytes, gap_us);
@@ -247,9 +251,7 @@ weft_status_t weft_bg_period(const weft_bg_params_t *params, int producers, uint
 {
     static const char fn[] = "weft_bg_period";
     bg_point_t p;
-    weft_status_t status = eval_args(fn, params, producers, bytes, period_us_out, NULL, NULL, &p);
-    if (status == WEFT_SUCCESS)
-        status = check_gap(fn, "gap_us", gap_us);
+    weft_status_t status = eval_gap_args(fn, params, producers, bytes, gap_us, period_us_out, &p);
     if (status != WEFT_SUCCESS)
         return status;
     *period_us_out = period_us(&p, (double)bytes, gap_us);
@@ -261,9 +263,7 @@ weft_status_t weft_bg_stall_times(const weft_bg_params_t *params, int producers,
 {
     static const char fn[] = "weft_bg_stall_times";
     bg_point_t p;
-    weft_status_t status = eval_args(fn, params, producers, bytes, issue_us_out, NULL, NULL, &p);
-    if (status == WEFT_SUCCESS)
-        status = check_gap(fn, "gap_us", gap_us);
+    weft_status_t status = eval_gap_args(fn, params, producers, bytes, gap_us, issue_us_out, &p);
     if (status != WEFT_SUCCESS)
         return status;
     if (period_us_out == NULL)
@@ -310,9 +310,7 @@ weft_status_t weft_bg_backpressure_free(const weft_bg_params_t *params, int prod
 {
     static const char fn[] = "weft_bg_backpressure_free";
     bg_point_t p;
-    weft_status_t status = eval_args(fn, params, producers, bytes, free_out, NULL, NULL, &p);
-    if (status == WEFT_SUCCESS)
-        status = check_gap(fn, "gap_us", gap_us);
+    weft_status_t status = eval_gap_args(fn, params, producers, bytes, gap_us, free_out, &p);
     if (status != WEFT_SUCCESS)
         return status;
     double v = (double)bytes;

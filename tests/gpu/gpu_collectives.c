@@ -83,6 +83,17 @@ static void pull_all(gpu_ctx_t *g, const char *what, gpu_buf_t *a, gpu_buf_t *b)
     gpu_sync(g, what);
 }
 
+/* Check the guards of the case's buffers that were allocated, then give both back. */
+static void put_all(gpu_ctx_t *g, gpu_buf_t *send, gpu_buf_t *recv)
+{
+    if (send->base)
+        gpu_buf_check_guards(g, send, "sendbuf");
+    if (recv->base)
+        gpu_buf_check_guards(g, recv, "recvbuf");
+    gpu_buf_put(g, send);
+    gpu_buf_put(g, recv);
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Reductions
  * ------------------------------------------------------------------------------------------- */
@@ -115,11 +126,7 @@ static void run_all_reduce(gpu_ctx_t *g, const pool_t *pool, gpu_buf_kind_t kind
         if (count > 0)
             gpu_check_path(g, &s0, &s1, kind, bytes, 1);
     }
-    gpu_buf_check_guards(g, &recv, "recvbuf");
-    if (!inplace)
-        gpu_buf_check_guards(g, &send, "sendbuf");
-    gpu_buf_put(g, &send);
-    gpu_buf_put(g, &recv);
+    put_all(g, &send, &recv);
 }
 
 static void run_reduce_scatter(gpu_ctx_t *g, const pool_t *pool, gpu_buf_kind_t kind, size_t count,
@@ -151,11 +158,7 @@ static void run_reduce_scatter(gpu_ctx_t *g, const pool_t *pool, gpu_buf_kind_t 
         if (count > 0)
             gpu_check_path(g, &s0, &s1, kind, bytes, 1);
     }
-    gpu_buf_check_guards(g, &send, "sendbuf");
-    if (!inplace)
-        gpu_buf_check_guards(g, &recv, "recvbuf");
-    gpu_buf_put(g, &recv);
-    gpu_buf_put(g, &send);
+    put_all(g, &send, &recv);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -197,11 +200,7 @@ static void run_all_gather(gpu_ctx_t *g, const pool_t *pool, gpu_buf_kind_t kind
         if (count > 0)
             gpu_check_path(g, &s0, &s1, kind, bytes, 1);
     }
-    gpu_buf_check_guards(g, &recv, "recvbuf");
-    if (!inplace)
-        gpu_buf_check_guards(g, &send, "sendbuf");
-    gpu_buf_put(g, &send);
-    gpu_buf_put(g, &recv);
+    put_all(g, &send, &recv);
 }
 
 static void run_broadcast(gpu_ctx_t *g, const pool_t *pool, gpu_buf_kind_t kind, size_t count,
@@ -239,11 +238,7 @@ static void run_broadcast(gpu_ctx_t *g, const pool_t *pool, gpu_buf_kind_t kind,
         if (count > 0)
             gpu_check_path(g, &s0, &s1, kind, bytes, is_root);
     }
-    gpu_buf_check_guards(g, &recv, "recvbuf");
-    if (send.base)
-        gpu_buf_check_guards(g, &send, "sendbuf");
-    gpu_buf_put(g, &send);
-    gpu_buf_put(g, &recv);
+    put_all(g, &send, &recv);
 }
 
 /* count elements per peer. Block p of rank r's input holds elements (r, p * count + i); block
@@ -270,10 +265,7 @@ static void run_all_to_all(gpu_ctx_t *g, const pool_t *pool, gpu_buf_kind_t kind
         if (count > 0)
             gpu_check_path(g, &s0, &s1, kind, bytes, 1);
     }
-    gpu_buf_check_guards(g, &send, "sendbuf");
-    gpu_buf_check_guards(g, &recv, "recvbuf");
-    gpu_buf_put(g, &send);
-    gpu_buf_put(g, &recv);
+    put_all(g, &send, &recv);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -307,10 +299,7 @@ static void run_all_to_allv(gpu_ctx_t *g, const pool_t *pool, gpu_buf_kind_t kin
         /* Counted once; the path is not checked (a rank that sends nothing reads nothing). */
         gpu_check_path(g, &s0, &s1, kind, 0, 1);
     }
-    gpu_buf_check_guards(g, &send, "sendbuf");
-    gpu_buf_check_guards(g, &recv, "recvbuf");
-    gpu_buf_put(g, &send);
-    gpu_buf_put(g, &recv);
+    put_all(g, &send, &recv);
     mp_a2av_plan_destroy(&plan);
 }
 

@@ -47,13 +47,6 @@ static const weft_dtype_t use_dtypes[] = {WEFT_INT32,   WEFT_FLOAT32, WEFT_BFLOA
                                           WEFT_FLOAT64, WEFT_UINT64,  WEFT_FLOAT16};
 #define NUM_USE_DTYPES (sizeof use_dtypes / sizeof use_dtypes[0])
 
-static void check_counter_invariants(mp_ctx_t *ctx, const weft_stats_t *s, const char *when)
-{
-    mp_check(ctx, s->registrations_completed <= s->registrations_started,
-             "%s: registrations_completed %" PRIu64 " > registrations_started %" PRIu64, when,
-             s->registrations_completed, s->registrations_started);
-}
-
 /* All ranks agree on a value: the maximum of theirs (through device memory). */
 static uint64_t agree_max(gpu_ctx_t *g, uint64_t mine)
 {
@@ -206,7 +199,7 @@ static void many_buffers(gpu_ctx_t *g)
     mp_stats(ctx, &s2);
     mp_ok(ctx, weft_barrier(ctx->comm, g->stream), "weft_barrier");
     gpu_sync(g, "barrier");
-    check_counter_invariants(ctx, &s1, "after the all_gathers");
+    mp_check_registration_invariants(ctx, &s1, "after the all_gathers");
     uint64_t grown = s2.peer_mappings - s0.peer_mappings;
     uint64_t lo = (uint64_t)(n - 1), hi = (uint64_t)(n - 1) * (uint64_t)k;
     mp_check(ctx, s2.peer_mappings >= s0.peer_mappings && grown >= lo && grown <= hi,
@@ -346,30 +339,12 @@ static void first_use_waits(gpu_ctx_t *g)
         if (ok)
             mp_red_check_result(ctx, "recvbuf (second use)", recv.host, WEFT_FLOAT32, WEFT_SUM, 0,
                                 count);
-        uint64_t w1 = s1.first_use_waits - s0.first_use_waits;
-        uint64_t w2 = s2.first_use_waits - s1.first_use_waits;
-        uint64_t ns1 = s1.first_use_wait_ns - s0.first_use_wait_ns;
         mp_check(ctx,
                  s1.first_use_waits >= s0.first_use_waits &&
                      s2.first_use_waits >= s1.first_use_waits &&
                      s1.first_use_wait_ns >= s0.first_use_wait_ns,
                  "first_use_waits or first_use_wait_ns went down");
-        if (ctx->reg == WEFT_REGISTRATION_ROA) {
-            mp_check(ctx, w1 == 0 && ns1 == 0,
-                     "roa: the first use %.0f ms after weft_malloc waited for registration "
-                     "(first_use_waits +%" PRIu64 ", first_use_wait_ns +%" PRIu64 ")",
-                     SLEEP_BEFORE_USE_MS, w1, ns1);
-        } else {
-            mp_check(ctx, w1 >= 1,
-                     "jit: the first use did not count a first-use wait (first_use_waits +%" PRIu64
-                     ")",
-                     w1);
-            mp_check(ctx, w1 == 0 || ns1 > 0,
-                     "jit: first_use_waits +%" PRIu64 " but first_use_wait_ns did not grow", w1);
-        }
-        mp_check(ctx, w2 == 0,
-                 "%s: the second use of the same buffers counted %" PRIu64 " first-use waits",
-                 mp_reg_name(ctx->reg), w2);
+        mp_check_first_use_waits(ctx, &s0, &s1, &s2, SLEEP_BEFORE_USE_MS);
         gpu_buf_put(g, &send);
         gpu_buf_put(g, &recv);
     }
@@ -384,7 +359,7 @@ static void counters(gpu_ctx_t *g)
     const size_t use_count = 1024; /* float32 elements used at the start of the allocation */
     weft_stats_t s0, s1, s2;
     mp_stats(ctx, &s0);
-    check_counter_invariants(ctx, &s0, "start");
+    mp_check_registration_invariants(ctx, &s0, "start");
     /* Larger than everything registered so far: it cannot fit in a registered chunk. */
     uint64_t big = s0.bytes_registered + ((uint64_t)1 << 20) + 4096;
     big = big < ((uint64_t)4 << 20) ? (uint64_t)4 << 20 : big;
@@ -401,15 +376,8 @@ static void counters(gpu_ctx_t *g)
         mp_fatal(ctx, "weft_malloc(%" PRIu64 ") returned %s: %s", agreed, weft_status_string(st),
                  weft_last_error());
     mp_stats(ctx, &s1);
-    check_counter_invariants(ctx, &s1, "after weft_malloc");
-    if (ctx->reg == WEFT_REGISTRATION_JIT)
-        mp_check(ctx,
-                 s1.registrations_started == s0.registrations_started &&
-                     s1.bytes_registered == s0.bytes_registered,
-                 "jit: weft_malloc registered before first use (registrations_started +%" PRIu64
-                 ", bytes_registered +%" PRIu64 ")",
-                 s1.registrations_started - s0.registrations_started,
-                 s1.bytes_registered - s0.bytes_registered);
+    mp_check_registration_invariants(ctx, &s1, "after weft_malloc");
+    mp_check_malloc_registered(ctx, &s0, &s1);
     /* Use it: all_reduce from its first use_count floats into the next use_count. */
     unsigned char *in = buf, *out = in + use_count * 4;
     float *host = malloc(use_count * 4);
@@ -426,20 +394,8 @@ static void counters(gpu_ctx_t *g)
     if (ok)
         mp_red_check_result(ctx, "recvbuf", host, WEFT_FLOAT32, WEFT_SUM, 0, use_count);
     free(host);
-    check_counter_invariants(ctx, &s2, "after first use");
-    if (ctx->nranks > 1 && ctx->reg != WEFT_REGISTRATION_STAGED) {
-        uint64_t want_bytes = ctx->reg == WEFT_REGISTRATION_ROA ? agreed : 2 * use_count * 4;
-        mp_check(ctx,
-                 s2.registrations_started > s0.registrations_started &&
-                     s2.registrations_completed > s0.registrations_completed &&
-                     s2.bytes_registered - s0.bytes_registered >= want_bytes,
-                 "%s: after allocating and using %" PRIu64 " bytes: registrations_started +%" PRIu64
-                 ", registrations_completed +%" PRIu64 ", bytes_registered +%" PRIu64
-                 " (expected +1, +1, +%" PRIu64 " at least)",
-                 mp_reg_name(ctx->reg), agreed, s2.registrations_started - s0.registrations_started,
-                 s2.registrations_completed - s0.registrations_completed,
-                 s2.bytes_registered - s0.bytes_registered, want_bytes);
-    }
+    mp_check_registration_invariants(ctx, &s2, "after first use");
+    mp_check_use_registered(ctx, &s0, &s2, agreed, 2 * use_count * 4);
     if (ok)
         gpu_check_path(g, &s1, &s2, GPU_BUF_WEFT, use_count * 4, 1);
     mp_ok(ctx, weft_free(ctx->comm, buf), "weft_free");

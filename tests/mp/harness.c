@@ -561,6 +561,33 @@ int mp_selected(const mp_ctx_t *ctx, unsigned combo, mp_buf_kind_t kind)
     return ctx->quick ? combo % 6 == 2 * slot : combo % 3 == slot;
 }
 
+void mp_run_grid(mp_ctx_t *ctx, int with_ops, mp_grid_fn run, const mp_large_case_t *large,
+                 size_t nlarge)
+{
+    size_t counts[8];
+    size_t ncounts = mp_counts(ctx, counts);
+    int nops = with_ops ? WEFT_NUM_REDOPS : 1;
+    for (int reg = 0; reg < MP_NUM_REG_MODES; reg++) {
+        mp_comm_open(ctx, (weft_registration_t)reg);
+        for (int kind = 0; kind < MP_NUM_BUF_KINDS; kind++)
+            for (size_t c = 0; c < ncounts; c++)
+                for (int dt = 0; dt < WEFT_NUM_DTYPES; dt++)
+                    for (int op = 0; op < nops; op++) {
+                        if (!mp_selected(ctx, (unsigned)(dt * nops + op), (mp_buf_kind_t)kind))
+                            continue;
+                        for (int inplace = 0; inplace < 2; inplace++)
+                            run(ctx, (mp_buf_kind_t)kind, counts[c], (weft_dtype_t)dt,
+                                (weft_redop_t)op, inplace);
+                    }
+        for (size_t i = 0; !ctx->quick && i < nlarge; i++) {
+            const mp_large_case_t *lc = &large[i];
+            if (lc->reg == (weft_registration_t)reg)
+                run(ctx, lc->kind, MP_LARGE_COUNT, lc->dt, lc->op, lc->inplace);
+        }
+        mp_comm_close(ctx);
+    }
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Buffers
  * ------------------------------------------------------------------------------------------- */
@@ -941,4 +968,67 @@ void mp_check_path_expect(mp_ctx_t *ctx, const weft_stats_t *before, const weft_
                  "stats: expected the staged path (%s buffers, reg=%s): zero_copy_ops +%" PRIu64
                  ", staged_ops +%" PRIu64,
                  mp_buf_kind_name(kind), mp_reg_name(ctx->reg), dz, ds);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Registration counters
+ * ------------------------------------------------------------------------------------------- */
+void mp_check_registration_invariants(mp_ctx_t *ctx, const weft_stats_t *s, const char *when)
+{
+    mp_check(ctx, s->registrations_completed <= s->registrations_started,
+             "%s: registrations_completed %" PRIu64 " > registrations_started %" PRIu64, when,
+             s->registrations_completed, s->registrations_started);
+}
+
+void mp_check_first_use_waits(mp_ctx_t *ctx, const weft_stats_t *s0, const weft_stats_t *s1,
+                              const weft_stats_t *s2, double sleep_ms)
+{
+    uint64_t w1 = s1->first_use_waits - s0->first_use_waits;
+    uint64_t w2 = s2->first_use_waits - s1->first_use_waits;
+    uint64_t ns1 = s1->first_use_wait_ns - s0->first_use_wait_ns;
+    if (ctx->reg == WEFT_REGISTRATION_ROA) {
+        mp_check(ctx, w1 == 0 && ns1 == 0,
+                 "roa: the first use %.0f ms after weft_malloc waited for registration "
+                 "(first_use_waits +%" PRIu64 ", first_use_wait_ns +%" PRIu64 ")",
+                 sleep_ms, w1, ns1);
+    } else {
+        mp_check(ctx, w1 >= 1,
+                 "jit: the first use did not count a first-use wait (first_use_waits +%" PRIu64 ")",
+                 w1);
+        mp_check(ctx, w1 == 0 || ns1 > 0,
+                 "jit: first_use_waits +%" PRIu64 " but first_use_wait_ns did not grow", w1);
+    }
+    mp_check(ctx, w2 == 0,
+             "%s: the second use of the same buffers counted %" PRIu64 " first-use waits",
+             mp_reg_name(ctx->reg), w2);
+}
+
+void mp_check_malloc_registered(mp_ctx_t *ctx, const weft_stats_t *s0, const weft_stats_t *s1)
+{
+    if (ctx->reg == WEFT_REGISTRATION_JIT)
+        mp_check(ctx,
+                 s1->registrations_started == s0->registrations_started &&
+                     s1->bytes_registered == s0->bytes_registered,
+                 "jit: weft_malloc registered before first use (registrations_started +%" PRIu64
+                 ", bytes_registered +%" PRIu64 ")",
+                 s1->registrations_started - s0->registrations_started,
+                 s1->bytes_registered - s0->bytes_registered);
+}
+
+void mp_check_use_registered(mp_ctx_t *ctx, const weft_stats_t *s0, const weft_stats_t *s2,
+                             uint64_t bytes, uint64_t used_bytes)
+{
+    if (ctx->nranks < 2 || ctx->reg == WEFT_REGISTRATION_STAGED)
+        return;
+    uint64_t want_bytes = ctx->reg == WEFT_REGISTRATION_ROA ? bytes : used_bytes;
+    mp_check(ctx,
+             s2->registrations_started > s0->registrations_started &&
+                 s2->registrations_completed > s0->registrations_completed &&
+                 s2->bytes_registered - s0->bytes_registered >= want_bytes,
+             "%s: after allocating and using %" PRIu64 " bytes: registrations_started +%" PRIu64
+             ", registrations_completed +%" PRIu64 ", bytes_registered +%" PRIu64
+             " (expected +1, +1, +%" PRIu64 " at least)",
+             mp_reg_name(ctx->reg), bytes, s2->registrations_started - s0->registrations_started,
+             s2->registrations_completed - s0->registrations_completed,
+             s2->bytes_registered - s0->bytes_registered, want_bytes);
 }

@@ -160,6 +160,28 @@ size_t mp_counts(const mp_ctx_t *ctx, size_t *out);
  * mode and each buffer kind sees every combo; quick mode keeps every other one. */
 int mp_selected(const mp_ctx_t *ctx, unsigned combo, mp_buf_kind_t kind);
 
+/* One case of a collective's grid: buffers of kind, count elements of dt, reduction op (WEFT_SUM
+ * in a grid without reductions), in place or not. It begins its own case (mp_case). */
+typedef void (*mp_grid_fn)(mp_ctx_t *ctx, mp_buf_kind_t kind, size_t count, weft_dtype_t dt,
+                           weft_redop_t op, int inplace);
+
+/* A case at MP_LARGE_COUNT elements, run under registration mode reg. */
+typedef struct mp_large_case {
+    weft_registration_t reg;
+    mp_buf_kind_t kind;
+    int inplace;
+    weft_dtype_t dt;
+    weft_redop_t op; /* WEFT_SUM in a grid without reductions */
+} mp_large_case_t;
+
+/* Run the grid of a collective through run, under each registration mode in turn (one
+ * communicator each, opened and closed here): every buffer kind x small count (mp_counts) x dtype
+ * (x reduction, with with_ops) that mp_selected keeps, the combo being dt * WEFT_NUM_REDOPS + op
+ * (with_ops) or dt, in place and out of place; then, outside quick mode, the nlarge large cases
+ * of that mode. */
+void mp_run_grid(mp_ctx_t *ctx, int with_ops, mp_grid_fn run, const mp_large_case_t *large,
+                 size_t nlarge);
+
 /* ---------------------------------------------------------------------------------------------
  * Buffers
  * ------------------------------------------------------------------------------------------- */
@@ -227,5 +249,30 @@ void mp_check_path(mp_ctx_t *ctx, const weft_stats_t *before, const weft_stats_t
                    mp_buf_kind_t kind, size_t bytes);
 void mp_check_path_expect(mp_ctx_t *ctx, const weft_stats_t *before, const weft_stats_t *after,
                           int zero_copy, mp_buf_kind_t kind, size_t bytes);
+
+/* ---------------------------------------------------------------------------------------------
+ * Registration counters (the tests of registration on the host and CUDA backends)
+ * ------------------------------------------------------------------------------------------- */
+
+/* registrations_completed <= registrations_started in s; a failure names when. */
+void mp_check_registration_invariants(mp_ctx_t *ctx, const weft_stats_t *s, const char *when);
+
+/* The first-use counters of two uses of the same fresh weft_malloc buffers under ctx->reg (roa
+ * or jit), the first sleep_ms after the allocation: s0 before the first use, s1 between them, s2
+ * after the second. roa: the first use waited for nothing (registration was done); jit: it
+ * counted a wait, with time; the second use counted none. */
+void mp_check_first_use_waits(mp_ctx_t *ctx, const weft_stats_t *s0, const weft_stats_t *s1,
+                              const weft_stats_t *s2, double sleep_ms);
+
+/* The counters before (s0) and after (s1) weft_malloc of a buffer larger than everything
+ * registered so far: in jit mode, nothing registered (registrations_started and
+ * bytes_registered unchanged). */
+void mp_check_malloc_registered(mp_ctx_t *ctx, const weft_stats_t *s0, const weft_stats_t *s1);
+
+/* The counters before that weft_malloc of bytes (s0) and after a first use of used_bytes of it
+ * (s2): with 2+ ranks in roa or jit mode, registrations_started and registrations_completed
+ * grew, and bytes_registered by at least bytes (roa) or used_bytes (jit). */
+void mp_check_use_registered(mp_ctx_t *ctx, const weft_stats_t *s0, const weft_stats_t *s2,
+                             uint64_t bytes, uint64_t used_bytes);
 
 #endif /* WEFT_TESTS_MP_HARNESS_H */

@@ -11,15 +11,7 @@
  */
 #include "harness.h"
 
-typedef struct large_case {
-    weft_registration_t reg;
-    mp_buf_kind_t kind;
-    int inplace;
-    weft_dtype_t dt;
-    weft_redop_t op;
-} large_case_t;
-
-static const large_case_t large_cases[] = {
+static const mp_large_case_t large_cases[] = {
     {WEFT_REGISTRATION_ROA, MP_BUF_REGISTERED, 0, WEFT_FLOAT32, WEFT_SUM},
     {WEFT_REGISTRATION_JIT, MP_BUF_INTERIOR, 1, WEFT_BFLOAT16, WEFT_AVG},
     {WEFT_REGISTRATION_STAGED, MP_BUF_UNREGISTERED, 0, WEFT_INT64, WEFT_MAX},
@@ -56,27 +48,6 @@ int main(void)
 {
     mp_ctx_t ctx;
     mp_init(&ctx, "mp_reduce_scatter");
-    size_t counts[8];
-    size_t ncounts = mp_counts(&ctx, counts);
-    for (int reg = 0; reg < MP_NUM_REG_MODES; reg++) {
-        mp_comm_open(&ctx, (weft_registration_t)reg);
-        for (int kind = 0; kind < MP_NUM_BUF_KINDS; kind++)
-            for (size_t c = 0; c < ncounts; c++)
-                for (int dt = 0; dt < WEFT_NUM_DTYPES; dt++)
-                    for (int op = 0; op < WEFT_NUM_REDOPS; op++) {
-                        if (!mp_selected(&ctx, (unsigned)(dt * WEFT_NUM_REDOPS + op),
-                                         (mp_buf_kind_t)kind))
-                            continue;
-                        for (int inplace = 0; inplace < 2; inplace++)
-                            run_case(&ctx, (mp_buf_kind_t)kind, counts[c], (weft_dtype_t)dt,
-                                     (weft_redop_t)op, inplace);
-                    }
-        for (size_t i = 0; !ctx.quick && i < sizeof large_cases / sizeof large_cases[0]; i++) {
-            const large_case_t *lc = &large_cases[i];
-            if (lc->reg == (weft_registration_t)reg)
-                run_case(&ctx, lc->kind, MP_LARGE_COUNT, lc->dt, lc->op, lc->inplace);
-        }
-        mp_comm_close(&ctx);
-    }
+    mp_run_grid(&ctx, 1, run_case, large_cases, sizeof large_cases / sizeof large_cases[0]);
     return mp_finish(&ctx);
 }

@@ -97,13 +97,6 @@ static void address_reuse(mp_ctx_t *ctx)
             mp_reg_name(ctx->reg), reused, iters);
 }
 
-static void check_counter_invariants(mp_ctx_t *ctx, const weft_stats_t *s, const char *when)
-{
-    mp_check(ctx, s->registrations_completed <= s->registrations_started,
-             "%s: registrations_completed %" PRIu64 " > registrations_started %" PRIu64, when,
-             s->registrations_completed, s->registrations_started);
-}
-
 static void check_monotonic(mp_ctx_t *ctx, const weft_stats_t *a, const weft_stats_t *b,
                             const char *when)
 {
@@ -162,25 +155,7 @@ static void first_use_waits(mp_ctx_t *ctx)
         mp_red_check_result(ctx, "recvbuf (second use)", recv, WEFT_FLOAT32, WEFT_SUM, 0, count);
         check_monotonic(ctx, &s0, &s1, "first use");
         check_monotonic(ctx, &s1, &s2, "second use");
-        uint64_t w1 = s1.first_use_waits - s0.first_use_waits;
-        uint64_t w2 = s2.first_use_waits - s1.first_use_waits;
-        uint64_t ns1 = s1.first_use_wait_ns - s0.first_use_wait_ns;
-        if (ctx->reg == WEFT_REGISTRATION_ROA) {
-            mp_check(ctx, w1 == 0 && ns1 == 0,
-                     "roa: the first use %.0f ms after weft_malloc waited for registration "
-                     "(first_use_waits +%" PRIu64 ", first_use_wait_ns +%" PRIu64 ")",
-                     SLEEP_BEFORE_USE_MS, w1, ns1);
-        } else {
-            mp_check(ctx, w1 >= 1,
-                     "jit: the first use did not count a first-use wait (first_use_waits +%" PRIu64
-                     ")",
-                     w1);
-            mp_check(ctx, w1 == 0 || ns1 > 0,
-                     "jit: first_use_waits +%" PRIu64 " but first_use_wait_ns did not grow", w1);
-        }
-        mp_check(ctx, w2 == 0,
-                 "%s: the second use of the same buffers counted %" PRIu64 " first-use waits",
-                 mp_reg_name(ctx->reg), w2);
+        mp_check_first_use_waits(ctx, &s0, &s1, &s2, SLEEP_BEFORE_USE_MS);
         mp_ok(ctx, weft_free(ctx->comm, send), "weft_free");
         mp_ok(ctx, weft_free(ctx->comm, recv), "weft_free");
     }
@@ -192,7 +167,7 @@ static void counters(mp_ctx_t *ctx)
     weft_stats_t s0, s1, s2;
     mp_case(ctx, "registration counters");
     mp_stats(ctx, &s0);
-    check_counter_invariants(ctx, &s0, "start");
+    mp_check_registration_invariants(ctx, &s0, "start");
     /* Larger than everything registered so far: it cannot fit in an existing registered chunk.
      * All ranks agree on the size (MAX), so that they allocate alike. */
     uint64_t big = s0.bytes_registered + ((uint64_t)1 << 20) + 4096;
@@ -209,33 +184,14 @@ static void counters(mp_ctx_t *ctx)
     if (!buf)
         mp_fatal(ctx, "weft_malloc(%" PRIu64 ") returned NULL", agreed);
     mp_stats(ctx, &s1);
-    check_counter_invariants(ctx, &s1, "after weft_malloc");
+    mp_check_registration_invariants(ctx, &s1, "after weft_malloc");
     check_monotonic(ctx, &s0, &s1, "weft_malloc");
-    if (ctx->reg == WEFT_REGISTRATION_JIT)
-        mp_check(ctx,
-                 s1.registrations_started == s0.registrations_started &&
-                     s1.bytes_registered == s0.bytes_registered,
-                 "jit: weft_malloc registered before first use (registrations_started +%" PRIu64
-                 ", bytes_registered +%" PRIu64 ")",
-                 s1.registrations_started - s0.registrations_started,
-                 s1.bytes_registered - s0.bytes_registered);
+    mp_check_malloc_registered(ctx, &s0, &s1);
     use_buffer(ctx, buf, use_count);
     mp_stats(ctx, &s2);
-    check_counter_invariants(ctx, &s2, "after first use");
+    mp_check_registration_invariants(ctx, &s2, "after first use");
     check_monotonic(ctx, &s1, &s2, "first use");
-    if (ctx->nranks > 1 && ctx->reg != WEFT_REGISTRATION_STAGED) {
-        uint64_t want_bytes = ctx->reg == WEFT_REGISTRATION_ROA ? agreed : 2 * use_count * 4;
-        mp_check(ctx,
-                 s2.registrations_started > s0.registrations_started &&
-                     s2.registrations_completed > s0.registrations_completed &&
-                     s2.bytes_registered - s0.bytes_registered >= want_bytes,
-                 "%s: after allocating and using %" PRIu64 " bytes: registrations_started +%" PRIu64
-                 ", registrations_completed +%" PRIu64 ", bytes_registered +%" PRIu64
-                 " (expected +1, +1, +%" PRIu64 " at least)",
-                 mp_reg_name(ctx->reg), agreed, s2.registrations_started - s0.registrations_started,
-                 s2.registrations_completed - s0.registrations_completed,
-                 s2.bytes_registered - s0.bytes_registered, want_bytes);
-    }
+    mp_check_use_registered(ctx, &s0, &s2, agreed, 2 * use_count * 4);
     mp_check_path(ctx, &s1, &s2, MP_BUF_REGISTERED, use_count * 4);
     mp_ok(ctx, weft_free(ctx->comm, buf), "weft_free");
 }

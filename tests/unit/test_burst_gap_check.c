@@ -15,7 +15,7 @@
 #include <time.h>
 
 #include "model/burst_gap.h"
-#include "burst_gap_golden.h"
+#include "burst_gap_test.h"
 
 static int failures;
 
@@ -28,33 +28,6 @@ static int failures;
             printf("\n");                                                                          \
         }                                                                                          \
     } while (0)
-
-#define POISON (-12345.0)
-
-static bool close_to(double got, double want, double rel)
-{
-    return fabs(got - want) <= rel * fmax(1.0, fabs(want));
-}
-
-/* Randomness: splitmix64, uniform in [0, 1), standard normal by Box-Muller. */
-static uint64_t next_u64(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static double uniform(uint64_t *state)
-{
-    return (double)(next_u64(state) >> 11) * 0x1.0p-53;
-}
-
-static double normal(uint64_t *state)
-{
-    double u = 1.0 - uniform(state), v = uniform(state);
-    return sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v);
-}
 
 static int compare_double(const void *a, const void *b)
 {
@@ -96,39 +69,12 @@ static void test_golden_stall(void)
     }
 }
 
-/* Random valid parameters: 1..4 rows, 1..6 points each, nondecreasing times (as
- * test_burst_gap.c draws them), capacities from 0 to 1 MB. */
-static weft_bg_params_t random_params(uint64_t *rng)
-{
-    weft_bg_params_t p;
-    memset(&p, 0, sizeof p);
-    p.drain_gbps = 1.0 + 200.0 * uniform(rng);
-    p.nrows = 1 + (int)(next_u64(rng) % 4);
-    int k = 0;
-    for (int r = 0; r < p.nrows; r++) {
-        weft_bg_row_t *row = &p.row[r];
-        k += 1 + (int)(next_u64(rng) % 16);
-        row->producers = k;
-        row->npoints = 1 + (int)(next_u64(rng) % 6);
-        row->capacity_bytes = next_u64(rng) % 8 == 0 ? 0.0 : 1e6 * uniform(rng);
-        uint64_t b = 1 + next_u64(rng) % 4096;
-        double t = 0.1 + 5.0 * uniform(rng);
-        for (int i = 0; i < row->npoints; i++) {
-            row->bytes[i] = b;
-            row->t_iss0_us[i] = t;
-            b += 1 + next_u64(rng) % (1u << 20);
-            t += uniform(rng) < 0.2 ? 0.0 : 10.0 * uniform(rng);
-        }
-    }
-    return p;
-}
-
 static void test_random_stall(uint64_t seed)
 {
     uint64_t rng = seed ^ 0x5157A11ull;
     int binding = 0;
     for (int iter = 0; iter < 4000; iter++) {
-        weft_bg_params_t p = random_params(&rng);
+        weft_bg_params_t p = random_params(&rng, true);
         int kmin = p.row[0].producers, kmax = p.row[p.nrows - 1].producers;
         int k = kmin + (int)(next_u64(&rng) % (uint64_t)(kmax - kmin + 1));
         uint64_t v1 = next_u64(&rng) % (16u << 20), v2 = v1 + next_u64(&rng) % (16u << 20);

@@ -37,29 +37,18 @@ extern "C" {
 #include <stdlib.h>
 #include <string.h>
 
+#include "reduce_test.h"
+
 #define SKIP_STATUS 77
 #define MAX_SRCS 8
 #define GUARD 16        /* poisoned elements on each side of a reduction's output */
 #define COPY_GUARD 64   /* poisoned bytes on each side of a copy's output */
 #define POISON 0xa5     /* byte written to outputs before each run */
-#define MAX_REPORTS 100 /* failed checks printed; the rest are only counted */
 #define MAX_BAD_ELEMS 3 /* elements printed per failed run */
 #define BIG_COUNT (((size_t)1 << 20) + 3)
 #define THREADS 96 /* threads per block of the checking kernels: not a power of two */
 
-static int failures;
 static size_t nan_pairs_accepted; /* elements where the host took another operand's NaN */
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            if (++failures <= MAX_REPORTS) {                                                       \
-                printf("FAIL %s:%d: ", __FILE__, __LINE__);                                        \
-                printf(__VA_ARGS__);                                                               \
-                printf("\n");                                                                      \
-            }                                                                                      \
-        }                                                                                          \
-    } while (0)
 
 /* A CUDA runtime call that must succeed; the test cannot go on without it. */
 #define CUDA_OK(call)                                                                              \
@@ -70,58 +59,6 @@ static size_t nan_pairs_accepted; /* elements where the host took another operan
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)
-
-static const char *const dtype_names[WEFT_NUM_DTYPES] = {"int8",    "uint8",  "int32",   "uint32",
-                                                         "int64",   "uint64", "float16", "bfloat16",
-                                                         "float32", "float64"};
-static const size_t dtype_sizes[WEFT_NUM_DTYPES] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8};
-static const char *const op_names[WEFT_NUM_REDOPS] = {"sum", "prod", "max", "min", "avg"};
-
-/* ---------------------------------------------------------------------------------------------
- * Random numbers: splitmix64.
- * ------------------------------------------------------------------------------------------- */
-static uint64_t rng_state;
-
-static uint64_t rng_next(void)
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint32_t rng_below(uint32_t n)
-{
-    return (uint32_t)(rng_next() % n);
-}
-
-static uint32_t fbits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static float bitsf(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static uint64_t dbits(double d)
-{
-    uint64_t u;
-    memcpy(&u, &d, sizeof u);
-    return u;
-}
-
-static double bitsd(uint64_t u)
-{
-    double d;
-    memcpy(&d, &u, sizeof d);
-    return d;
-}
 
 /* ---------------------------------------------------------------------------------------------
  * Kernels

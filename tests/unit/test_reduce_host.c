@@ -22,70 +22,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "reduce_test.h"
 #include "util/clock.h"
 
 #define MAX_SRCS 8
-#define GUARD 16        /* poisoned elements after each output */
-#define POISON 0xa5     /* byte written to outputs before each call */
-#define MAX_REPORTS 100 /* failed checks printed; the rest are only counted */
-
-static int failures;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            if (++failures <= MAX_REPORTS) {                                                       \
-                printf("FAIL %s:%d: ", __FILE__, __LINE__);                                        \
-                printf(__VA_ARGS__);                                                               \
-                printf("\n");                                                                      \
-            }                                                                                      \
-        }                                                                                          \
-    } while (0)
-
-static const char *const dtype_names[WEFT_NUM_DTYPES] = {"int8",    "uint8",  "int32",   "uint32",
-                                                         "int64",   "uint64", "float16", "bfloat16",
-                                                         "float32", "float64"};
-static const size_t dtype_sizes[WEFT_NUM_DTYPES] = {1, 1, 4, 4, 8, 8, 2, 2, 4, 8};
-static const char *const op_names[WEFT_NUM_REDOPS] = {"sum", "prod", "max", "min", "avg"};
-
-/* ---------------------------------------------------------------------------------------------
- * Random numbers: splitmix64.
- * ------------------------------------------------------------------------------------------- */
-static uint64_t rng_state;
-
-static uint64_t rng_next(void)
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint32_t rng_below(uint32_t n)
-{
-    return (uint32_t)(rng_next() % n);
-}
-
-static uint32_t fbits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static float bitsf(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static uint64_t dbits(double d)
-{
-    uint64_t u;
-    memcpy(&u, &d, sizeof u);
-    return u;
-}
+#define GUARD 16    /* poisoned elements after each output */
+#define POISON 0xa5 /* byte written to outputs before each call */
 
 /* ---------------------------------------------------------------------------------------------
  * Reference conversions. A 16-bit float format: mant_bits of mantissa, exp_bits of exponent.
