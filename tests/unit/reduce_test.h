@@ -1,7 +1,7 @@
 /*
  * reduce_test.h - what the reduction unit tests share (test_reduce_host.c, test_reduce_cuda.cu):
- * the failure counter and its CHECK, the names and sizes of the dtypes and reduction ops, a
- * seeded splitmix64 generator and the bit casts of float and double. Compiles as C and as C++.
+ * the failure counter and its CHECK (check.h), the names and sizes of the dtypes and reduction ops,
+ * a seeded splitmix64 generator and the bit casts of float and double. Compiles as C and as C++.
  *
  * Each test is one translation unit and includes this once: failures and rng_state are that
  * test's own. Single-threaded.
@@ -13,22 +13,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "check.h"
 #include "weft.h"
-
-#define MAX_REPORTS 100 /* failed checks printed; the rest are only counted */
-
-static int failures;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            if (++failures <= MAX_REPORTS) {                                                       \
-                printf("FAIL %s:%d: ", __FILE__, __LINE__);                                        \
-                printf(__VA_ARGS__);                                                               \
-                printf("\n");                                                                      \
-            }                                                                                      \
-        }                                                                                          \
-    } while (0)
 
 static const char *const dtype_names[WEFT_NUM_DTYPES] = {"int8",    "uint8",  "int32",   "uint32",
                                                          "int64",   "uint64", "float16", "bfloat16",

@@ -30,19 +30,10 @@
 
 #define SCENARIO_LIMIT_S 8.0
 
-static int failures;
 static uint64_t seed;
 
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                                 \
-            printf(__VA_ARGS__);                                                                   \
-            printf(" [last error: %s]\n", weft_last_error());                                      \
-            fflush(stdout);                                                                        \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
+#define CHECK_TRAILER() printf(" [last error: %s]\n", weft_last_error())
+#include "check.h"
 
 /* splitmix64: deterministic per (seed, stream) so every rank can recompute any rank's data. */
 static uint64_t mix(uint64_t x)

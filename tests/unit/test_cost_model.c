@@ -10,18 +10,7 @@
 #include <time.h>
 
 #include "model/cost_model.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            failures++;                                                                            \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-        }                                                                                          \
-    } while (0)
+#include "check.h"
 
 /* Parameters chosen so that every golden cost below is exact in binary floating point. */
 static const weft_cost_model_t golden_model = {{

@@ -65,19 +65,11 @@ int main(void)
 #define AGREE_ROUNDS 8
 #define POISON 0xa5
 
-static int failures;
-static const char *role = "parent";
+static const char *role = "parent "; /* which process failed a check: "parent " or "peer " */
 
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            failures++;                                                                            \
-            printf("FAIL %s %s:%d: %s: ", role, __FILE__, __LINE__, #cond);                        \
-            printf(__VA_ARGS__);                                                                   \
-            printf(" [last error: %s]\n", weft_last_error());                                      \
-            fflush(stdout);                                                                        \
-        }                                                                                          \
-    } while (0)
+#define CHECK_PREFIX role
+#define CHECK_TRAILER() printf(" [last error: %s]\n", weft_last_error())
+#include "check.h"
 
 /* A CUDA runtime call that must succeed; the test goes on after a failure (counted). */
 #define CHECK_RT(call)                                                                             \
@@ -337,7 +329,7 @@ static void child_segment(const msg_t *m, int fd, uint8_t *host)
 
 static int child_main(int sock, int device)
 {
-    role = "peer";
+    role = "peer ";
     CHECK_RT(cudaSetDevice(device));
     if (failures)
         return 1;

@@ -497,7 +497,7 @@ static void check_output(red_bufs_t *b, const red_case_t *c, size_t dst_off, int
                   "0x%0*" PRIx64 ", want 0x%0*" PRIx64,
                   dtype_names[c->dtype], op_names[c->op], c->nsrcs, c->count, c->align, dst_off,
                   in_place, c->divisor, i, (int)(2 * es), got, (int)(2 * es), want);
-            if (failures <= MAX_REPORTS)
+            if (failures <= CHECK_MAX_REPORTS)
                 print_inputs(b, c, i);
         }
     }
@@ -826,8 +826,8 @@ int main(int argc, char **argv)
     test_copy_large();
     test_throughput();
 
-    if (failures > MAX_REPORTS)
-        printf("... %d more failures not printed\n", failures - MAX_REPORTS);
+    if (failures > CHECK_MAX_REPORTS)
+        printf("... %d more failures not printed\n", failures - CHECK_MAX_REPORTS);
     printf("test_reduce_cuda: %zu elements had two NaN operands in one step and matched the "
            "documented device result where the host differed\n",
            nan_pairs_accepted);

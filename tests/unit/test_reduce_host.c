@@ -891,8 +891,8 @@ int main(int argc, char **argv)
     bufs_fini(&b);
     test_throughput();
 
-    if (failures > MAX_REPORTS)
-        printf("... %d more failures not printed\n", failures - MAX_REPORTS);
+    if (failures > CHECK_MAX_REPORTS)
+        printf("... %d more failures not printed\n", failures - CHECK_MAX_REPORTS);
     printf("test_reduce_host: %s (%d failures)\n", failures ? "FAILED" : "passed", failures);
     return failures ? 1 : 0;
 }

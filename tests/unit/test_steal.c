@@ -22,23 +22,12 @@
 #include "exec/steal.h"
 #include "model/partition.h"
 #include "util/log.h"
+#include "check.h"
 
 #define MAX_WORKERS 8
 #define MAX_SLICES 12
 #define RANDOM_ROUNDS 300
 #define NO_SLEEPER (-1)
-
-static int failures;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            failures++;                                                                            \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                            \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-        }                                                                                          \
-    } while (0)
 
 /* One round: a plan run by nworkers threads through one weft_steal_t. */
 typedef struct round {

@@ -23,24 +23,13 @@
 #include <unistd.h>
 
 #include "util/clock.h"
+#include "check.h"
 
 #define RUN_LIMIT_S 8.0
 #define MAX_RANKS 8
 
-static int failures;
 static const char *weftrun;
 static char topdir[] = "/tmp/launcher-test.XXXXXX";
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                                 \
-            printf(__VA_ARGS__);                                                                   \
-            printf("\n");                                                                          \
-            fflush(stdout);                                                                        \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
 
 static void sleep_s(double s)
 {
