@@ -239,7 +239,7 @@ static void fill_common(struct weft_comm *comm, weft_cuda_params_t *p, unsigned 
  * CUDA_MIN_UNIT_BYTES each, at most the launch bound), 0 without one. */
 static int take_pending(struct weft_comm *comm, weft_cuda_params_t *p, weft_cuda_copy_t *pending)
 {
-    if (!pending || pending->bytes == 0)
+    if (pending->bytes == 0)
         return 0;
     p->pre_dst = pending->dst;
     p->pre_src = pending->src;
@@ -364,11 +364,10 @@ weft_status_t weft_cuda_execute(struct weft_comm *comm, const weft_work_t *work,
                                 weft_status_t mine, weft_cuda_copy_t *pending, void *stream)
 {
     if (mine != WEFT_SUCCESS) {
-        if (pending)
-            *pending = (weft_cuda_copy_t){0}; /* nobody will read it */
+        *pending = (weft_cuda_copy_t){0}; /* nobody will read it */
         return mine; /* every rank knows it (the handshake agreed): nobody launches */
     }
-    if (pending && pending->bytes > 0 && (sync & WEFT_SYNC_CONTINUE))
+    if (pending->bytes > 0 && (sync & WEFT_SYNC_CONTINUE))
         return weft_error(WEFT_ERR_INTERNAL, "a local copy is pending at a continued launch");
     struct weft_cuda_state *cs = comm->cuda;
     if (use_copy_engine(cs, work))

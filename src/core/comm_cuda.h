@@ -55,17 +55,17 @@ typedef struct weft_cuda_copy {
 } weft_cuda_copy_t;
 
 /* dst <- src in stream order, before the operation's peers are told it is ready. Up to
- * WEFT_CUDA_FUSED_COPY_BYTES (unless WEFT_CUDA_COPY_ENGINE), and when *pending holds none yet, the
- * copy is only recorded in *pending: the operation's next launch (weft_cuda_execute or
+ * WEFT_CUDA_FUSED_COPY_BYTES (unless WEFT_CUDA_COPY_ENGINE=1), and when *pending holds none yet,
+ * the copy is only recorded in *pending: the operation's next launch (weft_cuda_execute or
  * weft_cuda_enter, which must follow) runs it on its blocks before the ready signal, which saves
- * a copy submission (and the copy engine's wake-up after an idle gap, 10-20 us on an H200).
+ * a copy submission (and the copy engine's wake-up after an idle gap, 2-13 us on an H200).
  * Otherwise a cudaMemcpyAsync on stream. Device memory, or any memory CUDA can copy. */
 weft_status_t weft_cuda_local_copy(struct weft_comm *comm, weft_cuda_copy_t *pending, void *dst,
                                    const void *src, size_t bytes, void *stream);
 
 /* Launch the work with its device-side synchronisation on stream; the launch also runs the
- * pending copy (cleared; must be none when sync has WEFT_SYNC_CONTINUE). With mine an error
- * nothing is launched and the pending copy is dropped. */
+ * pending copy (never NULL; cleared; must be none when sync has WEFT_SYNC_CONTINUE). With mine an
+ * error nothing is launched and the pending copy is dropped. */
 weft_status_t weft_cuda_execute(struct weft_comm *comm, const weft_work_t *work, unsigned sync,
                                 weft_status_t mine, weft_cuda_copy_t *pending, void *stream);
 
