@@ -102,6 +102,13 @@ void weft_comm_model_from_config(weft_cost_model_t *m, const weft_env_t *cfg)
         cfg->tier_remote_numa_lat_us, cfg->tier_remote_numa_bw_gbps, unit, fanout};
 }
 
+/* WEFT_PLAN_CACHE_ENTRIES, clamped to what the cache takes. */
+static int plan_cache_entries(const weft_env_t *env)
+{
+    int n = env->plan_cache_entries;
+    return n < 0 ? 0 : n > WEFT_PLAN_CACHE_MAX_ENTRIES ? WEFT_PLAN_CACHE_MAX_ENTRIES : n;
+}
+
 typedef struct rank_info {
     int32_t numa;
 } rank_info_t;
@@ -185,8 +192,10 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **c
     cpu_set_t cpus;
     int ncpus = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
     comm->wait_policy = weft_wait_policy(cfg.nranks * cfg.host_workers, ncpus);
-    weft_plan_init(&comm->plan);
     weft_steal_init(&comm->steal);
+    st = weft_plan_cache_create(plan_cache_entries(env), &comm->plans);
+    if (st != WEFT_SUCCESS)
+        goto err_free;
     uint64_t deadline = weft_deadline_after_s(cfg.timeout_s);
 
     weft_store_t *store;
@@ -292,7 +301,7 @@ err_free:
         free(comm->blocks);
         free(comm->peer_tier);
         weft_steal_fini(&comm->steal);
-        weft_plan_fini(&comm->plan);
+        weft_plan_cache_destroy(comm->plans);
     }
     free(comm);
     free(fds);
@@ -334,7 +343,7 @@ weft_status_t weft_comm_teardown(struct weft_comm *comm)
     weft_window_release(&comm->window);
     weft_ctrlblk_unmap(comm->blocks, comm->nranks, comm->layout.bytes);
     weft_steal_fini(&comm->steal);
-    weft_plan_fini(&comm->plan);
+    weft_plan_cache_destroy(comm->plans);
     free(comm->blocks);
     free(comm->peer_tier);
     free(comm);

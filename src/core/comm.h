@@ -24,6 +24,7 @@
 #include "mem/mem.h"
 #include "model/cost_model.h"
 #include "model/partition.h"
+#include "model/plan_cache.h"
 #include "util/config.h"
 #include "util/wait.h"
 #include "weft.h"
@@ -138,8 +139,8 @@ struct weft_comm {
     const weft_exec_ops_t *exec_ops;
     weft_exec_t *exec;
     weft_cost_model_t model;
-    weft_plan_t plan;
-    weft_steal_t steal; /* the host workers' claims over plan (exec/steal.h) */
+    weft_plan_cache_t *plans; /* the partitioner's recent plans (model/plan_cache.h) */
+    weft_steal_t steal;       /* the host workers' claims over a plan (exec/steal.h) */
     weft_tier_t *peer_tier; /* nranks entries */
     weft_wait_policy_t wait_policy;
     struct weft_cuda_state *cuda; /* CUDA backend only (comm_cuda.c) */

@@ -404,17 +404,19 @@ weft_status_t weft_cuda_execute(struct weft_comm *comm, const weft_work_t *work,
             if (share < model.tier[t].unit_bytes)
                 model.tier[t].unit_bytes = share;
         }
-        for (;;) {
-            weft_status_t st = weft_partition(&model, work->slices, (size_t)work->nslices,
-                                              cs->nblocks, WEFT_WORK_GRANULE, &comm->plan);
-            if (st != WEFT_SUCCESS)
-                return st;
-            if (comm->plan.nunits <= WEFT_CUDA_MAX_UNITS)
-                break;
+        _Static_assert(WEFT_CUDA_MAX_UNITS >= WEFT_CUDA_MAX_RANKS,
+                       "with large enough units every slice is one unit, and the loop ends");
+        while (weft_partition_units(&model, work->slices, (size_t)work->nslices,
+                                    WEFT_WORK_GRANULE) > WEFT_CUDA_MAX_UNITS) {
             for (int t = 0; t < WEFT_NUM_TIERS; t++)
                 model.tier[t].unit_bytes *= 2;
         }
-        const weft_plan_t *plan = &comm->plan;
+        const weft_plan_t *plan;
+        weft_status_t st =
+            weft_plan_cache_partition(comm->plans, &model, work->slices, (size_t)work->nslices,
+                                      cs->nblocks, WEFT_WORK_GRANULE, &plan);
+        if (st != WEFT_SUCCESS)
+            return st;
         for (size_t u = 0; u < plan->nunits; u++)
             p->units[u] = (weft_cuda_unit_t){.slice = plan->units[u].slice,
                                              .offset = plan->units[u].offset,

@@ -491,6 +491,16 @@ static weft_status_t plan_build(const char *fn, const weft_cost_model_t *model,
     return WEFT_SUCCESS;
 }
 
+/* Each tier's cut: its unit size rounded down to the granule, at least one granule. */
+static void tier_cuts(const weft_cost_model_t *model, uint64_t granule_bytes,
+                      uint64_t cut_bytes[WEFT_NUM_TIERS])
+{
+    for (int t = 0; t < WEFT_NUM_TIERS; t++) {
+        uint64_t cut = model->tier[t].unit_bytes / granule_bytes * granule_bytes;
+        cut_bytes[t] = cut != 0 ? cut : granule_bytes;
+    }
+}
+
 weft_status_t weft_partition(const weft_cost_model_t *model, const weft_slice_t *slices,
                              size_t nslices, int nworkers, uint64_t granule_bytes,
                              weft_plan_t *plan)
@@ -502,11 +512,19 @@ weft_status_t weft_partition(const weft_cost_model_t *model, const weft_slice_t 
     if (granule_bytes == 0)
         return weft_error(WEFT_ERR_INVALID_ARGUMENT, "%s: granule_bytes must be >= 1", fn);
     uint64_t cut_bytes[WEFT_NUM_TIERS];
-    for (int t = 0; t < WEFT_NUM_TIERS; t++) {
-        uint64_t cut = model->tier[t].unit_bytes / granule_bytes * granule_bytes;
-        cut_bytes[t] = cut != 0 ? cut : granule_bytes;
-    }
+    tier_cuts(model, granule_bytes, cut_bytes);
     return plan_build(fn, model, slices, nslices, nworkers, cut_bytes, true, plan);
+}
+
+uint64_t weft_partition_units(const weft_cost_model_t *model, const weft_slice_t *slices,
+                              size_t nslices, uint64_t granule_bytes)
+{
+    uint64_t cut_bytes[WEFT_NUM_TIERS];
+    tier_cuts(model, granule_bytes, cut_bytes);
+    size_t nruns, nunits, nbusy;
+    if (!count_units(slices, nslices, cut_bytes, &nruns, &nunits, &nbusy))
+        return UINT64_MAX;
+    return nunits;
 }
 
 weft_status_t weft_partition_naive(const weft_cost_model_t *model, const weft_slice_t *slices,

@@ -67,6 +67,12 @@ weft_status_t weft_partition(const weft_cost_model_t *model, const weft_slice_t 
                              size_t nslices, int nworkers, uint64_t granule_bytes,
                              weft_plan_t *plan);
 
+/* How many units weft_partition would cut these slices into (UINT64_MAX past its limit), without
+ * assigning them: cheap, for choosing unit sizes. The arguments must be valid for
+ * weft_partition (granule_bytes >= 1, every tier in range). */
+uint64_t weft_partition_units(const weft_cost_model_t *model, const weft_slice_t *slices,
+                              size_t nslices, uint64_t granule_bytes);
+
 /* The naive baseline: slice i goes whole to worker i % nworkers. Same statuses. */
 weft_status_t weft_partition_naive(const weft_cost_model_t *model, const weft_slice_t *slices,
                                    size_t nslices, int nworkers, weft_plan_t *plan);

@@ -181,11 +181,13 @@ static weft_status_t host_move(struct weft_comm *comm, const weft_work_t *work)
         }
         return WEFT_SUCCESS;
     }
-    weft_status_t st = weft_partition(&comm->model, work->slices, (size_t)work->nslices, nworkers,
-                                      WEFT_WORK_GRANULE, &comm->plan);
+    const weft_plan_t *plan;
+    weft_status_t st =
+        weft_plan_cache_partition(comm->plans, &comm->model, work->slices, (size_t)work->nslices,
+                                  nworkers, WEFT_WORK_GRANULE, &plan);
     if (st != WEFT_SUCCESS)
         return st;
-    st = weft_steal_prepare(&comm->steal, &comm->plan);
+    st = weft_steal_prepare(&comm->steal, plan);
     if (st != WEFT_SUCCESS)
         return st;
     move_ctx_t m = {&comm->steal, work};

@@ -95,6 +95,9 @@ static const cfg_row_t rows[] = {
      "partitioner: remote slices are cut into units of this size"},
     {"WEFT_PART_FANOUT", NULL, "2", "workers", CFG_INT, OFF(part_fanout), NULL,
      "partitioner: at most this many workers target one peer"},
+    {"WEFT_PLAN_CACHE_ENTRIES", NULL, "8", "plans", CFG_INT, OFF(plan_cache_entries), NULL,
+     "partitioner: plans of this many distinct recent call shapes are kept for reuse (0: "
+     "partition every call; at most 256)"},
     {"WEFT_CUDA_MAX_BLOCKS", NULL, "32", "blocks", CFG_INT, OFF(cuda_max_blocks), NULL,
      "CUDA: thread blocks per launch and rank (also capped so every rank on a GPU co-resides)"},
     {"WEFT_CUDA_UNIT_BYTES", NULL, "1M", "bytes", CFG_BYTES, OFF(cuda_unit_bytes), NULL,

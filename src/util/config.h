@@ -55,6 +55,7 @@ typedef struct weft_env {
     double tier_remote_numa_lat_us, tier_remote_numa_bw_gbps;
     uint64_t part_unit_bytes; /* WEFT_PART_UNIT_BYTES: unit size S_t */
     int part_fanout;          /* WEFT_PART_FANOUT: workers per peer at once, H_t */
+    int plan_cache_entries;   /* WEFT_PLAN_CACHE_ENTRIES: plans kept for reuse (0: none) */
 
     /* CUDA backend */
     int cuda_max_blocks;      /* WEFT_CUDA_MAX_BLOCKS: thread blocks per launch and rank */
