@@ -8,7 +8,8 @@
  *
  * For each registration mode (one communicator each, made with weft_config_default, the CUDA
  * backend and .registration = the mode), each allocation size and each gap, REPEATS
- * measurements, each on a fresh buffer, on every rank:
+ * measurements, each on a fresh buffer, on every rank (sizes up to WEFT_CUDA_PUSH_BYTES take
+ * the push path, which registers nothing: set it to 0 to measure registration there):
  *
  *   barrier; weft_malloc(size); gap; barrier;
  *   first:      t0; weft_all_reduce(in place, float32, sum, size / 4); cudaStreamSynchronize; t1

@@ -23,7 +23,6 @@
 #include "core/bootstrap.h"
 #include "core/comm_cuda.h"
 #include "core/ctrl.h"
-#include "exec/exec_cuda.h"
 #include "util/clock.h"
 #include "util/config.h"
 #include "util/log.h"
@@ -261,8 +260,8 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **c
     if (st == WEFT_SUCCESS && cfg.backend == WEFT_BACKEND_CUDA) {
         st = weft_cuda_comm_setup(comm, store);
         if (st == WEFT_SUCCESS)
-            st =
-                weft_comm_acquire(comm, weft_cuda_ctl(comm), sizeof(weft_cuda_ctl_t), &ctx, &ready);
+            st = weft_comm_acquire(comm, weft_cuda_ctl(comm), weft_cuda_ctl_bytes(comm), &ctx,
+                                   &ready);
     }
     if (st != WEFT_SUCCESS)
         goto err_destroy_registry;

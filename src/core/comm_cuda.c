@@ -35,6 +35,9 @@ struct weft_cuda_state {
     uint64_t copy_engine_bytes; /* its "auto" threshold: bytes a call copies */
     int spans_gpus;             /* some rank's memory is on another GPU */
     uint64_t fused_copy_bytes;  /* local copies up to this size run in-kernel (0: none) */
+    uint64_t push_bytes;        /* the push path's largest payload, agreed (0: no push path) */
+    uint64_t push_headers;      /* bytes of its header words (exec_cuda.h) */
+    size_t ctl_bytes;           /* this rank's control block with the push path's regions */
 };
 
 #define STATUS_WORD 0
@@ -45,6 +48,10 @@ _Static_assert(sizeof(weft_moe_dev_report_t) <= REPORT_BYTES, "the MoE report ar
 /* Smallest unit the partitioner cuts for one block: below it a block's share of the copy costs
  * less than its launch and signalling. */
 #define CUDA_MIN_UNIT_BYTES (16u << 10)
+/* Push path payloads are multiples of this (so every region keeps the control block's
+ * alignment), and at most PUSH_MAX_BYTES (WEFT_CUDA_PUSH_BYTES). */
+#define PUSH_ALIGN_BYTES 256u
+#define PUSH_MAX_BYTES (16u << 20)
 
 static weft_status_t cuda_error(cudaError_t err, const char *what)
 {
@@ -75,6 +82,7 @@ weft_status_t weft_cuda_select_device(int local_rank)
 
 typedef struct cuda_rank_info {
     uint64_t ctl;
+    uint64_t push_bytes; /* this rank's largest push payload */
     int32_t device;
     int32_t sms;
 } cuda_rank_info_t;
@@ -116,24 +124,39 @@ weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store)
         st = cuda_error(err, "weft_comm_init: cudaHostGetDevicePointer");
         goto out;
     }
+    /* The control block, then the push path's regions (exec_cuda.h): header words, two
+     * parities of an LL slot (twice the payload) per rank, an unpacked payload per rank. All of
+     * it starts zeroed: a word is valid only once it holds the operation's number (>= 1).
+     * WEFT_CUDA_COPY_ENGINE=1 keeps every copy on the engines: no push path then. */
+    uint64_t push = env->cuda_push_bytes < PUSH_MAX_BYTES ? env->cuda_push_bytes : PUSH_MAX_BYTES;
+    push = push / PUSH_ALIGN_BYTES * PUSH_ALIGN_BYTES;
+    if (env->cuda_copy_engine == WEFT_COPY_ENGINE_ALWAYS)
+        push = 0;
+    uint64_t n = (uint64_t)comm->nranks;
+    cs->push_headers = (2 * n * 8 + PUSH_ALIGN_BYTES - 1) / PUSH_ALIGN_BYTES * PUSH_ALIGN_BYTES;
+    cs->ctl_bytes = sizeof(weft_cuda_ctl_t) + cs->push_headers + 5 * n * push;
     void *ctl;
-    st = weft_registry_alloc(comm->registry, sizeof(weft_cuda_ctl_t), 1, &ctl);
+    st = weft_registry_alloc(comm->registry, cs->ctl_bytes, 1, &ctl);
     if (st != WEFT_SUCCESS)
         goto out;
-    err = cudaMemset(ctl, 0, sizeof(weft_cuda_ctl_t));
+    err = cudaMemset(ctl, 0, cs->ctl_bytes);
     if (err == cudaSuccess)
         err = cudaDeviceSynchronize();
     if (err != cudaSuccess) {
         st = cuda_error(err, "weft_comm_init: clearing the device control block");
         goto out;
     }
-    cuda_rank_info_t mine = {.ctl = (uint64_t)(uintptr_t)ctl, .device = cs->device, .sms = sms};
+    cuda_rank_info_t mine = {
+        .ctl = (uint64_t)(uintptr_t)ctl, .push_bytes = push, .device = cs->device, .sms = sms};
     st = weft_store_allgather(store, "cuda", &mine, sizeof mine, infos);
     if (st != WEFT_SUCCESS)
         goto out;
-    int sharing = 0; /* ranks on this GPU (MPS): their kernels must all be resident at once */
+    int sharing = 0;       /* ranks on this GPU (MPS): their kernels must all be resident at once */
+    cs->push_bytes = push; /* every rank's regions hold payloads of the smallest size */
     for (int r = 0; r < comm->nranks; r++) {
         cs->ctl[r] = (weft_cuda_ctl_t *)(uintptr_t)infos[r].ctl;
+        if (infos[r].push_bytes < cs->push_bytes)
+            cs->push_bytes = infos[r].push_bytes;
         sharing += infos[r].device == cs->device;
         cs->spans_gpus |= infos[r].device != cs->device;
     }
@@ -155,8 +178,9 @@ weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store)
         cs->model.tier[t].unit_bytes = unit;
         cs->model.tier[t].fanout = fanout;
     }
-    WEFT_LOG_INFO("CUDA backend: device %d, %d SMs shared by %d rank(s), %d blocks per launch",
-                  cs->device, sms, sharing, cs->nblocks);
+    WEFT_LOG_INFO("CUDA backend: device %d, %d SMs shared by %d rank(s), %d blocks per launch, "
+                  "push path up to %llu bytes",
+                  cs->device, sms, sharing, cs->nblocks, (unsigned long long)cs->push_bytes);
 out:
     free(infos);
     return st;
@@ -176,6 +200,11 @@ void weft_cuda_comm_teardown(struct weft_comm *comm)
 void *weft_cuda_ctl(struct weft_comm *comm)
 {
     return comm->cuda ? comm->cuda->ctl[comm->rank] : NULL;
+}
+
+size_t weft_cuda_ctl_bytes(const struct weft_comm *comm)
+{
+    return comm->cuda ? comm->cuda->ctl_bytes : 0;
 }
 
 weft_status_t weft_cuda_synchronize(const char *call)
@@ -233,6 +262,12 @@ static void fill_common(struct weft_comm *comm, weft_cuda_params_t *p, unsigned 
     p->pre_dst = NULL;
     p->pre_src = NULL;
     p->pre_bytes = 0;
+    p->push_src = NULL;
+    p->push_stride = 0;
+    p->push_bytes = 0;
+    p->push_slot_bytes = cs->push_bytes;
+    p->push_headers_bytes = cs->push_headers;
+    p->push_send = p->push_recv = 0;
 }
 
 /* Move the pending copy into the launch; returns the blocks it wants (a share of at least
@@ -286,6 +321,11 @@ weft_status_t weft_cuda_enter(struct weft_comm *comm, weft_cuda_copy_t *pending,
 weft_status_t weft_cuda_leave(struct weft_comm *comm, void *stream)
 {
     return launch_leave(comm, WEFT_SYNC_DONE, stream);
+}
+
+size_t weft_cuda_push_bytes(const struct weft_comm *comm)
+{
+    return comm->cuda ? (size_t)comm->cuda->push_bytes : 0;
 }
 
 int weft_cuda_device(const struct weft_comm *comm)
@@ -360,8 +400,38 @@ static int use_copy_engine(const struct weft_cuda_state *cs, const weft_work_t *
     return bytes >= cs->copy_engine_bytes;
 }
 
+/* A push-path operation (exec_cuda.h): one launch, no units (every block takes its share of
+ * the payload), blocks enough for one LL word per thread of every pair's payload. */
+static weft_status_t execute_push(struct weft_comm *comm, const weft_work_t *work,
+                                  const weft_cuda_push_t *push, void *stream)
+{
+    struct weft_cuda_state *cs = comm->cuda;
+    weft_cuda_params_t *p = &cs->params;
+    fill_common(comm, p, 0);
+    p->kind = (int32_t)work->kind;
+    p->dtype = work->dtype;
+    p->redop = work->op;
+    p->avg_divisor = work->avg_divisor;
+    p->nsrcs = comm->nranks;
+    p->src[comm->rank] = work->src[comm->rank];
+    int ndst = work->kind == WEFT_WORK_COPY ? comm->nranks : 1;
+    for (int r = 0; r < ndst; r++)
+        p->dst[r] = work->dst[r];
+    p->push_src = push->src;
+    p->push_stride = push->stride;
+    p->push_bytes = push->bytes;
+    p->push_send = push->send;
+    p->push_recv = push->recv;
+    uint64_t lanes = (push->bytes + 3) / 4;
+    uint64_t want = (lanes + WEFT_CUDA_THREADS - 1) / WEFT_CUDA_THREADS;
+    int nblocks = want < (uint64_t)cs->nblocks ? (int)want : cs->nblocks;
+    no_units(p, 0, nblocks);
+    return weft_cuda_launch(p, nblocks, stream);
+}
+
 weft_status_t weft_cuda_execute(struct weft_comm *comm, const weft_work_t *work, unsigned sync,
-                                weft_status_t mine, weft_cuda_copy_t *pending, void *stream)
+                                weft_status_t mine, weft_cuda_copy_t *pending,
+                                const weft_cuda_push_t *push, void *stream)
 {
     if (mine != WEFT_SUCCESS) {
         *pending = (weft_cuda_copy_t){0}; /* nobody will read it */
@@ -370,6 +440,14 @@ weft_status_t weft_cuda_execute(struct weft_comm *comm, const weft_work_t *work,
     if (pending->bytes > 0 && (sync & WEFT_SYNC_CONTINUE))
         return weft_error(WEFT_ERR_INTERNAL, "a local copy is pending at a continued launch");
     struct weft_cuda_state *cs = comm->cuda;
+    if (push->bytes > 0) {
+        if (sync != 0 || pending->bytes > 0 || push->bytes > cs->push_bytes || !work)
+            return weft_error(WEFT_ERR_INTERNAL,
+                              "a push of %zu bytes with signals, a pending copy, no work or more "
+                              "than the push path takes (%llu bytes)",
+                              push->bytes, (unsigned long long)cs->push_bytes);
+        return execute_push(comm, work, push, stream);
+    }
     if (use_copy_engine(cs, work))
         return execute_copy_engine(comm, work, sync, pending, stream);
     weft_cuda_params_t *p = &cs->params;

@@ -32,8 +32,10 @@ weft_status_t weft_cuda_select_device(int local_rank);
  * weft_cuda_ctl(comm) like any internal allocation. */
 weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store);
 
-/* This rank's device control block (registered device memory), or NULL. */
+/* This rank's device control block (registered device memory, the push path's regions
+ * included), or NULL, and its size in bytes. */
 void *weft_cuda_ctl(struct weft_comm *comm);
+size_t weft_cuda_ctl_bytes(const struct weft_comm *comm);
 
 /* Wait for all work this process queued on the device (nobody may free or unmap memory a kernel
  * still reads). Bounded: every kernel's waits have a deadline. call names the caller in the
@@ -63,11 +65,28 @@ typedef struct weft_cuda_copy {
 weft_status_t weft_cuda_local_copy(struct weft_comm *comm, weft_cuda_copy_t *pending, void *dst,
                                    const void *src, size_t bytes, void *stream);
 
+/* A push-path operation (exec/exec_cuda.h): the payload per pair of ranks is bytes long (at
+ * most weft_cuda_push_bytes; 0: not the push path); this rank's for peer r is src + r * stride,
+ * sent to the peers in the bit mask send, received from those in recv. The work says where it
+ * goes: a REDUCE into dst[0] of src[rank] and the received payloads, or a COPY of each received
+ * payload to dst[r] and of src[rank] (unless NULL) to dst[rank]. */
+typedef struct weft_cuda_push {
+    const void *src;
+    size_t stride, bytes;
+    uint32_t send, recv;
+} weft_cuda_push_t;
+
+/* The largest payload per pair of ranks the push path takes on this communicator (the smallest
+ * WEFT_CUDA_PUSH_BYTES of its ranks, rounded down to 256 bytes; 0: no push path). */
+size_t weft_cuda_push_bytes(const struct weft_comm *comm);
+
 /* Launch the work with its device-side synchronisation on stream; the launch also runs the
- * pending copy (never NULL; cleared; must be none when sync has WEFT_SYNC_CONTINUE). With mine an
- * error nothing is launched and the pending copy is dropped. */
+ * pending copy (never NULL; cleared; must be none when sync has WEFT_SYNC_CONTINUE). push (never
+ * NULL) with bytes > 0 makes it a push-path operation instead: sync 0, no pending copy. With
+ * mine an error nothing is launched and the pending copy is dropped. */
 weft_status_t weft_cuda_execute(struct weft_comm *comm, const weft_work_t *work, unsigned sync,
-                                weft_status_t mine, weft_cuda_copy_t *pending, void *stream);
+                                weft_status_t mine, weft_cuda_copy_t *pending,
+                                const weft_cuda_push_t *push, void *stream);
 
 /* Tell running kernels to give up (abort, lost peer): never blocks. */
 void weft_cuda_abort(struct weft_comm *comm);

@@ -33,6 +33,11 @@ void *weft_cuda_ctl(struct weft_comm *comm)
     return NULL;
 }
 
+size_t weft_cuda_ctl_bytes(const struct weft_comm *comm)
+{
+    return 0;
+}
+
 weft_status_t weft_cuda_synchronize(const char *call)
 {
     return not_built(call);
@@ -45,8 +50,14 @@ weft_status_t weft_cuda_check(struct weft_comm *comm, const char *call)
     return not_built(call);
 }
 
+size_t weft_cuda_push_bytes(const struct weft_comm *comm)
+{
+    return 0;
+}
+
 weft_status_t weft_cuda_execute(struct weft_comm *comm, const weft_work_t *work, unsigned sync,
-                                weft_status_t mine, weft_cuda_copy_t *pending, void *stream)
+                                weft_status_t mine, weft_cuda_copy_t *pending,
+                                const weft_cuda_push_t *push, void *stream)
 {
     return not_built("a collective");
 }

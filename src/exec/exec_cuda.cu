@@ -98,16 +98,23 @@ static __device__ int32_t exchange(const weft_cuda_params_t &p, int kind, uint32
     return failed;
 }
 
-/* This block's share of the launch's local copy (16-byte multiples, so shares stay aligned). */
+/* This block's share [*lo, *hi) of bytes split over every block (16-byte multiples, so shares
+ * stay aligned); false when it has none. */
+static __device__ bool block_share(uint64_t bytes, uint64_t *lo, uint64_t *hi)
+{
+    uint64_t share = (bytes + gridDim.x - 1) / gridDim.x;
+    share = (share + 15) / 16 * 16;
+    *lo = (uint64_t)blockIdx.x * share;
+    *hi = *lo + share < bytes ? *lo + share : bytes;
+    return *lo < bytes;
+}
+
+/* This block's share of the launch's local copy. */
 static __device__ void run_pre_copy(const weft_cuda_params_t &p)
 {
-    uint64_t share = (p.pre_bytes + gridDim.x - 1) / gridDim.x;
-    share = (share + 15) / 16 * 16;
-    uint64_t lo = (uint64_t)blockIdx.x * share;
-    if (lo >= p.pre_bytes)
-        return;
-    uint64_t hi = lo + share < p.pre_bytes ? lo + share : p.pre_bytes;
-    weft_dev_copy(p.pre_dst + lo, p.pre_src + lo, hi - lo, threadIdx.x, blockDim.x);
+    uint64_t lo, hi;
+    if (block_share(p.pre_bytes, &lo, &hi))
+        weft_dev_copy(p.pre_dst + lo, p.pre_src + lo, hi - lo, threadIdx.x, blockDim.x);
 }
 
 /* Whether this block is the last of the launch to arrive at counter (which it then resets for
@@ -127,6 +134,14 @@ static __device__ int arrive_last(weft_cuda_flag_t *counter)
     return last;
 }
 
+static __device__ __forceinline__ size_t elem_size(int32_t dtype)
+{
+    return dtype == WEFT_INT8 || dtype == WEFT_UINT8                              ? 1
+           : dtype == WEFT_FLOAT16 || dtype == WEFT_BFLOAT16                      ? 2
+           : dtype == WEFT_INT64 || dtype == WEFT_UINT64 || dtype == WEFT_FLOAT64 ? 8
+                                                                                  : 4;
+}
+
 static __device__ void run_units(const weft_cuda_params_t &p)
 {
     size_t tid = threadIdx.x, nthreads = blockDim.x;
@@ -141,13 +156,169 @@ static __device__ void run_units(const weft_cuda_params_t &p)
         const void *srcs[WEFT_CUDA_MAX_RANKS];
         for (int r = 0; r < p.nsrcs; r++)
             srcs[r] = p.src[r] + off;
-        size_t esize = p.dtype == WEFT_INT8 || p.dtype == WEFT_UINT8         ? 1
-                       : p.dtype == WEFT_FLOAT16 || p.dtype == WEFT_BFLOAT16 ? 2
-                       : p.dtype == WEFT_INT64 || p.dtype == WEFT_UINT64 || p.dtype == WEFT_FLOAT64
-                           ? 8
-                           : 4;
-        weft_dev_reduce(p.dst[0] + off, srcs, p.nsrcs, unit.bytes / esize, p.dtype, p.redop,
-                        p.avg_divisor, tid, nthreads);
+        weft_dev_reduce(p.dst[0] + off, srcs, p.nsrcs, unit.bytes / elem_size(p.dtype), p.dtype,
+                        p.redop, p.avg_divisor, tid, nthreads);
+    }
+}
+
+/* ---- the push path (exec_cuda.h): LL words {4 payload bytes, seq} ------------------------ */
+
+static __device__ __forceinline__ void ll_store(uint8_t *word, uint32_t data, uint32_t seq)
+{
+    asm volatile("st.volatile.global.v2.u32 [%0], {%1, %2};" ::"l"(word), "r"(data), "r"(seq)
+                 : "memory");
+}
+
+static __device__ __forceinline__ uint2 ll_load(const uint8_t *word)
+{
+    uint2 v;
+    asm volatile("ld.volatile.global.v2.u32 {%0, %1}, [%2];"
+                 : "=r"(v.x), "=r"(v.y)
+                 : "l"(word)
+                 : "memory");
+    return v;
+}
+
+/* The push path's regions behind rank owner's control block: per parity and sender a header
+ * word and an LL slot (two words per 4 payload bytes), then this rank's unpacked payloads. */
+static __device__ uint8_t *ll_base(const weft_cuda_params_t &p, int owner)
+{
+    return reinterpret_cast<uint8_t *>(p.ctl[owner] + 1);
+}
+
+static __device__ uint8_t *ll_header(const weft_cuda_params_t &p, int owner, uint32_t seq,
+                                     int sender)
+{
+    return ll_base(p, owner) + ((uint64_t)(seq & 1) * p.nranks + sender) * 8;
+}
+
+static __device__ uint8_t *ll_slot(const weft_cuda_params_t &p, int owner, uint32_t seq, int sender)
+{
+    uint64_t slot = (uint64_t)(seq & 1) * (uint64_t)p.nranks + (uint64_t)sender;
+    return ll_base(p, owner) + p.push_headers_bytes + slot * 2 * p.push_slot_bytes;
+}
+
+static __device__ uint8_t *ll_unpacked(const weft_cuda_params_t &p, int sender)
+{
+    return ll_base(p, p.rank) + p.push_headers_bytes +
+           ((uint64_t)4 * p.nranks + (uint64_t)sender) * p.push_slot_bytes;
+}
+
+/* The 4 payload bytes of lane i of [src, src + bytes) (zero past the end), and their store. */
+static __device__ __forceinline__ uint32_t lane_get(const uint8_t *src, uint64_t i, uint64_t bytes)
+{
+    const uint8_t *a = src + 4 * i;
+    if (4 * i + 4 <= bytes && (reinterpret_cast<uintptr_t>(a) & 3) == 0)
+        return *reinterpret_cast<const uint32_t *>(a);
+    uint32_t v = 0;
+    for (int b = 0; b < 4 && 4 * i + b < bytes; b++)
+        v |= (uint32_t)a[b] << (8 * b);
+    return v;
+}
+
+static __device__ __forceinline__ void lane_put(uint8_t *dst, uint64_t i, uint64_t bytes,
+                                                uint32_t v)
+{
+    uint8_t *a = dst + 4 * i;
+    if (4 * i + 4 <= bytes && (reinterpret_cast<uintptr_t>(a) & 3) == 0) {
+        *reinterpret_cast<uint32_t *>(a) = v;
+        return;
+    }
+    for (int b = 0; b < 4 && 4 * i + b < bytes; b++)
+        a[b] = (uint8_t)(v >> (8 * b));
+}
+
+/* Wait until the LL word holds seq; its payload in *data. Returns 0 or the status that ended
+ * the wait (deadline, abort, an error another block reported). */
+static __device__ int32_t ll_wait(const weft_cuda_params_t &p, const uint8_t *word, uint32_t seq,
+                                  uint32_t *data)
+{
+    uint64_t deadline = 0;
+    for (unsigned polls = 0;; polls++) {
+        uint2 v = ll_load(word);
+        if (v.y == seq) {
+            *data = v.x;
+            return 0;
+        }
+        if (polls % POLLS_PER_CHECK != POLLS_PER_CHECK - 1)
+            continue;
+        if (*(volatile const int32_t *)p.abort)
+            return WEFT_ERR_PEER_LOST;
+        if (*(volatile const int32_t *)p.status)
+            return *(volatile const int32_t *)p.status;
+        uint64_t now = globaltimer_ns();
+        if (deadline == 0)
+            deadline = now + p.timeout_ns;
+        else if (now > deadline)
+            return WEFT_ERR_TIMEOUT;
+    }
+}
+
+/* One push-path operation. Every block owns the payload bytes [lo, hi) (block_share) of every
+ * pair of ranks: it stores them as LL words into the peers' slots, waits for the peers' words
+ * of the same bytes, unpacks them (into this rank's unpacked area to reduce, or straight into
+ * the destination to copy) and computes its bytes of the result, so no block waits for another
+ * and no fence is needed: every word carries its own flag. Block 0 also exchanges a header
+ * word with every peer, so that no operation completes before every peer has started it (the
+ * slot reuse rule of exec_cuda.h holds for ranks that send no payload, a broadcast's
+ * receivers). */
+static __device__ void push_collective(const weft_cuda_params_t &p, uint32_t seq)
+{
+    __shared__ int32_t failed;
+    int me = p.rank, n = p.nranks;
+    size_t tid = threadIdx.x, nthreads = blockDim.x;
+    int32_t st = 0; /* this thread's: a failed wait ends its waits (the others see the status) */
+    if (tid == 0)
+        failed = 0;
+    __syncthreads();
+    if (blockIdx.x == 0 && tid < (size_t)n && (int)tid != me)
+        ll_store(ll_header(p, (int)tid, seq, me), 0, seq);
+    uint64_t lo, hi;
+    bool mine = block_share(p.push_bytes, &lo, &hi);
+    uint64_t lane_lo = lo / 4, lane_hi = (hi + 3) / 4;
+    if (mine) {
+        for (int i = 1; i < n; i++) {
+            int r = (me + i) % n;
+            if (!(p.push_send >> r & 1))
+                continue;
+            const uint8_t *src = p.push_src + (uint64_t)r * p.push_stride;
+            uint8_t *slot = ll_slot(p, r, seq, me);
+            for (uint64_t l = lane_lo + tid; l < lane_hi; l += nthreads)
+                ll_store(slot + 8 * l, lane_get(src, l, p.push_bytes), seq);
+        }
+        for (int i = 1; i < n && st == 0; i++) {
+            int r = (me + n - i) % n;
+            if (!(p.push_recv >> r & 1))
+                continue;
+            const uint8_t *slot = ll_slot(p, me, seq, r);
+            uint8_t *out = p.kind == WEFT_WORK_REDUCE ? ll_unpacked(p, r) : p.dst[r];
+            for (uint64_t l = lane_lo + tid; l < lane_hi && st == 0; l += nthreads) {
+                uint32_t v;
+                st = ll_wait(p, slot + 8 * l, seq, &v);
+                if (st == 0)
+                    lane_put(out, l, p.push_bytes, v);
+            }
+        }
+    }
+    if (st == 0 && blockIdx.x == 0 && tid < (size_t)n && (int)tid != me) {
+        uint32_t v;
+        st = ll_wait(p, ll_header(p, me, seq, (int)tid), seq, &v);
+    }
+    if (st != 0) {
+        report(p, st);
+        atomicExch(&failed, st);
+    }
+    __syncthreads();
+    if (mine && !failed) {
+        if (p.kind == WEFT_WORK_REDUCE) {
+            const void *srcs[WEFT_CUDA_MAX_RANKS];
+            for (int r = 0; r < n; r++)
+                srcs[r] = (r == me ? p.src[me] : ll_unpacked(p, r)) + lo;
+            weft_dev_reduce(p.dst[0] + lo, srcs, n, (hi - lo) / elem_size(p.dtype), p.dtype,
+                            p.redop, p.avg_divisor, tid, nthreads);
+        } else if (p.src[me] != NULL && p.src[me] != p.dst[me]) {
+            weft_dev_copy(p.dst[me] + lo, p.src[me] + lo, hi - lo, tid, nthreads);
+        }
     }
 }
 
@@ -158,6 +329,13 @@ static __device__ __forceinline__ void collective(const weft_cuda_params_t &p)
     if (threadIdx.x == 0)
         seq = *(volatile uint32_t *)&me->seq.v + 1;
     __syncthreads();
+
+    if (p.push_bytes > 0) {
+        push_collective(p, seq);
+        if (arrive_last(&me->arrive) && threadIdx.x == 0)
+            *(volatile uint32_t *)&me->seq.v = seq;
+        return;
+    }
 
     int32_t st = 0;
     if (!(p.sync & WEFT_SYNC_CONTINUE)) {

@@ -21,7 +21,25 @@
  * share of it, the last block to finish (a second arrival counter) sets ready[me] in every
  * peer's block and in this rank's own, and every block waits for all ranks' ready flags, its
  * own included: no block, here or on a peer, reads the copy before all of it is written. This
- * saves a separate copy submission per operation. Every wait polls a deadline (%globaltimer) and
+ * saves a separate copy submission per operation.
+ *
+ * The push path (small payloads, NCCL's LL protocol): each rank's control block is followed by
+ * push_headers_bytes of header words, per parity (seq & 1) and sender, then per parity and
+ * sender an LL slot of 2 * push_slot_bytes, then one unpacked area of push_slot_bytes per
+ * sender. A launch with push_bytes > 0 moves the payload per pair of ranks (push_bytes: this
+ * rank's for peer r at push_src + r * push_stride, to the peers in push_send; from the peers in
+ * push_recv) as 8-byte words of 4 payload bytes and seq, stored into the receiver's slot without
+ * any fence: a receiver polls each word until it holds seq. Every block owns the same bytes of
+ * every pair, so it unpacks and computes them (a REDUCE into dst[0] from src[rank] and the
+ * unpacked peers; a COPY unpacks into dst[r] and copies src[rank] to dst[rank]) without waiting
+ * for another block; block 0 also exchanges a header word with every peer. Nobody reads this
+ * rank's buffers and there are no ready or closing flags: one one-way trip per call. Two
+ * parities suffice: a sender reuses a slot two operations later, after its intermediate
+ * operation received the receiver's header or ready flag, which the receiver sends only once
+ * its stream has finished the operation that read the slot (no operation of a communicator
+ * completes before every peer has started it, and operations are stream-ordered).
+ *
+ * Every wait polls a deadline (%globaltimer) and
  * the host's abort word; on either it stores a status into the mapped status word (first one wins)
  * and the kernel ends. So all ranks' kernels must be co-resident: blocks per launch are bounded
  * (WEFT_CUDA_MAX_BLOCKS).
@@ -76,6 +94,12 @@ typedef struct weft_cuda_params {
     uint8_t *pre_dst; /* the local copy run before the ready signal (pre_bytes 0: none) */
     const uint8_t *pre_src;
     uint64_t pre_bytes;
+    const uint8_t *push_src; /* the push path: payload for peer r at push_src + r * push_stride */
+    uint64_t push_stride;
+    uint64_t push_bytes;           /* payload per pair of ranks; 0: not the push path */
+    uint64_t push_slot_bytes;      /* the communicator's largest payload (agreed by the ranks) */
+    uint64_t push_headers_bytes;   /* the header words' region */
+    uint32_t push_send, push_recv; /* bit r: send to / receive from rank r */
     uint16_t block_begin[WEFT_CUDA_MAX_BLOCKS + 1]; /* units of block b: [begin[b], begin[b+1]) */
     weft_cuda_unit_t units[WEFT_CUDA_MAX_UNITS];
 } weft_cuda_params_t;

@@ -40,6 +40,7 @@ typedef struct weft_op {
     void *stream;             /* cudaStream_t on the CUDA backend, NULL on the host */
     int staged;               /* some source went through the staging scratch */
     weft_cuda_copy_t pending; /* CUDA: a local copy the next launch runs (weft_op_local_copy) */
+    weft_cuda_push_t push;    /* CUDA: the push path's payloads for the next launch (coll_push.c) */
 } weft_op_t;
 
 /* Start an operation: fails with the stored status if an earlier error made the communicator
@@ -117,6 +118,21 @@ weft_status_t weft_inline_broadcast(struct weft_comm *comm, const void *sendbuf,
                                     size_t count, weft_dtype_t dtype, int root);
 weft_status_t weft_inline_all_to_all(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
                                      size_t count, weft_dtype_t dtype);
+
+/* The CUDA backend's push path (coll_push.c): payloads per pair of ranks of at most
+ * weft_cuda_push_bytes are stored into the peers' LL slots. Arguments as the public functions. */
+int weft_push_fits(const struct weft_comm *comm, size_t pair_bytes);
+weft_status_t weft_push_all_reduce(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
+                                   size_t count, weft_dtype_t dtype, weft_redop_t op, void *stream);
+weft_status_t weft_push_all_gather(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
+                                   size_t count, weft_dtype_t dtype, void *stream);
+weft_status_t weft_push_reduce_scatter(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
+                                       size_t recvcount, weft_dtype_t dtype, weft_redop_t op,
+                                       void *stream);
+weft_status_t weft_push_broadcast(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
+                                  size_t count, weft_dtype_t dtype, int root, void *stream);
+weft_status_t weft_push_all_to_all(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
+                                   size_t count, weft_dtype_t dtype, void *stream);
 
 /* Mesh algorithms, on both backends (stream: see weft_op_t). */
 weft_status_t weft_allreduce_oneshot(struct weft_comm *comm, const void *sendbuf, void *recvbuf,

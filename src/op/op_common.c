@@ -218,7 +218,7 @@ weft_status_t weft_op_execute(weft_op_t *op, const weft_work_t *work, unsigned s
 {
     struct weft_comm *comm = op->comm;
     if (comm->backend == WEFT_BACKEND_CUDA)
-        return weft_cuda_execute(comm, work, sync, mine, &op->pending, op->stream);
+        return weft_cuda_execute(comm, work, sync, mine, &op->pending, &op->push, op->stream);
     weft_status_t st = mine;
     if (st == WEFT_SUCCESS && work)
         st = host_move(comm, work);

@@ -1,12 +1,14 @@
 /*
- * select.c - choosing the algorithm of each collective on the host backend.
+ * select.c - choosing the algorithm of each collective.
  *
  * On the host backend, payloads that fit the handshake slot take the flag path
- * (coll_inline.c); the CUDA backend never does (the data lives on the device, in stream order).
- * Everything but all-reduce has one mesh algorithm. All-reduce: two-shot reads 2(n-1)S/n bytes
- * remotely per rank against (n-1)S for one-shot, at the price of a second synchronisation; with two
- * ranks both read S, so one-shot always wins there. From three ranks up, two-shot takes over at
- * WEFT_ALLREDUCE_TWOSHOT_BYTES (default 2 MiB, measured:
+ * (coll_inline.c); on the CUDA backend, payloads per pair of ranks up to WEFT_CUDA_PUSH_BYTES
+ * take the push path (coll_push.c), its device counterpart (one H200 with 4 ranks and two
+ * H200s: 3-6 us faster than the mesh for small payloads, docs/results/2026-11-29-h200-s5.md).
+ * Otherwise everything but all-reduce has one mesh algorithm. All-reduce: two-shot reads
+ * 2(n-1)S/n bytes remotely per rank against (n-1)S for one-shot, at the price of a second
+ * synchronisation; with two ranks both read S, so one-shot always wins there. From three ranks up,
+ * two-shot takes over at WEFT_ALLREDUCE_TWOSHOT_BYTES (default 2 MiB, measured:
  * docs/results/2026-11-29-allreduce-crossover.md).
  * Arguments were checked by the API layer.
  */
@@ -26,6 +28,8 @@ weft_status_t weft_select_all_reduce(struct weft_comm *comm, const void *sendbuf
     size_t bytes = count * weft_dtype_size(dtype);
     if (use_inline(comm, bytes))
         return weft_inline_all_reduce(comm, sendbuf, recvbuf, count, dtype, op);
+    if (weft_push_fits(comm, bytes))
+        return weft_push_all_reduce(comm, sendbuf, recvbuf, count, dtype, op, stream);
     /* In place, one-shot must first copy the input (peers read it while it is overwritten);
      * two-shot needs no copy, which pays for its second synchronisation from
      * WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES on, with two ranks as with more. */
@@ -42,6 +46,8 @@ weft_status_t weft_select_all_gather(struct weft_comm *comm, const void *sendbuf
 {
     if (use_inline(comm, count * weft_dtype_size(dtype)))
         return weft_inline_all_gather(comm, sendbuf, recvbuf, count, dtype);
+    if (weft_push_fits(comm, count * weft_dtype_size(dtype)))
+        return weft_push_all_gather(comm, sendbuf, recvbuf, count, dtype, stream);
     return weft_allgather_mesh(comm, sendbuf, recvbuf, count, dtype, stream);
 }
 
@@ -51,6 +57,8 @@ weft_status_t weft_select_reduce_scatter(struct weft_comm *comm, const void *sen
 {
     if (use_inline(comm, recvcount * weft_dtype_size(dtype)))
         return weft_inline_reduce_scatter(comm, sendbuf, recvbuf, recvcount, dtype, op);
+    if (weft_push_fits(comm, recvcount * weft_dtype_size(dtype)))
+        return weft_push_reduce_scatter(comm, sendbuf, recvbuf, recvcount, dtype, op, stream);
     return weft_reduce_scatter_mesh(comm, sendbuf, recvbuf, recvcount, dtype, op, stream);
 }
 
@@ -59,6 +67,8 @@ weft_status_t weft_select_broadcast(struct weft_comm *comm, const void *sendbuf,
 {
     if (use_inline(comm, count * weft_dtype_size(dtype)))
         return weft_inline_broadcast(comm, sendbuf, recvbuf, count, dtype, root);
+    if (weft_push_fits(comm, count * weft_dtype_size(dtype)))
+        return weft_push_broadcast(comm, sendbuf, recvbuf, count, dtype, root, stream);
     return weft_broadcast_mesh(comm, sendbuf, recvbuf, count, dtype, root, stream);
 }
 
@@ -67,6 +77,8 @@ weft_status_t weft_select_all_to_all(struct weft_comm *comm, const void *sendbuf
 {
     if (use_inline(comm, count * weft_dtype_size(dtype)))
         return weft_inline_all_to_all(comm, sendbuf, recvbuf, count, dtype);
+    if (weft_push_fits(comm, count * weft_dtype_size(dtype)))
+        return weft_push_all_to_all(comm, sendbuf, recvbuf, count, dtype, stream);
     size_t counts[WEFT_MAX_RANKS], displs[WEFT_MAX_RANKS];
     for (int p = 0; p < comm->nranks; p++) {
         counts[p] = count;

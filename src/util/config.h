@@ -65,6 +65,7 @@ typedef struct weft_env {
     int cuda_copy_engine;     /* WEFT_CUDA_COPY_ENGINE: a weft_copy_engine_t */
     uint64_t cuda_copy_engine_bytes; /* WEFT_CUDA_COPY_ENGINE_BYTES: the threshold of "auto" */
     uint64_t cuda_fused_copy_bytes;  /* WEFT_CUDA_FUSED_COPY_BYTES: local copies run in-kernel */
+    uint64_t cuda_push_bytes;        /* WEFT_CUDA_PUSH_BYTES: payloads pushed to the peers */
     uint64_t cuda_chunk_bytes;       /* WEFT_CUDA_CHUNK_BYTES: smallest registered chunk */
 
     /* launcher */

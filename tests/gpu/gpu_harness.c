@@ -388,6 +388,24 @@ int gpu_expect_zero_copy(const gpu_ctx_t *g, gpu_buf_kind_t kind)
     return kind != GPU_BUF_CUDA && g->mp.reg != WEFT_REGISTRATION_STAGED;
 }
 
+#define WEFT_DEFAULT_PUSH_BYTES ((size_t)64 << 10)
+
+size_t gpu_push_limit(void)
+{
+    const char *ce = getenv("WEFT_CUDA_COPY_ENGINE");
+    if (ce != NULL && strcmp(ce, "1") == 0)
+        return 0;
+    const char *s = getenv("WEFT_CUDA_PUSH_BYTES");
+    if (s == NULL || s[0] == '\0')
+        return WEFT_DEFAULT_PUSH_BYTES;
+    char *end;
+    size_t v = strtoull(s, &end, 10);
+    size_t scale = *end == 'K' || *end == 'k'   ? (size_t)1 << 10
+                   : *end == 'M' || *end == 'm' ? (size_t)1 << 20
+                                                : 1;
+    return v * scale / 256 * 256;
+}
+
 void gpu_check_path(gpu_ctx_t *g, const weft_stats_t *before, const weft_stats_t *after,
                     gpu_buf_kind_t kind, size_t pair_bytes, int peers_read)
 {
@@ -402,6 +420,13 @@ void gpu_check_path(gpu_ctx_t *g, const weft_stats_t *before, const weft_stats_t
         return;
     if (ctx->nranks < 2 || pair_bytes < MP_PATH_CHECK_BYTES)
         return;
+    if (pair_bytes <= gpu_push_limit()) {
+        mp_check(ctx, di == 1,
+                 "stats: expected the push path (%zu bytes per pair): zero_copy_ops +%" PRIu64
+                 ", staged_ops +%" PRIu64 ", inline_ops +%" PRIu64,
+                 pair_bytes, dz, ds, di);
+        return;
+    }
     int zero = peers_read ? gpu_expect_zero_copy(g, kind) : 1;
     mp_check(ctx, zero ? dz == 1 : ds == 1,
              "stats: expected the %s path (%s buffers, reg=%s%s): zero_copy_ops +%" PRIu64

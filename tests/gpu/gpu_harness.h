@@ -152,11 +152,18 @@ void gpu_buf_check_guards(gpu_ctx_t *g, const gpu_buf_t *b, const char *name);
  * under the open communicator's mode (weft.h): weft and interior buffers in roa or jit mode. */
 int gpu_expect_zero_copy(const gpu_ctx_t *g, gpu_buf_kind_t kind);
 
+/* The largest payload per pair of ranks that takes weft's push path (counted in inline_ops):
+ * WEFT_CUDA_PUSH_BYTES rounded down to 256 bytes, weft's documented default (64 KiB,
+ * docs/config.md) when it is unset, 0 with WEFT_CUDA_COPY_ENGINE=1. Every rank has the same
+ * environment under weftrun, so this is the communicator's agreed value. */
+size_t gpu_push_limit(void);
+
 /* Check the stats around one successful operation: it counted exactly once, in exactly one of
  * zero_copy_ops, staged_ops and inline_ops. With 2+ ranks and a payload per pair of at least
- * MP_PATH_CHECK_BYTES (never inline), also the path: peers_read says whether peers read a buffer
- * of this rank (the root's input of a broadcast; every input otherwise); if they do, zero-copy
- * or staged as gpu_expect_zero_copy says, else zero-copy (this rank copied nothing for them). */
+ * MP_PATH_CHECK_BYTES, also the path: the push path (inline) up to gpu_push_limit(); beyond it,
+ * peers_read says whether peers read a buffer of this rank (the root's input of a broadcast;
+ * every input otherwise); if they do, zero-copy or staged as gpu_expect_zero_copy says, else
+ * zero-copy (this rank copied nothing for them). */
 void gpu_check_path(gpu_ctx_t *g, const weft_stats_t *before, const weft_stats_t *after,
                     gpu_buf_kind_t kind, size_t pair_bytes, int peers_read);
 

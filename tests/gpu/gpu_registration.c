@@ -20,6 +20,9 @@
  *   counters: registrations_completed <= registrations_started; a fresh allocation larger than
  *     everything registered so far raises registrations_started, registrations_completed and
  *     bytes_registered once used (roa: by at least its size; jit: nothing before first use).
+ * Registration is seen through remote reads of user buffers, which weft's push path (small
+ * payloads stored into the peers' control blocks) never makes: main turns it off
+ * (WEFT_CUDA_PUSH_BYTES=0, before weft reads its configuration).
  * On each communicator the counters come first (later tests register more than their 1 GiB
  * cap), then the many buffers, before the tests that free many buffers: peers' unmaps still
  * under way would lower peer_mappings while it is compared (one freed buffer per peer, as the
@@ -403,6 +406,7 @@ static void counters(gpu_ctx_t *g)
 
 int main(void)
 {
+    setenv("WEFT_CUDA_PUSH_BYTES", "0", 1);
     gpu_ctx_t g;
     gpu_init(&g, "gpu_registration");
     for (int reg = 0; reg < MP_NUM_REG_MODES; reg++) {

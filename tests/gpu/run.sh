@@ -11,8 +11,9 @@
 #    (modulo the GPU count): with as many GPUs as ranks, one rank per GPU and no MPS.
 # 3. Runs gpu_collectives, gpu_graph, gpu_registration, gpu_invalid, gpu_moe and gpu_fault
 #    (through gpu_fault.sh) with 2, 4 and 8 ranks (GPU_TEST_RANKS), then gpu_fault --inflight
-#    with the same rank counts, and gpu_collectives once more at the first rank count with every
-#    pure copy on the copy engines (WEFT_CUDA_COPY_ENGINE=1).
+#    with the same rank counts, and gpu_collectives twice more at the first rank count: with every
+#    pure copy on the copy engines (WEFT_CUDA_COPY_ENGINE=1), and with the push path off
+#    (WEFT_CUDA_PUSH_BYTES=0: small payloads take the mesh as large ones do).
 #    Every run: WEFT_BACKEND=cuda NCCL_NVLS_ENABLE=0 WEFT_TIMEOUT_S=30 (5 for gpu_fault).
 # 4. Runs gpu_collectives and gpu_moe with 2 ranks and a small grid (GPU_TEST_QUICK=1), each rank
 #    under its own `compute-sanitizer --tool memcheck` (weftrun starts the sanitizers, so a
@@ -234,11 +235,15 @@ for n in $ranks; do
         env WEFT_TIMEOUT_S=5 sh "$here/gpu_fault.sh" "$weftrun" "$bin/gpu_fault" "$n" --inflight
 done
 
-# The copy-engine path, which the default (auto) takes only for large copies between GPUs.
+# The copy-engine path, which the default (auto) takes only for large copies between GPUs, and
+# the mesh for the small payloads that take the push path by default.
 if [ -z "$only" ]; then
     first=${ranks%% *}
     run_one "gpu_collectives (copy engine)" gpu_collectives "$first" "$first" 300 \
         env WEFT_TIMEOUT_S=30 WEFT_CUDA_COPY_ENGINE=1 "$(chunks gpu_collectives)" "$weftrun" \
+        --grace 15 -n "$first" -- "$bin/gpu_collectives"
+    run_one "gpu_collectives (no push)" gpu_collectives "$first" "$first" 300 \
+        env WEFT_TIMEOUT_S=30 WEFT_CUDA_PUSH_BYTES=0 "$(chunks gpu_collectives)" "$weftrun" \
         --grace 15 -n "$first" -- "$bin/gpu_collectives"
 fi
 
