@@ -48,6 +48,26 @@ static __device__ void report(const weft_cuda_params_t &p, int32_t status)
     __threadfence_system();
 }
 
+/* Called after every poll of a wait: every POLLS_PER_CHECK polls, the status that ends the wait
+ * (the host's abort, an error another block reported, the deadline that the first check sets in
+ * *deadline, 0 before), else 0. */
+static __device__ __forceinline__ int32_t wait_ended(const weft_cuda_params_t &p, unsigned polls,
+                                                     uint64_t *deadline)
+{
+    if (polls % POLLS_PER_CHECK != POLLS_PER_CHECK - 1)
+        return 0;
+    if (*(volatile const int32_t *)p.abort)
+        return WEFT_ERR_PEER_LOST;
+    if (*(volatile const int32_t *)p.status)
+        return *(volatile const int32_t *)p.status;
+    uint64_t now = globaltimer_ns();
+    if (*deadline == 0)
+        *deadline = now + p.timeout_ns;
+    else if (now > *deadline)
+        return WEFT_ERR_TIMEOUT;
+    return 0;
+}
+
 /* Wait until *flag reached seq (wrap-safe). Returns 0, or the status that ended the wait. */
 static __device__ int32_t wait_flag(const weft_cuda_params_t &p, const uint32_t *flag, uint32_t seq)
 {
@@ -55,17 +75,9 @@ static __device__ int32_t wait_flag(const weft_cuda_params_t &p, const uint32_t 
     for (unsigned polls = 0;; polls++) {
         if ((int32_t)(flag_load(flag) - seq) >= 0)
             return 0;
-        if (polls % POLLS_PER_CHECK != POLLS_PER_CHECK - 1)
-            continue;
-        if (*(volatile const int32_t *)p.abort)
-            return WEFT_ERR_PEER_LOST;
-        if (*(volatile const int32_t *)p.status)
-            return *(volatile const int32_t *)p.status;
-        uint64_t now = globaltimer_ns();
-        if (deadline == 0)
-            deadline = now + p.timeout_ns;
-        else if (now > deadline)
-            return WEFT_ERR_TIMEOUT;
+        int32_t st = wait_ended(p, polls, &deadline);
+        if (st != 0)
+            return st;
     }
 }
 
@@ -240,17 +252,9 @@ static __device__ int32_t ll_wait(const weft_cuda_params_t &p, const uint8_t *wo
             *data = v.x;
             return 0;
         }
-        if (polls % POLLS_PER_CHECK != POLLS_PER_CHECK - 1)
-            continue;
-        if (*(volatile const int32_t *)p.abort)
-            return WEFT_ERR_PEER_LOST;
-        if (*(volatile const int32_t *)p.status)
-            return *(volatile const int32_t *)p.status;
-        uint64_t now = globaltimer_ns();
-        if (deadline == 0)
-            deadline = now + p.timeout_ns;
-        else if (now > deadline)
-            return WEFT_ERR_TIMEOUT;
+        int32_t st = wait_ended(p, polls, &deadline);
+        if (st != 0)
+            return st;
     }
 }
 
