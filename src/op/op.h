@@ -11,8 +11,10 @@
  *                       our buffers
  *   weft_op_end         statistics, and marking the communicator unusable on fatal errors
  *
- * Data always moves by pull: a rank reads peers' memory and writes only its own, so only the
- * sources of an operation need to be registered.
+ * Data moves by pull: a rank reads peers' memory and writes only its own, so only the sources of
+ * an operation need to be registered. The one exception is the CUDA backend's push path for
+ * small payloads (coll_push.c), which stores into the peers' control blocks (weft's memory,
+ * never a user buffer).
  *
  * Backends: the handshake always runs on the host (it carries pointers and returns mismatches
  * as statuses). On the host backend weft_op_execute runs the work on the CPU workers and the
