@@ -39,9 +39,8 @@
  * its stream has finished the operation that read the slot (no operation of a communicator
  * completes before every peer has started it, and operations are stream-ordered).
  *
- * Every wait polls a deadline (%globaltimer) and
- * the host's abort word; on either it stores a status into the mapped status word (first one wins)
- * and the kernel ends. So all ranks' kernels must be co-resident: blocks per launch are bounded
+ * Every wait polls a deadline (%globaltimer) and the host's abort word; on either it stores a
+ * status into the mapped status word (first one wins) and the kernel ends. So all ranks' kernels must be co-resident: blocks per launch are bounded
  * (WEFT_CUDA_MAX_BLOCKS).
  */
 #ifndef WEFT_EXEC_EXEC_CUDA_H
