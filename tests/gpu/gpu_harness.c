@@ -389,6 +389,7 @@ int gpu_expect_zero_copy(const gpu_ctx_t *g, gpu_buf_kind_t kind)
 }
 
 #define WEFT_DEFAULT_PUSH_BYTES ((size_t)64 << 10)
+#define WEFT_MAX_PUSH_BYTES ((size_t)16 << 20)
 
 size_t gpu_push_limit(void)
 {
@@ -403,7 +404,8 @@ size_t gpu_push_limit(void)
     size_t scale = *end == 'K' || *end == 'k'   ? (size_t)1 << 10
                    : *end == 'M' || *end == 'm' ? (size_t)1 << 20
                                                 : 1;
-    return v * scale / 256 * 256;
+    v = v < WEFT_MAX_PUSH_BYTES / scale ? v * scale : WEFT_MAX_PUSH_BYTES;
+    return v / 256 * 256;
 }
 
 void gpu_check_path(gpu_ctx_t *g, const weft_stats_t *before, const weft_stats_t *after,
