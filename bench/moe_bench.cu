@@ -67,6 +67,7 @@
 #include "gpu_prog.h"
 extern "C" {
 #include "util/clock.h"
+#include "util/splitmix.h"
 }
 
 #define SEED 0x6d6f652d62656e63ull /* routing and data */
@@ -251,17 +252,9 @@ static __global__ void unpermute_kernel(const __nv_bfloat16 *bck, long long H, c
 /* ---------------------------------------------------------------------------------------------
  * Set-up
  * ------------------------------------------------------------------------------------------- */
-static uint64_t mix64(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 static uint64_t hash3(uint64_t a, uint64_t b, uint64_t c)
 {
-    return mix64(mix64(mix64(SEED ^ a) ^ b) ^ c);
+    return weft_splitmix64(weft_splitmix64(weft_splitmix64(SEED ^ a) ^ b) ^ c);
 }
 
 /* Expert for draw `draw` of token t: uniform, or Zipf from the cumulative weights cum[E]. */

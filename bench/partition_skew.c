@@ -50,6 +50,7 @@
 #include "model/partition.h"
 #include "util/clock.h"
 #include "util/config.h"
+#include "util/splitmix.h"
 
 #include "bench_util.h"
 
@@ -99,14 +100,6 @@ typedef struct copy_ctx {
     size_t units;
 } copy_ctx_t;
 
-static uint64_t splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 /* Tokens of source p with an expert on rank 0 (experts [0, E/n)), under the per-source Zipf. */
 static size_t tokens_to_rank0(const opts_t *o, int p, uint64_t *seed)
 {
@@ -131,7 +124,7 @@ static size_t tokens_to_rank0(const opts_t *o, int p, uint64_t *seed)
             int e;
             int again;
             do { /* k distinct experts */
-                double u = (double)(splitmix(seed) >> 11) / 9007199254740992.0 * total;
+                double u = (double)(weft_splitmix64_next(seed) >> 11) / 9007199254740992.0 * total;
                 e = 0;
                 while (e < E - 1 && cdf[e] < u)
                     e++;

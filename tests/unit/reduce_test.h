@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "util/splitmix.h"
 #include "weft.h"
 
 static const char *const dtype_names[WEFT_NUM_DTYPES] = {"int8",    "uint8",  "int32",   "uint32",
@@ -27,10 +28,7 @@ static uint64_t rng_state;
 
 static inline uint64_t rng_next(void)
 {
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return weft_splitmix64_next(&rng_state);
 }
 
 /* Uniform in [0, n), n > 0 (the modulo bias is immaterial here). */

@@ -27,6 +27,7 @@
 #include "core/bootstrap.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/splitmix.h"
 
 #define SCENARIO_LIMIT_S 8.0
 
@@ -35,19 +36,11 @@ static uint64_t seed;
 #define CHECK_TRAILER() printf(" [last error: %s]\n", weft_last_error())
 #include "check.h"
 
-/* splitmix64: deterministic per (seed, stream) so every rank can recompute any rank's data. */
-static uint64_t mix(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
+/* Deterministic per (seed, stream) so every rank can recompute any rank's data. */
 static void fill(uint8_t *p, size_t n, uint64_t stream)
 {
     for (size_t i = 0; i < n; i++)
-        p[i] = (uint8_t)mix(seed ^ (stream << 32) ^ i);
+        p[i] = (uint8_t)weft_splitmix64(seed ^ (stream << 32) ^ i);
 }
 
 static double elapsed_s(uint64_t t0)

@@ -56,6 +56,7 @@ int main(void)
 #include "mem/mem.h"
 #include "util/fdpass.h"
 #include "util/log.h"
+#include "util/splitmix.h"
 
 #define SKIP_EXIT 77
 #define SMALL_BYTES (2u << 20)
@@ -83,18 +84,10 @@ static const weft_mem_ops_t *const ops = &weft_mem_cuda_ops;
 /* ---------------------------------------------------------------------------------------------
  * Seeded bytes (splitmix64 over the word index, so any process regenerates them).
  * ------------------------------------------------------------------------------------------- */
-static uint64_t mix(uint64_t z)
-{
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 static void fill_pattern(uint8_t *buf, size_t bytes, uint64_t seed)
 {
     for (size_t i = 0; i < bytes / 8; i++) {
-        uint64_t w = mix(seed ^ mix(i));
+        uint64_t w = weft_splitmix64(seed ^ weft_splitmix64(i));
         memcpy(buf + 8 * i, &w, 8);
     }
 }
@@ -103,7 +96,7 @@ static void fill_pattern(uint8_t *buf, size_t bytes, uint64_t seed)
 static size_t first_mismatch(const uint8_t *buf, size_t bytes, uint64_t seed)
 {
     for (size_t i = 0; i < bytes / 8; i++) {
-        uint64_t w = mix(seed ^ mix(i));
+        uint64_t w = weft_splitmix64(seed ^ weft_splitmix64(i));
         if (memcmp(buf + 8 * i, &w, 8) != 0)
             return 8 * i;
     }
@@ -523,7 +516,7 @@ static int run_with_device(uint64_t seed)
 
     segment_t segs[2] = {
         {.bytes = (SMALL_BYTES + gran - 1) / gran * gran, .seed = seed},
-        {.bytes = (LARGE_BYTES + gran - 1) / gran * gran, .seed = mix(seed)},
+        {.bytes = (LARGE_BYTES + gran - 1) / gran * gran, .seed = weft_splitmix64(seed)},
     };
     size_t total = segs[0].bytes + segs[1].bytes;
     uint8_t *host = malloc(segs[1].bytes);

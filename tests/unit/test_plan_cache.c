@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "model/plan_cache.h"
+#include "util/splitmix.h"
 #include "check.h"
 
 #define MAX_SLICES 16
@@ -32,10 +33,7 @@ static uint64_t rng_state;
 
 static uint64_t rng(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
+    return weft_splitmix64_next(&rng_state);
 }
 
 static key_t_ random_key(void)
@@ -275,7 +273,7 @@ static void test_plan_lifetime(void)
 int main(int argc, char **argv)
 {
     uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 0) : (uint64_t)time(NULL) * 2654435761u;
-    rng_state = seed ? seed : 1;
+    rng_state = seed;
     printf("test_plan_cache: seed %" PRIu64 "\n", seed);
     test_invalid();
     test_one_field_differs();

@@ -22,6 +22,7 @@
 #include "exec/steal.h"
 #include "model/partition.h"
 #include "util/log.h"
+#include "util/splitmix.h"
 #include "check.h"
 
 #define MAX_WORKERS 8
@@ -48,15 +49,6 @@ typedef struct worker_ctx {
     round_t *round;
     int worker;
 } worker_ctx_t;
-
-static uint64_t rng_next(uint64_t *state)
-{
-    /* splitmix64 */
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 static void run_unit(void *arg, const weft_unit_t *unit)
 {
@@ -248,21 +240,26 @@ static void test_random(weft_steal_t *s, uint64_t seed)
     char name[128];
     size_t sleeper_rounds = 0, stolen_in_sleeper_rounds = 0;
     for (int round = 0; round < RANDOM_ROUNDS; round++) {
-        int nworkers = worker_counts[rng_next(&rng) % (sizeof worker_counts / sizeof(int))];
-        size_t nslices = (size_t)(rng_next(&rng) % (MAX_SLICES + 1));
+        int nworkers =
+            worker_counts[weft_splitmix64_next(&rng) % (sizeof worker_counts / sizeof(int))];
+        size_t nslices = (size_t)(weft_splitmix64_next(&rng) % (MAX_SLICES + 1));
         weft_slice_t slices[MAX_SLICES];
         for (size_t i = 0; i < nslices; i++) {
-            uint64_t bytes = rng_next(&rng) % 5 == 0 ? 0 : rng_next(&rng) % (64 * 1024);
-            slices[i] = (weft_slice_t){.peer = (int)(rng_next(&rng) % 6),
-                                       .tier = (weft_tier_t)(rng_next(&rng) % WEFT_NUM_TIERS),
-                                       .bytes = bytes};
+            uint64_t bytes =
+                weft_splitmix64_next(&rng) % 5 == 0 ? 0 : weft_splitmix64_next(&rng) % (64 * 1024);
+            slices[i] =
+                (weft_slice_t){.peer = (int)(weft_splitmix64_next(&rng) % 6),
+                               .tier = (weft_tier_t)(weft_splitmix64_next(&rng) % WEFT_NUM_TIERS),
+                               .bytes = bytes};
         }
         weft_cost_model_t m;
         for (int t = 0; t < WEFT_NUM_TIERS; t++)
             m.tier[t] = (weft_tier_params_t){
-                (double)(rng_next(&rng) % 100) / 10.0, 0.5 + (double)(rng_next(&rng) % 100),
-                256 + rng_next(&rng) % 8192, 1 + (int)(rng_next(&rng) % (uint64_t)(nworkers + 2))};
-        uint64_t granule = rng_next(&rng) % 2 ? 64 : 1;
+                (double)(weft_splitmix64_next(&rng) % 100) / 10.0,
+                0.5 + (double)(weft_splitmix64_next(&rng) % 100),
+                256 + weft_splitmix64_next(&rng) % 8192,
+                1 + (int)(weft_splitmix64_next(&rng) % (uint64_t)(nworkers + 2))};
+        uint64_t granule = weft_splitmix64_next(&rng) % 2 ? 64 : 1;
         weft_status_t status =
             weft_partition(&m, nslices ? slices : NULL, nslices, nworkers, granule, &plan);
         CHECK(status == WEFT_SUCCESS, "round %d: partition: %s", round, weft_last_error());
@@ -271,7 +268,7 @@ static void test_random(weft_steal_t *s, uint64_t seed)
         int sleeper = NO_SLEEPER;
         if (nworkers > 1 && round % 2 == 1) {
             /* A worker with units if there is one, so that stealing is forced. */
-            sleeper = (int)(rng_next(&rng) % (uint64_t)nworkers);
+            sleeper = (int)(weft_splitmix64_next(&rng) % (uint64_t)nworkers);
             for (int i = 0; i < nworkers; i++) {
                 int w = (sleeper + i) % nworkers;
                 if (plan.worker_begin[w + 1] > plan.worker_begin[w]) {
