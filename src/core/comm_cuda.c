@@ -270,6 +270,23 @@ static void fill_common(struct weft_comm *comm, weft_cuda_params_t *p, unsigned 
     p->push_send = p->push_recv = 0;
 }
 
+/* The work item's kind, types and pointers (its units are the partitioner's business). */
+static void fill_work(weft_cuda_params_t *p, const weft_work_t *work)
+{
+    p->kind = (int32_t)work->kind;
+    p->dtype = work->dtype;
+    p->redop = work->op;
+    p->avg_divisor = work->avg_divisor;
+    p->nsrcs = work->nsrcs;
+    int nptr = work->kind == WEFT_WORK_REDUCE ? work->nsrcs : work->nslices;
+    for (int i = 0; i < nptr; i++)
+        p->src[i] = work->src[i];
+    for (int i = 0; i < work->nslices; i++) {
+        p->dst[i] = work->dst[i];
+        p->off[i] = work->off[i];
+    }
+}
+
 /* Move the pending copy into the launch; returns the blocks it wants (a share of at least
  * CUDA_MIN_UNIT_BYTES each, at most the launch bound), 0 without one. */
 static int take_pending(struct weft_comm *comm, weft_cuda_params_t *p, weft_cuda_copy_t *pending)
@@ -408,15 +425,7 @@ static weft_status_t execute_push(struct weft_comm *comm, const weft_work_t *wor
     struct weft_cuda_state *cs = comm->cuda;
     weft_cuda_params_t *p = &cs->params;
     fill_common(comm, p, 0);
-    p->kind = (int32_t)work->kind;
-    p->dtype = work->dtype;
-    p->redop = work->op;
-    p->avg_divisor = work->avg_divisor;
-    p->nsrcs = comm->nranks;
-    p->src[comm->rank] = work->src[comm->rank];
-    int ndst = work->kind == WEFT_WORK_COPY ? comm->nranks : 1;
-    for (int r = 0; r < ndst; r++)
-        p->dst[r] = work->dst[r];
+    fill_work(p, work);
     p->push_src = push->src;
     p->push_stride = push->stride;
     p->push_bytes = push->bytes;
@@ -455,18 +464,7 @@ weft_status_t weft_cuda_execute(struct weft_comm *comm, const weft_work_t *work,
     int copy_blocks = take_pending(comm, p, pending);
     int nblocks = 1;
     if (work) {
-        p->kind = (int32_t)work->kind;
-        p->dtype = work->dtype;
-        p->redop = work->op;
-        p->avg_divisor = work->avg_divisor;
-        p->nsrcs = work->nsrcs;
-        int nptr = work->kind == WEFT_WORK_REDUCE ? work->nsrcs : work->nslices;
-        for (int i = 0; i < nptr; i++)
-            p->src[i] = work->src[i];
-        for (int i = 0; i < work->nslices; i++) {
-            p->dst[i] = work->dst[i];
-            p->off[i] = work->off[i];
-        }
+        fill_work(p, work);
         /* Cut and assign. Units start small enough that every block gets a share of the
          * work (a 2 MiB copy in 1 MiB units would run on two blocks), and grow coarser until
          * the launch holds them. */
