@@ -283,6 +283,10 @@ typedef struct weft_stats {
     uint64_t staging_bytes; /* size of this rank's registered staging scratch */
     uint64_t inline_ops;    /* payload per pair <= WEFT_INLINE_BYTES: it travelled in the handshake
                                (barriers count here too) */
+    /* Of zero_copy_ops, those that wrote into peers' buffers instead of reading them: an
+     * all-gather whose every rank's output is registered and no rank's input staged (each
+     * rank reads its input once and stores it into every output). */
+    uint64_t remote_store_ops;
 } weft_stats_t;
 
 WEFT_API weft_status_t weft_get_stats(weft_comm_t comm, weft_stats_t *out);

@@ -117,6 +117,7 @@ STATS_FIELDS = (
     "peer_mappings",
     "staging_bytes",
     "inline_ops",
+    "remote_store_ops",
 )
 
 

@@ -108,6 +108,7 @@ weft_status_t weft_get_stats(weft_comm_t comm, weft_stats_t *out)
         .peer_mappings = atomic_load(&r->peer_mappings),
         .staging_bytes = comm->staging_bytes,
         .inline_ops = atomic_load(&c->inline_ops),
+        .remote_store_ops = atomic_load(&c->remote_store_ops),
     };
     return WEFT_SUCCESS;
 }

@@ -113,6 +113,7 @@ typedef struct weft_comm_stats {
     _Atomic uint64_t zero_copy_ops;
     _Atomic uint64_t staged_ops;
     _Atomic uint64_t inline_ops;
+    _Atomic uint64_t remote_store_ops;
 } weft_comm_stats_t;
 
 struct weft_comm {
@@ -124,6 +125,7 @@ struct weft_comm {
     size_t inline_bytes; /* <= WEFT_INLINE_MAX */
     size_t allreduce_twoshot_bytes;
     size_t allreduce_inplace_twoshot_bytes;
+    int allgather_stores; /* all-gather may write into peers' outputs (WEFT_ALLGATHER_STORES) */
 
     const weft_mem_ops_t *mem;
     weft_window_t window;
@@ -141,9 +143,9 @@ struct weft_comm {
     weft_cost_model_t model;
     weft_plan_cache_t *plans; /* the partitioner's recent plans (model/plan_cache.h) */
     weft_steal_t steal;       /* the host workers' claims over a plan (exec/steal.h) */
-    weft_tier_t *peer_tier; /* nranks entries */
+    weft_tier_t *peer_tier;   /* nranks entries */
     weft_wait_policy_t wait_policy;
-    struct weft_cuda_state *cuda; /* CUDA backend only (comm_cuda.c) */
+    struct weft_cuda_state *cuda;     /* CUDA backend only (comm_cuda.c) */
     uint32_t moe_rejections_reported; /* CUDA MoE: rejected dispatches already returned */
 
     _Atomic int async_error; /* first fatal error (weft_status_t): of a background thread, or a

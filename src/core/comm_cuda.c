@@ -278,13 +278,16 @@ static void fill_work(weft_cuda_params_t *p, const weft_work_t *work)
     p->redop = work->op;
     p->avg_divisor = work->avg_divisor;
     p->nsrcs = work->nsrcs;
-    int nptr = work->kind == WEFT_WORK_REDUCE ? work->nsrcs : work->nslices;
-    for (int i = 0; i < nptr; i++)
+    p->ndsts = work->ndsts;
+    int per_slice = work->kind == WEFT_WORK_COPY;
+    int nsrc = per_slice ? work->nslices : work->kind == WEFT_WORK_REDUCE ? work->nsrcs : 1;
+    int ndst = per_slice ? work->nslices : work->kind == WEFT_WORK_FANOUT ? work->ndsts : 1;
+    for (int i = 0; i < nsrc; i++)
         p->src[i] = work->src[i];
-    for (int i = 0; i < work->nslices; i++) {
+    for (int i = 0; i < ndst; i++)
         p->dst[i] = work->dst[i];
+    for (int i = 0; !per_slice && i < work->nslices; i++)
         p->off[i] = work->off[i];
-    }
 }
 
 /* Move the pending copy into the launch; returns the blocks it wants (a share of at least
@@ -377,16 +380,29 @@ uint32_t weft_cuda_moe_rejections(struct weft_comm *comm, void *last_out)
     return count;
 }
 
+/* The bytes a work item's slices cover. */
+static uint64_t work_bytes(const weft_work_t *work)
+{
+    uint64_t bytes = 0;
+    for (int i = 0; i < work->nslices; i++)
+        bytes += work->slices[i].bytes;
+    return bytes;
+}
+
 /* Copies on the copy engines: a one-block kernel waits for the peers' ready flags, the
- * engines copy every slice, a second one-block kernel runs the closing signal. */
+ * engines copy every slice (a fan-out: the whole range to every destination), a second
+ * one-block kernel runs the closing signal. */
 static weft_status_t execute_copy_engine(struct weft_comm *comm, const weft_work_t *work,
                                          unsigned sync, weft_cuda_copy_t *pending, void *stream)
 {
     weft_status_t st = launch_enter(comm, sync, pending, stream);
-    for (int i = 0; st == WEFT_SUCCESS && i < work->nslices; i++) {
-        if (work->slices[i].bytes == 0)
+    int fanout = work->kind == WEFT_WORK_FANOUT;
+    int ncopies = fanout ? work->ndsts : work->nslices;
+    for (int i = 0; st == WEFT_SUCCESS && i < ncopies; i++) {
+        uint64_t bytes = fanout ? work_bytes(work) : work->slices[i].bytes;
+        if (bytes == 0)
             continue;
-        cudaError_t err = cudaMemcpyAsync(work->dst[i], work->src[i], work->slices[i].bytes,
+        cudaError_t err = cudaMemcpyAsync(work->dst[i], work->src[fanout ? 0 : i], bytes,
                                           cudaMemcpyDefault, (cudaStream_t)stream);
         if (err != cudaSuccess)
             st = cuda_error(err, "cudaMemcpyAsync (copy engine)");
@@ -405,16 +421,14 @@ static weft_status_t execute_copy_engine(struct weft_comm *comm, const weft_work
  * both post the same signals. */
 static int use_copy_engine(const struct weft_cuda_state *cs, const weft_work_t *work)
 {
-    if (!work || work->kind != WEFT_WORK_COPY || cs->copy_engine == WEFT_COPY_ENGINE_NEVER)
+    if (!work || work->kind == WEFT_WORK_REDUCE || cs->copy_engine == WEFT_COPY_ENGINE_NEVER)
         return 0;
     if (cs->copy_engine == WEFT_COPY_ENGINE_ALWAYS)
         return 1;
     if (!cs->spans_gpus)
         return 0;
-    uint64_t bytes = 0;
-    for (int i = 0; i < work->nslices; i++)
-        bytes += work->slices[i].bytes;
-    return bytes >= cs->copy_engine_bytes;
+    uint64_t copies = work->kind == WEFT_WORK_FANOUT ? (uint64_t)work->ndsts : 1;
+    return work_bytes(work) * copies >= cs->copy_engine_bytes;
 }
 
 /* A push-path operation (exec_cuda.h): one launch, no units (every block takes its share of
@@ -469,10 +483,7 @@ weft_status_t weft_cuda_execute(struct weft_comm *comm, const weft_work_t *work,
          * work (a 2 MiB copy in 1 MiB units would run on two blocks), and grow coarser until
          * the launch holds them. */
         weft_cost_model_t model = cs->model;
-        uint64_t total = 0;
-        for (int i = 0; i < work->nslices; i++)
-            total += work->slices[i].bytes;
-        uint64_t share = (total + (uint64_t)cs->nblocks - 1) / (uint64_t)cs->nblocks;
+        uint64_t share = (work_bytes(work) + (uint64_t)cs->nblocks - 1) / (uint64_t)cs->nblocks;
         share = (share + WEFT_WORK_GRANULE - 1) / WEFT_WORK_GRANULE * WEFT_WORK_GRANULE;
         if (share < CUDA_MIN_UNIT_BYTES)
             share = CUDA_MIN_UNIT_BYTES;

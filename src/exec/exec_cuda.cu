@@ -8,7 +8,9 @@
  * Memory ordering: flags are written with st.release.sys after a system-scope fence and read
  * with ld.acquire.sys; a block's other threads are ordered after the polling thread's acquire
  * by __syncthreads. Block completion is counted with a device-scope atomic after a fence, so the
- * last block sees every block's writes before it signals "done" to the peers.
+ * last block sees every block's writes before it signals "done" to the peers; that fence is
+ * system-scope where the blocks stored into peers' memory (FANOUT), so that those stores have
+ * landed before the peers see "done".
  */
 #include <cuda_runtime.h>
 #include <stddef.h>
@@ -131,13 +133,17 @@ static __device__ void run_pre_copy(const weft_cuda_params_t &p)
 
 /* Whether this block is the last of the launch to arrive at counter (which it then resets for
  * the next launch: every block has counted by then). Orders every block's writes before the
- * last block's later signals. */
-static __device__ int arrive_last(weft_cuda_flag_t *counter)
+ * last block's later signals; with sys, at system scope (the block stored into peers' memory,
+ * which a gpu-scope fence does not wait for). */
+static __device__ int arrive_last(weft_cuda_flag_t *counter, bool sys = false)
 {
     __shared__ int last;
     __syncthreads();
     if (threadIdx.x == 0) {
-        __threadfence();
+        if (sys)
+            __threadfence_system();
+        else
+            __threadfence();
         last = atomicAdd(&counter->v, 1) == gridDim.x - 1;
         if (last)
             counter->v = 0;
@@ -165,6 +171,10 @@ static __device__ void run_units(const weft_cuda_params_t &p)
             continue;
         }
         uint64_t off = p.off[unit.slice] + unit.offset;
+        if (p.kind == WEFT_WORK_FANOUT) {
+            weft_dev_copy_fanout(p.dst, p.ndsts, off, p.src[0] + off, unit.bytes, tid, nthreads);
+            continue;
+        }
         const void *srcs[WEFT_CUDA_MAX_RANKS];
         for (int r = 0; r < p.nsrcs; r++)
             srcs[r] = p.src[r] + off;
@@ -354,7 +364,7 @@ static __device__ __forceinline__ void collective(const weft_cuda_params_t &p)
         run_units(p);
 
     /* The last block to finish runs the closing signal. */
-    if (!arrive_last(&me->arrive))
+    if (!arrive_last(&me->arrive, p.kind == WEFT_WORK_FANOUT))
         return;
     __threadfence_system();
     if (st == 0 && (p.sync & WEFT_SYNC_PHASE))

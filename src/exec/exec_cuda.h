@@ -82,7 +82,7 @@ typedef struct weft_cuda_params {
     int32_t kind;  /* weft_work_kind_t, or -1: no work */
     uint32_t sync; /* WEFT_SYNC_* */
     int32_t rank, nranks;
-    int32_t dtype, redop, avg_divisor, nsrcs;
+    int32_t dtype, redop, avg_divisor, nsrcs, ndsts;
     uint64_t timeout_ns;
     weft_cuda_ctl_t *ctl[WEFT_CUDA_MAX_RANKS]; /* every rank's control block */
     int32_t *status;                           /* mapped host word: first error, 0 while healthy */

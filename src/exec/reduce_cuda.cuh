@@ -870,4 +870,55 @@ static __device__ __forceinline__ void weft_dev_copy(void *dst, const void *src,
     }
 }
 
+/* Copies bytes bytes from src to dsts[k] + dst_off for every k < ndsts (no destination may
+ * overlap src or another), byte i by exactly one thread of the group. When every destination
+ * has src's address modulo 16, src is read once: each 16-byte unit is loaded, then stored to
+ * every destination (WEFT_DEV_COPY_UNROLL units in flight); otherwise one weft_dev_copy per
+ * destination. */
+static __device__ __forceinline__ void weft_dev_copy_fanout(uint8_t *const *dsts, int ndsts,
+                                                            uint64_t dst_off, const void *src,
+                                                            size_t bytes, size_t tid,
+                                                            size_t nthreads)
+{
+    const char *s = (const char *)src;
+    bool together = true;
+    for (int k = 0; k < ndsts; k++)
+        together = together && (((uintptr_t)(dsts[k] + dst_off) ^ (uintptr_t)s) & 15u) == 0;
+    if (!together) {
+        for (int k = 0; k < ndsts; k++)
+            weft_dev_copy(dsts[k] + dst_off, s, bytes, tid, nthreads);
+        return;
+    }
+    size_t head = (size_t)((0 - (uintptr_t)s) & 15u);
+    if (head > bytes)
+        head = bytes;
+    size_t n = (bytes - head) / 16;
+    size_t tail = head + n * 16;
+    const int unroll = WEFT_DEV_COPY_UNROLL;
+    size_t u = tid;
+    for (; u + (unroll - 1) * nthreads < n; u += unroll * nthreads) {
+        uint4 r[unroll];
+#pragma unroll
+        for (int j = 0; j < unroll; j++)
+            r[j] = weft_dev_load<uint4>(s + head + (u + j * nthreads) * 16);
+        for (int k = 0; k < ndsts; k++) {
+            char *d = (char *)dsts[k] + dst_off + head;
+#pragma unroll
+            for (int j = 0; j < unroll; j++)
+                weft_dev_store<uint4>(d + (u + j * nthreads) * 16, r[j]);
+        }
+    }
+    for (; u < n; u += nthreads) {
+        uint4 v = weft_dev_load<uint4>(s + head + u * 16);
+        for (int k = 0; k < ndsts; k++)
+            weft_dev_store<uint4>((char *)dsts[k] + dst_off + head + u * 16, v);
+    }
+    for (size_t j = tid; j < head + (bytes - tail); j += nthreads) {
+        size_t i = j < head ? j : tail + j - head;
+        uint8_t v = weft_dev_load<uint8_t>(s + i);
+        for (int k = 0; k < ndsts; k++)
+            weft_dev_store<uint8_t>(dsts[k] + dst_off + i, v);
+    }
+}
+
 #endif /* WEFT_EXEC_REDUCE_CUDA_CUH */

@@ -7,7 +7,10 @@
  *   COPY   slice i copies slices[i].bytes from src[i] to dst[i];
  *   REDUCE slice i covers bytes [off[i], off[i] + slices[i].bytes) of one range: the result at
  *          dst[0] + off[i] is the reduction, in order r = 0 .. nsrcs - 1, of src[r] + off[i]
- *          (slices are cut on multiples of 64 bytes, so no element is split).
+ *          (slices are cut on multiples of 64 bytes, so no element is split);
+ *   FANOUT slice i covers bytes [off[i], off[i] + slices[i].bytes) of one range, copied from
+ *          src[0] + off[i] to dst[d] + off[i] for every d < ndsts: the source is read once
+ *          (an all-gather that stores its input into every peer's output).
  * Pointers may be peers' memory (registered, mapped at the same address).
  */
 #ifndef WEFT_EXEC_WORK_H
@@ -22,15 +25,16 @@
 #define WEFT_MAX_RANKS 256
 #define WEFT_WORK_GRANULE 64 /* cuts fall on multiples of this many bytes */
 
-typedef enum { WEFT_WORK_COPY, WEFT_WORK_REDUCE } weft_work_kind_t;
+typedef enum { WEFT_WORK_COPY, WEFT_WORK_REDUCE, WEFT_WORK_FANOUT } weft_work_kind_t;
 
 typedef struct weft_work {
     weft_work_kind_t kind;
     int nslices;
     weft_slice_t slices[WEFT_MAX_RANKS];
     const uint8_t *src[WEFT_MAX_RANKS];
-    uint8_t *dst[WEFT_MAX_RANKS]; /* COPY: per slice; REDUCE: dst[0] */
-    uint64_t off[WEFT_MAX_RANKS]; /* REDUCE: offset of each slice in the range */
+    uint8_t *dst[WEFT_MAX_RANKS]; /* COPY: per slice; REDUCE: dst[0]; FANOUT: per destination */
+    uint64_t off[WEFT_MAX_RANKS]; /* REDUCE, FANOUT: offset of each slice in the range */
+    int ndsts;                    /* FANOUT only */
     /* REDUCE only */
     int nsrcs;
     weft_dtype_t dtype;
@@ -56,6 +60,11 @@ enum {
 void weft_work_reduce(weft_work_t *work, void *dst, const void *const *srcs, int nsrcs,
                       size_t count, weft_dtype_t dtype, weft_redop_t op, int avg_divisor,
                       int nslices);
+
+/* Set up a FANOUT of bytes from src to each of dsts[0 .. ndsts - 1], the range cut into nslices
+ * near-equal slices as for weft_work_reduce. */
+void weft_work_fanout(weft_work_t *work, void *const *dsts, int ndsts, const void *src,
+                      size_t bytes, int nslices);
 
 /* Run bytes at offset of slice `slice` on the CPU (the host executor's unit of work). */
 void weft_work_host_unit(const weft_work_t *work, uint32_t slice, uint64_t offset, uint64_t bytes);

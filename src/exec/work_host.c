@@ -6,22 +6,13 @@
 #include "exec/reduce_host.h"
 #include "exec/work.h"
 
-void weft_work_reduce(weft_work_t *work, void *dst, const void *const *srcs, int nsrcs,
-                      size_t count, weft_dtype_t dtype, weft_redop_t op, int avg_divisor,
-                      int nslices)
+/* Cut [0, bytes) into at most nslices slices of near-equal size (multiples of the granule), as
+ * distinct pseudo-peers so that the fan-out cap does not serialise them. */
+static void cut_range(weft_work_t *work, uint64_t bytes, int nslices)
 {
-    uint64_t bytes = (uint64_t)count * weft_dtype_size(dtype);
     /* ceil(bytes / nslices) rounded up to the granule: at most nslices slices cover it all. */
     uint64_t share = (bytes + (uint64_t)nslices - 1) / (uint64_t)nslices;
     uint64_t per = (share + WEFT_WORK_GRANULE - 1) / WEFT_WORK_GRANULE * WEFT_WORK_GRANULE;
-    work->kind = WEFT_WORK_REDUCE;
-    work->dst[0] = dst;
-    work->nsrcs = nsrcs;
-    work->dtype = dtype;
-    work->op = op;
-    work->avg_divisor = avg_divisor;
-    for (int r = 0; r < nsrcs; r++)
-        work->src[r] = srcs[r];
     work->nslices = 0;
     for (uint64_t off = 0; off < bytes; off += per) {
         int i = work->nslices++;
@@ -31,6 +22,32 @@ void weft_work_reduce(weft_work_t *work, void *dst, const void *const *srcs, int
     }
 }
 
+void weft_work_reduce(weft_work_t *work, void *dst, const void *const *srcs, int nsrcs,
+                      size_t count, weft_dtype_t dtype, weft_redop_t op, int avg_divisor,
+                      int nslices)
+{
+    work->kind = WEFT_WORK_REDUCE;
+    work->dst[0] = dst;
+    work->nsrcs = nsrcs;
+    work->dtype = dtype;
+    work->op = op;
+    work->avg_divisor = avg_divisor;
+    for (int r = 0; r < nsrcs; r++)
+        work->src[r] = srcs[r];
+    cut_range(work, (uint64_t)count * weft_dtype_size(dtype), nslices);
+}
+
+void weft_work_fanout(weft_work_t *work, void *const *dsts, int ndsts, const void *src,
+                      size_t bytes, int nslices)
+{
+    work->kind = WEFT_WORK_FANOUT;
+    work->src[0] = src;
+    work->ndsts = ndsts;
+    for (int d = 0; d < ndsts; d++)
+        work->dst[d] = dsts[d];
+    cut_range(work, bytes, nslices);
+}
+
 void weft_work_host_unit(const weft_work_t *work, uint32_t slice, uint64_t offset, uint64_t bytes)
 {
     if (work->kind == WEFT_WORK_COPY) {
@@ -38,6 +55,11 @@ void weft_work_host_unit(const weft_work_t *work, uint32_t slice, uint64_t offse
         return;
     }
     uint64_t off = work->off[slice] + offset;
+    if (work->kind == WEFT_WORK_FANOUT) {
+        for (int d = 0; d < work->ndsts; d++)
+            memcpy(work->dst[d] + off, work->src[0] + off, bytes);
+        return;
+    }
     const void *srcs[WEFT_MAX_RANKS];
     for (int r = 0; r < work->nsrcs; r++)
         srcs[r] = work->src[r] + off;

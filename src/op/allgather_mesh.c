@@ -1,9 +1,19 @@
 /*
- * allgather_mesh.c - all-gather over the full mesh: every rank copies every peer's input block
- * into its own output directly, in one step (no ring), the copies split over the workers.
+ * allgather_mesh.c - all-gather over the full mesh, in one step (no ring), the data split over
+ * the workers. Two forms; every rank takes the same one, decided from every rank's descriptor:
  *
- * In place (sendbuf == recvbuf + rank * count) our own block is already where it belongs, and
- * peers read only that block while we write the others.
+ * - stores, when every rank allows it (WEFT_ALLGATHER_STORES; by default on the CUDA backend),
+ *   every rank's output is registered and no rank's input went through the staging scratch (a
+ *   rank stages before it knows which form the others can take): each rank reads its input once
+ *   and writes it into every rank's output (a FANOUT work item). A rank moves n + 1 blocks'
+ *   worth of bytes instead of 2n, and on NVLink the writes are posted stores with no round trip.
+ * - loads, otherwise: each rank copies every peer's input block into its own output. Only the
+ *   inputs are read remotely, so an unregistered output costs nothing, and an unregistered
+ *   input is copied into the staging scratch first.
+ *
+ * Both end with the closing signal: for loads, nobody still reads our input; for stores, every
+ * peer's writes into our output have landed. In place (sendbuf == recvbuf + rank * count) our
+ * own block is already where it belongs and is never copied.
  */
 #include "op/op.h"
 
@@ -14,27 +24,47 @@ weft_status_t weft_allgather_mesh(struct weft_comm *comm, const void *sendbuf, v
     weft_status_t st = weft_op_begin(comm, "weft_all_gather", stream, &op);
     if (st != WEFT_SUCCESS)
         return st;
+    int n = comm->nranks, me = comm->rank;
     size_t bytes = count * weft_dtype_size(dtype);
     const void *src;
     st = weft_op_source(&op, sendbuf, bytes, 0, &src);
+    int out_ready = 0;
+    if (st == WEFT_SUCCESS && comm->allgather_stores && !op.staged && bytes > 0)
+        st = weft_op_acquire(&op, recvbuf, (size_t)n * bytes, &out_ready);
     if (st != WEFT_SUCCESS)
         return weft_op_end(&op, st, 0);
     weft_op_desc_t desc = {.coll = WEFT_COLL_ALL_GATHER,
                            .dtype = dtype,
                            .count = count,
-                           .src = (uint64_t)(uintptr_t)src};
+                           .src = (uint64_t)(uintptr_t)src,
+                           .aux = out_ready ? (uint64_t)(uintptr_t)recvbuf : 0};
     st = weft_op_exchange(&op, &desc, NULL, NULL, NULL, NULL, 0, NULL);
     if (st != WEFT_SUCCESS)
         return weft_op_end(&op, st, 0);
 
-    weft_work_t work = {.kind = WEFT_WORK_COPY, .nslices = comm->nranks};
-    for (int r = 0; r < comm->nranks; r++) {
-        work.dst[r] = (uint8_t *)recvbuf + (size_t)r * bytes;
-        work.src[r] =
-            r == comm->rank ? sendbuf : (const uint8_t *)(uintptr_t)weft_op_peer(&op, r)->src;
-        int copy = work.src[r] != work.dst[r];
-        work.slices[r] =
-            (weft_slice_t){.peer = r, .tier = comm->peer_tier[r], .bytes = copy ? bytes : 0};
+    int stores = n > 1 && out_ready;
+    for (int r = 0; r < n && stores; r++)
+        stores = r == me || weft_op_peer(&op, r)->aux != 0;
+    weft_work_t work;
+    if (stores) {
+        void *dsts[WEFT_MAX_RANKS];
+        int ndsts = 0;
+        for (int r = 0; r < n; r++) {
+            uint8_t *out = r == me ? recvbuf : (uint8_t *)(uintptr_t)weft_op_peer(&op, r)->aux;
+            if (out + (size_t)me * bytes != (const uint8_t *)sendbuf)
+                dsts[ndsts++] = out + (size_t)me * bytes;
+        }
+        weft_work_fanout(&work, dsts, ndsts, sendbuf, bytes, n);
+        op.remote_stores = 1;
+    } else {
+        work = (weft_work_t){.kind = WEFT_WORK_COPY, .nslices = n};
+        for (int r = 0; r < n; r++) {
+            work.dst[r] = (uint8_t *)recvbuf + (size_t)r * bytes;
+            work.src[r] = r == me ? sendbuf : (const uint8_t *)(uintptr_t)weft_op_peer(&op, r)->src;
+            int copy = work.src[r] != work.dst[r];
+            work.slices[r] =
+                (weft_slice_t){.peer = r, .tier = comm->peer_tier[r], .bytes = copy ? bytes : 0};
+        }
     }
     return weft_op_end(&op, weft_op_execute(&op, &work, WEFT_SYNC_DONE, st), 0);
 }

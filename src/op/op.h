@@ -11,10 +11,11 @@
  *                       our buffers
  *   weft_op_end         statistics, and marking the communicator unusable on fatal errors
  *
- * Data moves by pull: a rank reads peers' memory and writes only its own, so only the sources of
- * an operation need to be registered. The one exception is the CUDA backend's push path for
- * small payloads (coll_push.c), which stores into the peers' control blocks (weft's memory,
- * never a user buffer).
+ * Data moves mostly by loads: a rank reads peers' memory and writes only its own, so only the
+ * sources of an operation need to be registered. Two exceptions store into peers' memory: the
+ * CUDA backend's push path for small payloads (coll_push.c), into the peers' control blocks
+ * (weft's memory, never a user buffer), and all-gather's store form (allgather_mesh.c), into
+ * the peers' outputs when every rank's output is registered.
  *
  * Backends: the handshake always runs on the host (it carries pointers and returns mismatches
  * as statuses). On the host backend weft_op_execute runs the work on the CPU workers and the
@@ -41,6 +42,7 @@ typedef struct weft_op {
     const char *call;         /* API function name, for messages */
     void *stream;             /* cudaStream_t on the CUDA backend, NULL on the host */
     int staged;               /* some source went through the staging scratch */
+    int remote_stores;        /* the work writes into peers' buffers (counted in the stats) */
     weft_cuda_copy_t pending; /* CUDA: a local copy the next launch runs (weft_op_local_copy) */
     weft_cuda_push_t push;    /* CUDA: the push path's payloads for the next launch (coll_push.c) */
 } weft_op_t;

@@ -43,6 +43,8 @@ weft_status_t weft_op_end(weft_op_t *op, weft_status_t st, int inline_payload)
             atomic_fetch_add_explicit(&comm->stats.staged_ops, 1, memory_order_relaxed);
         else
             atomic_fetch_add_explicit(&comm->stats.zero_copy_ops, 1, memory_order_relaxed);
+        if (op->remote_stores)
+            atomic_fetch_add_explicit(&comm->stats.remote_store_ops, 1, memory_order_relaxed);
         break;
     case WEFT_ERR_PEER_LOST:
     case WEFT_ERR_TIMEOUT:

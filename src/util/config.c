@@ -33,7 +33,8 @@ typedef struct cfg_row {
 static const char *const backend_names[] = {"auto", "host", "cuda", NULL};
 static const char *const registration_names[] = {"roa", "jit", "staged", NULL};
 static const char *const log_names[] = {"none", "error", "warn", "info", "debug", NULL};
-static const char *const copy_engine_names[] = {"0", "1", "auto", NULL}; /* weft_copy_engine_t */
+/* weft_copy_engine_t and weft_allgather_stores_t: never, always, auto */
+static const char *const switch_names[] = {"0", "1", "auto", NULL};
 
 #define OFF(field) offsetof(weft_env_t, field)
 
@@ -73,6 +74,10 @@ static const cfg_row_t rows[] = {
     {"WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES", NULL, "1M", "bytes", CFG_BYTES,
      OFF(allreduce_inplace_twoshot_bytes), NULL,
      "in-place all-reduce uses the two-shot form (no input copy) from this size up"},
+    {"WEFT_ALLGATHER_STORES", NULL, "auto", "", CFG_ENUM, OFF(allgather_stores), switch_names,
+     "all-gather writes each rank's input into every rank's output (read once) instead of "
+     "reading every peer's input, when every rank's output is weft memory and no input is "
+     "staged: 0 never, 1 always, auto on the CUDA backend (on the host, reading measured faster)"},
     {"WEFT_WAIT_SPIN_NS", NULL, "20000", "ns", CFG_BYTES, OFF(wait_spin_ns), NULL,
      "a wait polls this long before it yields the CPU (0 when threads outnumber cores)"},
     {"WEFT_WAIT_YIELD_NS", NULL, "200000", "ns", CFG_BYTES, OFF(wait_yield_ns), NULL,
@@ -108,7 +113,7 @@ static const cfg_row_t rows[] = {
     {"WEFT_CUDA_MOE_BLOCKS", NULL, "0", "blocks", CFG_INT, OFF(cuda_moe_blocks), NULL,
      "CUDA: thread blocks of the MoE gather and combine kernels, which never wait for a peer "
      "(0: two per SM of this rank's share of the GPU)"},
-    {"WEFT_CUDA_COPY_ENGINE", NULL, "auto", "", CFG_ENUM, OFF(cuda_copy_engine), copy_engine_names,
+    {"WEFT_CUDA_COPY_ENGINE", NULL, "auto", "", CFG_ENUM, OFF(cuda_copy_engine), switch_names,
      "CUDA: pure copies (all-gather, all-to-all(v), broadcast, the second step of a two-shot "
      "all-reduce) on the copy engines, holding no SM: 0 never, 1 always, auto when the "
      "communicator spans GPUs and a rank copies at least WEFT_CUDA_COPY_ENGINE_BYTES"},

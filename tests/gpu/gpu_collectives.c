@@ -27,7 +27,9 @@
  * out-of-place calls must be unchanged, guards intact. weft_get_stats around each call: the
  * operation counted exactly once, and for payloads of 4 KiB and more on the path weft.h
  * documents (zero-copy for weft memory in roa/jit mode, staged otherwise; a broadcast's
- * non-roots copy nothing for their peers).
+ * non-roots copy nothing for their peers), and whether an all-gather stored into its peers'
+ * outputs (remote_store_ops). In roa mode, all-gathers where one rank's buffer is cudaMalloc'd
+ * and the others' are weft memory.
  *
  * Small cases reuse buffers carved from slabs allocated once per mode (registration is not what
  * this program measures; gpu_registration is), large cases allocate fresh ones.
@@ -164,21 +166,21 @@ static void run_reduce_scatter(gpu_ctx_t *g, const pool_t *pool, gpu_buf_kind_t 
 /* ---------------------------------------------------------------------------------------------
  * Data movement
  * ------------------------------------------------------------------------------------------- */
-static void run_all_gather(gpu_ctx_t *g, const pool_t *pool, gpu_buf_kind_t kind, size_t count,
-                           weft_dtype_t dt, int inplace)
+/* One all-gather with this rank's input (out of place) and output of the given kinds. */
+static void gather(gpu_ctx_t *g, const pool_t *pool, gpu_buf_kind_t send_kind,
+                   gpu_buf_kind_t recv_kind, size_t count, weft_dtype_t dt, int inplace,
+                   int all_registered)
 {
     mp_ctx_t *ctx = &g->mp;
     size_t es = mp_dtype_bytes(dt), n = (size_t)ctx->nranks, bytes = count * es;
     size_t mine = (size_t)ctx->rank * bytes;
-    mp_case(ctx, "all_gather %s sendcount=%zu %s %s", gpu_buf_kind_name(kind), count,
-            mp_dtype_name(dt), place_name(inplace));
     gpu_buf_t send = {0}, recv;
-    gpu_buf_get(g, &recv, slab(pool, kind, 1), kind, n * bytes, es);
+    gpu_buf_get(g, &recv, slab(pool, recv_kind, 1), recv_kind, n * bytes, es);
     if (inplace) {
         mp_raw_fill(ctx, dt, ctx->rank, 0, count, recv.host + mine);
         gpu_buf_push(g, &recv, mine, bytes);
     } else {
-        gpu_buf_get(g, &send, slab(pool, kind, 0), kind, bytes, es);
+        gpu_buf_get(g, &send, slab(pool, send_kind, 0), send_kind, bytes, es);
         mp_raw_fill(ctx, dt, ctx->rank, 0, count, send.host);
         gpu_buf_push(g, &send, 0, bytes);
     }
@@ -197,10 +199,39 @@ static void run_all_gather(gpu_ctx_t *g, const pool_t *pool, gpu_buf_kind_t kind
         }
         if (!inplace)
             mp_raw_check(ctx, "sendbuf", send.host, dt, ctx->rank, 0, count);
-        if (count > 0)
-            gpu_check_path(g, &s0, &s1, kind, bytes, 1);
+        if (count > 0) {
+            gpu_check_path(g, &s0, &s1, inplace ? recv_kind : send_kind, bytes, 1);
+            gpu_check_stores(g, &s0, &s1, bytes, all_registered);
+        }
     }
     put_all(g, &send, &recv);
+}
+
+static void run_all_gather(gpu_ctx_t *g, const pool_t *pool, gpu_buf_kind_t kind, size_t count,
+                           weft_dtype_t dt, int inplace)
+{
+    mp_case(&g->mp, "all_gather %s sendcount=%zu %s %s", gpu_buf_kind_name(kind), count,
+            mp_dtype_name(dt), place_name(inplace));
+    gather(g, pool, kind, kind, count, dt, inplace, gpu_expect_zero_copy(g, kind));
+}
+
+/* Ranks whose buffers differ in kind (roa, 1M+3 elements, fresh buffers): one rank's cudaMalloc
+ * output, or one rank's staged input, makes every rank read its peers' inputs instead of
+ * storing into their outputs; then every buffer weft memory, which stores. */
+static void run_all_gather_mixed(gpu_ctx_t *g)
+{
+    mp_ctx_t *ctx = &g->mp;
+    const gpu_buf_kind_t W = GPU_BUF_WEFT, C = GPU_BUF_CUDA;
+    int last = ctx->nranks - 1;
+    size_t count = MP_LARGE_COUNT;
+    mp_case(ctx, "all_gather mixed: rank 0's output cudaMalloc'd");
+    gather(g, NULL, W, ctx->rank == 0 ? C : W, count, WEFT_UINT32, 0, 0);
+    mp_case(ctx, "all_gather mixed: rank %d's input cudaMalloc'd", last);
+    gather(g, NULL, ctx->rank == last ? C : W, W, count, WEFT_UINT32, 0, 0);
+    mp_case(ctx, "all_gather mixed: rank 0's buffer cudaMalloc'd, in place");
+    gather(g, NULL, W, ctx->rank == 0 ? C : W, count, WEFT_FLOAT16, 1, 0);
+    mp_case(ctx, "all_gather mixed: every buffer weft memory (16-byte multiples per rank)");
+    gather(g, NULL, W, W, count + 1, WEFT_UINT32, 0, 1);
 }
 
 static void run_broadcast(gpu_ctx_t *g, const pool_t *pool, gpu_buf_kind_t kind, size_t count,
@@ -545,6 +576,8 @@ static void run_mode(gpu_ctx_t *g, weft_registration_t reg)
         int dt = (int)(reg * 3 + 2) % WEFT_NUM_DTYPES;
         run_all_to_allv(g, NULL, (gpu_buf_kind_t)((reg + 1) % GPU_NUM_BUF_KINDS), MP_A2AV_HUGE,
                         (weft_dtype_t)dt);
+        if (reg == WEFT_REGISTRATION_ROA)
+            run_all_gather_mixed(g);
     }
     /* A kernel failure would be reported by the next call: end the mode with one. */
     mp_case(ctx, "final barrier reg=%s", mp_reg_name(reg));

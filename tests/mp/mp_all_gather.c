@@ -6,11 +6,17 @@
  *
  * Block p of the result must hold rank p's input (random bytes per element, so a misplaced or
  * truncated element is caught whatever its dtype). Each case also checks the guard zones, that
- * an out-of-place input is left untouched, and the zero-copy/staged path in the stats.
+ * an out-of-place input is left untouched, the zero-copy/staged path in the stats and whether
+ * the remote-store form ran (remote_store_ops; only with WEFT_ALLGATHER_STORES=1, which CTest
+ * runs as mp_all_gather.stores). Last, mixed cases where one rank's buffer is unregistered and
+ * the others' are weft memory.
  */
 #include "harness.h"
 
+#include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 static const mp_large_case_t large_cases[] = {
     {WEFT_REGISTRATION_ROA, MP_BUF_INTERIOR, 0, WEFT_FLOAT32, WEFT_SUM},
@@ -18,19 +24,40 @@ static const mp_large_case_t large_cases[] = {
     {WEFT_REGISTRATION_STAGED, MP_BUF_UNREGISTERED, 0, WEFT_INT8, WEFT_SUM},
 };
 
-/* One case of the grid (mp_grid_fn); op is WEFT_SUM and unused: nothing is reduced. */
-static void run_case(mp_ctx_t *ctx, mp_buf_kind_t kind, size_t count, weft_dtype_t dt,
-                     weft_redop_t op, int inplace)
+/* Whether the remote-store form is enabled: WEFT_ALLGATHER_STORES=1 (on the host backend, "auto"
+ * means never). */
+static int stores_enabled(void)
+{
+    const char *v = getenv("WEFT_ALLGATHER_STORES");
+    return v && strcmp(v, "1") == 0;
+}
+
+/* When enabled, the remote-store form runs exactly when every rank's output is weft memory and
+ * no rank's input was staged (allgather_mesh.c). */
+static void check_stores(mp_ctx_t *ctx, const weft_stats_t *s0, const weft_stats_t *s1, int want,
+                         size_t bytes)
+{
+    if (ctx->nranks < 2 || bytes < MP_PATH_CHECK_BYTES)
+        return;
+    want = want && stores_enabled();
+    uint64_t d = s1->remote_store_ops - s0->remote_store_ops;
+    mp_check(ctx, d == (uint64_t)want, "stats: remote_store_ops +%" PRIu64 ", expected +%d", d,
+             want);
+}
+
+/* One all-gather with this rank's input (out of place) and output of the given kinds; checks
+ * the result, the guard zones, the untouched input, the path (zero-copy unless this rank's
+ * input is staged) and whether the remote-store form ran. */
+static void gather(mp_ctx_t *ctx, mp_buf_kind_t send_kind, mp_buf_kind_t recv_kind, size_t count,
+                   weft_dtype_t dt, int inplace, int want_stores)
 {
     size_t es = mp_dtype_bytes(dt), n = (size_t)ctx->nranks;
     size_t bytes = count * es;
-    mp_case(ctx, "all_gather %s sendcount=%zu %s %s", mp_buf_kind_name(kind), count,
-            mp_dtype_name(dt), inplace ? "in-place" : "out-of-place");
     mp_buf_t send = {0}, recv;
-    mp_buf_alloc(ctx, &recv, kind, n * bytes);
+    mp_buf_alloc(ctx, &recv, recv_kind, n * bytes);
     unsigned char *in = recv.ptr + (size_t)ctx->rank * bytes;
     if (!inplace) {
-        mp_buf_alloc(ctx, &send, kind, bytes);
+        mp_buf_alloc(ctx, &send, send_kind, bytes);
         in = send.ptr;
     }
     mp_raw_fill(ctx, dt, ctx->rank, 0, count, in);
@@ -46,10 +73,40 @@ static void run_case(mp_ctx_t *ctx, mp_buf_kind_t kind, size_t count, weft_dtype
         }
         if (!inplace)
             mp_raw_check(ctx, "sendbuf", send.ptr, dt, ctx->rank, 0, count);
-        mp_check_path(ctx, &s0, &s1, kind, bytes);
+        mp_check_path(ctx, &s0, &s1, inplace ? recv_kind : send_kind, bytes);
+        check_stores(ctx, &s0, &s1, want_stores, bytes);
     }
     mp_buf_free(ctx, &send, "sendbuf");
     mp_buf_free(ctx, &recv, "recvbuf");
+}
+
+/* One case of the grid (mp_grid_fn); op is WEFT_SUM and unused: nothing is reduced. */
+static void run_case(mp_ctx_t *ctx, mp_buf_kind_t kind, size_t count, weft_dtype_t dt,
+                     weft_redop_t op, int inplace)
+{
+    (void)op;
+    mp_case(ctx, "all_gather %s sendcount=%zu %s %s", mp_buf_kind_name(kind), count,
+            mp_dtype_name(dt), inplace ? "in-place" : "out-of-place");
+    gather(ctx, kind, kind, count, dt, inplace, mp_expect_zero_copy(ctx, kind));
+}
+
+/* Ranks whose buffers differ in kind (roa): one rank's unregistered output, or one rank's
+ * staged input, makes every rank take the load form, with exact results. */
+static void run_mixed(mp_ctx_t *ctx)
+{
+    const size_t count = 4099;
+    const mp_buf_kind_t R = MP_BUF_REGISTERED, U = MP_BUF_UNREGISTERED;
+    int last = ctx->nranks - 1;
+    mp_comm_open(ctx, WEFT_REGISTRATION_ROA);
+    mp_case(ctx, "all_gather mixed: rank 0's output unregistered");
+    gather(ctx, R, ctx->rank == 0 ? U : R, count, WEFT_UINT32, 0, 0);
+    mp_case(ctx, "all_gather mixed: rank %d's input unregistered", last);
+    gather(ctx, ctx->rank == last ? U : R, R, count, WEFT_UINT32, 0, 0);
+    mp_case(ctx, "all_gather mixed: rank 0's buffer unregistered, in place");
+    gather(ctx, R, ctx->rank == 0 ? U : R, count, WEFT_UINT32, 1, 0);
+    mp_case(ctx, "all_gather mixed: every buffer registered");
+    gather(ctx, R, R, count, WEFT_UINT32, 0, 1);
+    mp_comm_close(ctx);
 }
 
 int main(void)
@@ -57,5 +114,6 @@ int main(void)
     mp_ctx_t ctx;
     mp_init(&ctx, "mp_all_gather");
     mp_run_grid(&ctx, 0, run_case, large_cases, sizeof large_cases / sizeof large_cases[0]);
+    run_mixed(&ctx);
     return mp_finish(&ctx);
 }

@@ -1,7 +1,8 @@
 /*
  * test_reduce_cuda.cu - unit test of exec/reduce_cuda.cuh on a CUDA device: the 16-bit float
- * conversions, weft_dev_reduce for every dtype and reduction op, and weft_dev_copy, compared bit
- * for bit with the host (exec/reduce_host.h, the source bytes).
+ * conversions, weft_dev_reduce for every dtype and reduction op, weft_dev_copy and
+ * weft_dev_copy_fanout, compared bit for bit with the host (exec/reduce_host.h, the source
+ * bytes).
  *
  * Conversions: every 16-bit pattern widened, and narrowing, alone and two at a time, of every
  * rounding boundary between neighbouring 16-bit values (the midpoint and one float32 ulp either
@@ -17,7 +18,9 @@
  * must equal weft_reduce_host's bit for bit, except where one float operation met two NaNs: the
  * host's payload is not defined there (reduce_cuda.cuh), and the result must instead be the one
  * documented for the device (the accumulator's NaN), computed here step by step.
- * Copies: every size 0..4099 and 64 MiB, at offsets that select each access width.
+ * Copies: every size 0..4099 and 64 MiB, at offsets that select each access width; fan-outs to
+ * three destinations, every size 0..4099 and 8 MiB + 13, with destinations that share the
+ * source's alignment and ones that do not.
  * Outputs are poisoned with 0xA5 first, and guards on both sides must stay untouched.
  * Throughput lines are printed, not asserted.
  *
@@ -101,6 +104,31 @@ __global__ void copy_kernel(void *dst, const void *src, size_t bytes)
 {
     weft_dev_copy(dst, src, bytes, (size_t)blockIdx.x * blockDim.x + threadIdx.x,
                   (size_t)gridDim.x * blockDim.x);
+}
+
+#define FANOUT_DSTS 3
+
+/* Fan-out copies for every size 0..nsizes-1 at once (nsizes 0: one copy of bytes by the whole
+ * grid): size z from src to dst + k * region + offs.v[k] + z * slot for k < FANOUT_DSTS. */
+struct fanout_offs {
+    size_t v[FANOUT_DSTS];
+};
+__global__ void fanout_kernel(unsigned char *dst, size_t region, fanout_offs offs, size_t slot,
+                              const unsigned char *src, size_t bytes, unsigned blocks_per_case)
+{
+    uint8_t *dsts[FANOUT_DSTS];
+    for (int k = 0; k < FANOUT_DSTS; k++)
+        dsts[k] = dst + k * region + offs.v[k];
+    if (bytes > 0) {
+        weft_dev_copy_fanout(dsts, FANOUT_DSTS, 0, src, bytes,
+                             (size_t)blockIdx.x * blockDim.x + threadIdx.x,
+                             (size_t)gridDim.x * blockDim.x);
+        return;
+    }
+    size_t size = blockIdx.x / blocks_per_case;
+    size_t tid = (size_t)(blockIdx.x % blocks_per_case) * blockDim.x + threadIdx.x;
+    weft_dev_copy_fanout(dsts, FANOUT_DSTS, size * slot, src, size, tid,
+                         (size_t)blocks_per_case * blockDim.x);
 }
 
 __global__ void widen_kernel(uint32_t *out, const uint16_t *in, size_t n, int bf16)
@@ -607,6 +635,13 @@ static void test_reductions(void)
  * Copies
  * ------------------------------------------------------------------------------------------- */
 
+/* Fan-out cases: the source's byte offset, then each destination's, from 16-byte aligned bases:
+ * all congruent modulo 16 (one load per unit: with and without a head), and not (one copy per
+ * destination). */
+static const size_t fanout_offsets[][1 + FANOUT_DSTS] = {
+    {0, 0, 0, 0}, {5, 5, 5, 5}, {12, 12, 12, 12}, {3, 3, 3, 7}, {0, 8, 0, 0}, {4, 1, 2, 3}};
+#define NUM_FANOUT_OFFSETS (sizeof fanout_offsets / sizeof fanout_offsets[0])
+
 /* (dst, src) byte offsets from 16-byte aligned bases: units of 16 bytes (with and without a
  * head), 8, 4, 2 and 1. */
 static const size_t copy_offsets[][2] = {{0, 0}, {5, 5}, {8, 0}, {4, 12}, {6, 2}, {3, 1}, {1, 0}};
@@ -662,6 +697,62 @@ static void test_copy_sizes(void)
     CUDA_OK(cudaFree(d_dst));
     free(src);
     free(out);
+}
+
+/* weft_dev_copy_fanout at every offset case: every size 0..4099 (two blocks per size), then
+ * 8 MiB + 13 bytes by a grid of many blocks; each destination region checked with its guards. */
+static void test_copy_fanout(void)
+{
+    const size_t nsizes = 4100, slot = 4096 + 4 * COPY_GUARD, big = ((size_t)8 << 20) + 13;
+    const size_t region =
+        nsizes * slot > big + 2 * COPY_GUARD ? nsizes * slot : big + 2 * COPY_GUARD;
+    const size_t src_bytes = big + 16;
+    unsigned char *src = (unsigned char *)malloc(src_bytes);
+    unsigned char *out;
+    unsigned char *d_src, *d_dst;
+    if (src == NULL)
+        abort();
+    for (size_t i = 0; i < src_bytes; i++)
+        src[i] = (unsigned char)rng_next();
+    CUDA_OK(cudaMallocHost(&out, FANOUT_DSTS * region));
+    CUDA_OK(cudaMalloc(&d_src, src_bytes));
+    CUDA_OK(cudaMalloc(&d_dst, FANOUT_DSTS * region));
+    CUDA_OK(cudaMemcpy(d_src, src, src_bytes, cudaMemcpyHostToDevice));
+    for (size_t c = 0; c < NUM_FANOUT_OFFSETS; c++) {
+        size_t src_off = fanout_offsets[c][0];
+        fanout_offs offs;
+        for (int k = 0; k < FANOUT_DSTS; k++)
+            offs.v[k] = fanout_offsets[c][1 + k];
+        for (int large = 0; large < 2; large++) {
+            CUDA_OK(cudaMemset(d_dst, POISON, FANOUT_DSTS * region));
+            if (large) {
+                fanout_offs guarded = offs;
+                for (int k = 0; k < FANOUT_DSTS; k++)
+                    guarded.v[k] += COPY_GUARD;
+                fanout_kernel<<<128, 256>>>(d_dst, region, guarded, 0, d_src + src_off, big, 0);
+            } else {
+                fanout_kernel<<<(unsigned)nsizes * 2, 64>>>(d_dst, region, offs, slot,
+                                                            d_src + src_off, 0, 2);
+            }
+            CUDA_OK(cudaGetLastError());
+            CUDA_OK(cudaMemcpy(out, d_dst, FANOUT_DSTS * region, cudaMemcpyDeviceToHost));
+            for (int k = 0; k < FANOUT_DSTS; k++) {
+                const unsigned char *o = out + k * region;
+                size_t off = offs.v[k];
+                if (large) {
+                    check_copy(o, COPY_GUARD + off, big, COPY_GUARD - off, src + src_off, off,
+                               src_off);
+                    continue;
+                }
+                for (size_t z = 0; z < nsizes; z++)
+                    check_copy(o + z * slot, off, z, slot - off - z, src + src_off, off, src_off);
+            }
+        }
+    }
+    CUDA_OK(cudaFree(d_src));
+    CUDA_OK(cudaFree(d_dst));
+    CUDA_OK(cudaFreeHost(out));
+    free(src);
 }
 
 /* 64 MiB at every offset pair, by a grid of many blocks. */
@@ -824,6 +915,7 @@ int main(int argc, char **argv)
     test_reductions();
     test_copy_sizes();
     test_copy_large();
+    test_copy_fanout();
     test_throughput();
 
     if (failures > CHECK_MAX_REPORTS)
