@@ -277,15 +277,19 @@ typedef struct weft_stats {
      * registered staging scratch, because it was not weft_malloc memory or the registration mode
      * is staged. Buffers peers read: the input of all-gather, reduce-scatter, all-to-all(v) and
      * all-reduce, the root's input of broadcast, and also the output of a two-shot all-reduce
-     * (3+ ranks, from WEFT_ALLREDUCE_TWOSHOT_BYTES). With one rank nothing is read remotely. */
+     * (3+ ranks, from WEFT_ALLREDUCE_TWOSHOT_BYTES; in place from
+     * WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES) unless it took the store form (remote_store_ops).
+     * With one rank nothing is read remotely. */
     uint64_t zero_copy_ops, staged_ops;
     uint64_t peer_mappings; /* segments of peers currently mapped into this process */
     uint64_t staging_bytes; /* size of this rank's registered staging scratch */
     uint64_t inline_ops;    /* payload per pair <= WEFT_INLINE_BYTES: it travelled in the handshake
                                (barriers count here too) */
-    /* Of zero_copy_ops, those that wrote into peers' buffers instead of reading them: an
-     * all-gather whose every rank's output is registered and no rank's input staged (each
-     * rank reads its input once and stores it into every output). */
+    /* Operations that wrote their results into peers' outputs instead of each rank reading
+     * them (WEFT_REMOTE_STORES, by default on the CUDA backend), when every rank's output is
+     * weft memory: an all-gather whose inputs are not staged (each rank reads its input once
+     * and stores it into every output), a two-shot all-reduce (each rank stores its reduced
+     * chunk into every output, and peers read nothing of its output). */
     uint64_t remote_store_ops;
 } weft_stats_t;
 

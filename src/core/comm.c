@@ -180,9 +180,9 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **c
     comm->inline_bytes = env->inline_bytes < WEFT_INLINE_MAX ? env->inline_bytes : WEFT_INLINE_MAX;
     comm->allreduce_twoshot_bytes = env->allreduce_twoshot_bytes;
     comm->allreduce_inplace_twoshot_bytes = env->allreduce_inplace_twoshot_bytes;
-    comm->allgather_stores =
-        env->allgather_stores == WEFT_ALLGATHER_STORES_ALWAYS ||
-        (env->allgather_stores == WEFT_ALLGATHER_STORES_AUTO && cfg.backend == WEFT_BACKEND_CUDA);
+    comm->remote_stores =
+        env->remote_stores == WEFT_REMOTE_STORES_ALWAYS ||
+        (env->remote_stores == WEFT_REMOTE_STORES_AUTO && cfg.backend == WEFT_BACKEND_CUDA);
     comm->mem = &weft_mem_host_ops;
 #ifdef WEFT_HAVE_CUDA
     if (cfg.backend == WEFT_BACKEND_CUDA)

@@ -50,8 +50,8 @@ typedef enum {
 
 /* What a sender tells one receiver about an operation. Fields that all ranks must agree on
  * (coll, dtype, redop, root, count) are compared by the receiver; per-pair fields are compared
- * against the receiver's own view of the pair. 48 bytes: with the slot's flag in front, the
- * header and the first 40 bytes of an inline payload share one cache line. */
+ * against the receiver's own view of the pair. With the slot's flag in front, the header and
+ * the first 40 bytes of an inline payload share one cache line. */
 typedef struct weft_op_desc {
     uint8_t coll;          /* weft_coll_t */
     uint8_t dtype;         /* weft_dtype_t */
@@ -63,6 +63,7 @@ typedef struct weft_op_desc {
     /* Not sent with WEFT_DESC_INLINE: the payload takes their place. */
     uint64_t src;       /* address the receiver reads from (meaning per algorithm) */
     uint64_t aux;       /* second address (two-shot: the sender's reduced chunk) */
+    uint64_t dst;       /* the sender's output, which the receiver may write; 0: it may not */
     uint64_t pair_send; /* all_to_allv: elements the sender sends to the receiver */
     uint64_t pair_recv; /* all_to_allv: elements the sender expects from the receiver */
     /* MoE on the CUDA backend, where the counts are on the device. */
@@ -125,7 +126,7 @@ struct weft_comm {
     size_t inline_bytes; /* <= WEFT_INLINE_MAX */
     size_t allreduce_twoshot_bytes;
     size_t allreduce_inplace_twoshot_bytes;
-    int allgather_stores; /* all-gather may write into peers' outputs (WEFT_ALLGATHER_STORES) */
+    int remote_stores; /* collectives may write into peers' outputs (WEFT_REMOTE_STORES) */
 
     const weft_mem_ops_t *mem;
     weft_window_t window;

@@ -9,8 +9,8 @@
  * with ld.acquire.sys; a block's other threads are ordered after the polling thread's acquire
  * by __syncthreads. Block completion is counted with a device-scope atomic after a fence, so the
  * last block sees every block's writes before it signals "done" to the peers; that fence is
- * system-scope where the blocks stored into peers' memory (FANOUT), so that those stores have
- * landed before the peers see "done".
+ * system-scope where the blocks stored into peers' memory (stores_to_peers), so that those stores
+ * have landed before the peers see "done".
  */
 #include <cuda_runtime.h>
 #include <stddef.h>
@@ -180,7 +180,19 @@ static __device__ void run_units(const weft_cuda_params_t &p)
             srcs[r] = p.src[r] + off;
         weft_dev_reduce(p.dst[0] + off, srcs, p.nsrcs, unit.bytes / elem_size(p.dtype), p.dtype,
                         p.redop, p.avg_divisor, tid, nthreads);
+        if (p.ndsts > 1) { /* copy the unit's result (in L2) to the other destinations */
+            __syncthreads();
+            weft_dev_copy_fanout(p.dst + 1, p.ndsts - 1, off, p.dst[0] + off, unit.bytes, tid,
+                                 nthreads);
+        }
     }
+}
+
+/* Whether the launch's blocks store into peers' memory (a fan-out, a reduction with several
+ * destinations): the closing signal must then order their stores at system scope. */
+static __device__ __forceinline__ bool stores_to_peers(const weft_cuda_params_t &p)
+{
+    return p.kind == WEFT_WORK_FANOUT || (p.kind == WEFT_WORK_REDUCE && p.ndsts > 1);
 }
 
 /* ---- the push path (exec_cuda.h): LL words {4 payload bytes, seq} ------------------------ */
@@ -364,7 +376,7 @@ static __device__ __forceinline__ void collective(const weft_cuda_params_t &p)
         run_units(p);
 
     /* The last block to finish runs the closing signal. */
-    if (!arrive_last(&me->arrive, p.kind == WEFT_WORK_FANOUT))
+    if (!arrive_last(&me->arrive, stores_to_peers(p)))
         return;
     __threadfence_system();
     if (st == 0 && (p.sync & WEFT_SYNC_PHASE))

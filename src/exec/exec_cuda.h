@@ -40,8 +40,8 @@
  * completes before every peer has started it, and operations are stream-ordered).
  *
  * Every wait polls a deadline (%globaltimer) and the host's abort word; on either it stores a
- * status into the mapped status word (first one wins) and the kernel ends. So all ranks' kernels must be co-resident: blocks per launch are bounded
- * (WEFT_CUDA_MAX_BLOCKS).
+ * status into the mapped status word (first one wins) and the kernel ends. So all ranks' kernels
+ * must be co-resident: blocks per launch are bounded (WEFT_CUDA_MAX_BLOCKS).
  */
 #ifndef WEFT_EXEC_EXEC_CUDA_H
 #define WEFT_EXEC_EXEC_CUDA_H
@@ -82,7 +82,8 @@ typedef struct weft_cuda_params {
     int32_t kind;  /* weft_work_kind_t, or -1: no work */
     uint32_t sync; /* WEFT_SYNC_* */
     int32_t rank, nranks;
-    int32_t dtype, redop, avg_divisor, nsrcs, ndsts;
+    int32_t dtype, redop, avg_divisor, nsrcs;
+    int32_t ndsts; /* REDUCE, FANOUT: destinations (dst[0 .. ndsts - 1]); COPY: 0 */
     uint64_t timeout_ns;
     weft_cuda_ctl_t *ctl[WEFT_CUDA_MAX_RANKS]; /* every rank's control block */
     int32_t *status;                           /* mapped host word: first error, 0 while healthy */

@@ -6,8 +6,10 @@
  * piece of a reduction), in one tier, which the partitioner cuts into units for the workers:
  *   COPY   slice i copies slices[i].bytes from src[i] to dst[i];
  *   REDUCE slice i covers bytes [off[i], off[i] + slices[i].bytes) of one range: the result at
- *          dst[0] + off[i] is the reduction, in order r = 0 .. nsrcs - 1, of src[r] + off[i]
- *          (slices are cut on multiples of 64 bytes, so no element is split);
+ *          dst[d] + off[i], for every d < ndsts, is the reduction, in order r = 0 .. nsrcs - 1,
+ *          of src[r] + off[i] (slices are cut on multiples of 64 bytes, so no element is
+ *          split); it is computed into dst[0] and copied from there to the others (a two-shot
+ *          all-reduce that stores its reduced chunk into every peer's output);
  *   FANOUT slice i covers bytes [off[i], off[i] + slices[i].bytes) of one range, copied from
  *          src[0] + off[i] to dst[d] + off[i] for every d < ndsts: the source is read once
  *          (an all-gather that stores its input into every peer's output).
@@ -32,9 +34,9 @@ typedef struct weft_work {
     int nslices;
     weft_slice_t slices[WEFT_MAX_RANKS];
     const uint8_t *src[WEFT_MAX_RANKS];
-    uint8_t *dst[WEFT_MAX_RANKS]; /* COPY: per slice; REDUCE: dst[0]; FANOUT: per destination */
+    uint8_t *dst[WEFT_MAX_RANKS]; /* COPY: per slice; REDUCE, FANOUT: per destination */
     uint64_t off[WEFT_MAX_RANKS]; /* REDUCE, FANOUT: offset of each slice in the range */
-    int ndsts;                    /* FANOUT only */
+    int ndsts;                    /* REDUCE, FANOUT */
     /* REDUCE only */
     int nsrcs;
     weft_dtype_t dtype;
@@ -54,8 +56,8 @@ enum {
                                     step before copy-engine copies): keep the counter */
 };
 
-/* Set up a REDUCE over count elements: dst[0] = dst, src[r] = srcs[r] for r < nsrcs, the range
- * cut into nslices near-equal slices (multiples of the granule; distinct pseudo-peers so the
+/* Set up a REDUCE over count elements: dst[0] = dst (ndsts 1), src[r] = srcs[r] for r < nsrcs, the
+ * range cut into nslices near-equal slices (multiples of the granule; distinct pseudo-peers so the
  * fan-out cap does not serialise a reduction). */
 void weft_work_reduce(weft_work_t *work, void *dst, const void *const *srcs, int nsrcs,
                       size_t count, weft_dtype_t dtype, weft_redop_t op, int avg_divisor,

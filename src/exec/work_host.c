@@ -28,6 +28,7 @@ void weft_work_reduce(weft_work_t *work, void *dst, const void *const *srcs, int
 {
     work->kind = WEFT_WORK_REDUCE;
     work->dst[0] = dst;
+    work->ndsts = 1;
     work->nsrcs = nsrcs;
     work->dtype = dtype;
     work->op = op;
@@ -66,4 +67,6 @@ void weft_work_host_unit(const weft_work_t *work, uint32_t slice, uint64_t offse
     size_t esize = weft_dtype_size(work->dtype);
     weft_reduce_host(work->dst[0] + off, srcs, work->nsrcs, bytes / esize, work->dtype, work->op,
                      work->avg_divisor);
+    for (int d = 1; d < work->ndsts; d++)
+        memcpy(work->dst[d] + off, work->dst[0] + off, bytes);
 }

@@ -2,7 +2,7 @@
  * allgather_mesh.c - all-gather over the full mesh, in one step (no ring), the data split over
  * the workers. Two forms; every rank takes the same one, decided from every rank's descriptor:
  *
- * - stores, when every rank allows it (WEFT_ALLGATHER_STORES; by default on the CUDA backend),
+ * - stores, when every rank allows it (WEFT_REMOTE_STORES; by default on the CUDA backend),
  *   every rank's output is registered and no rank's input went through the staging scratch (a
  *   rank stages before it knows which form the others can take): each rank reads its input once
  *   and writes it into every rank's output (a FANOUT work item). A rank moves n + 1 blocks'
@@ -29,7 +29,7 @@ weft_status_t weft_allgather_mesh(struct weft_comm *comm, const void *sendbuf, v
     const void *src;
     st = weft_op_source(&op, sendbuf, bytes, 0, &src);
     int out_ready = 0;
-    if (st == WEFT_SUCCESS && comm->allgather_stores && !op.staged && bytes > 0)
+    if (st == WEFT_SUCCESS && comm->remote_stores && !op.staged && bytes > 0)
         st = weft_op_acquire(&op, recvbuf, (size_t)n * bytes, &out_ready);
     if (st != WEFT_SUCCESS)
         return weft_op_end(&op, st, 0);
@@ -37,20 +37,20 @@ weft_status_t weft_allgather_mesh(struct weft_comm *comm, const void *sendbuf, v
                            .dtype = dtype,
                            .count = count,
                            .src = (uint64_t)(uintptr_t)src,
-                           .aux = out_ready ? (uint64_t)(uintptr_t)recvbuf : 0};
+                           .dst = out_ready ? (uint64_t)(uintptr_t)recvbuf : 0};
     st = weft_op_exchange(&op, &desc, NULL, NULL, NULL, NULL, 0, NULL);
     if (st != WEFT_SUCCESS)
         return weft_op_end(&op, st, 0);
 
     int stores = n > 1 && out_ready;
     for (int r = 0; r < n && stores; r++)
-        stores = r == me || weft_op_peer(&op, r)->aux != 0;
+        stores = r == me || weft_op_peer(&op, r)->dst != 0;
     weft_work_t work;
     if (stores) {
         void *dsts[WEFT_MAX_RANKS];
         int ndsts = 0;
         for (int r = 0; r < n; r++) {
-            uint8_t *out = r == me ? recvbuf : (uint8_t *)(uintptr_t)weft_op_peer(&op, r)->aux;
+            uint8_t *out = r == me ? recvbuf : (uint8_t *)(uintptr_t)weft_op_peer(&op, r)->dst;
             if (out + (size_t)me * bytes != (const uint8_t *)sendbuf)
                 dsts[ndsts++] = out + (size_t)me * bytes;
         }

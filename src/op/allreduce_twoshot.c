@@ -6,9 +6,16 @@
  * Phase 2: after a phase signal, rank r copies chunk p from rank p's reduced chunk, for every p.
  * Cost per rank: 2 (n - 1) S / n bytes read remotely instead of (n - 1) S for one-shot.
  *
+ * Store form, when every rank allows it (WEFT_REMOTE_STORES; by default on the CUDA backend)
+ * and every rank's output is registered: phase 1 also writes each unit of the reduced chunk r
+ * into chunk r of every peer's output, straight after reducing it (a REDUCE work item with n
+ * destinations), and there is no phase 2 and no phase signal: the closing signal then means
+ * that every chunk has landed. Every rank takes the same form, from every rank's descriptor.
+ *
  * In place is safe without staging: in phase 1 rank r writes only its chunk r, which no peer
- * reads; in phase 2 it overwrites the other chunks only after every peer finished phase 1.
- * Chunk boundaries are multiples of 64 bytes, the same on every rank.
+ * reads (in the store form, chunk r of every output, which only rank r reads, each element
+ * after reading it); in phase 2 it overwrites the other chunks only after every peer finished
+ * phase 1. Chunk boundaries are multiples of 64 bytes, the same on every rank.
  */
 #include "op/op.h"
 
@@ -64,12 +71,18 @@ weft_status_t weft_allreduce_twoshot(struct weft_comm *comm, const void *sendbuf
                            .redop = redop,
                            .count = count,
                            .src = (uint64_t)(uintptr_t)src,
-                           .aux = (uint64_t)(uintptr_t)mychunk};
+                           .aux = (uint64_t)(uintptr_t)mychunk,
+                           .dst =
+                               comm->remote_stores && out_ready ? (uint64_t)(uintptr_t)recvbuf : 0};
     st = weft_op_exchange(&op, &desc, NULL, NULL, NULL, NULL, 0, NULL);
     if (st != WEFT_SUCCESS)
         return weft_op_end(&op, st, 0);
+    int stores = desc.dst != 0;
+    for (int r = 0; r < n && stores; r++)
+        stores = r == me || weft_op_peer(&op, r)->dst != 0;
 
-    /* Phase 1: reduce our chunk, then the phase signal. */
+    /* Phase 1: reduce our chunk, then the phase signal (in the store form: into every output,
+     * then the closing signal). */
     const void *srcs[WEFT_MAX_RANKS];
     for (int r = 0; r < n; r++) {
         const uint8_t *base = r == me ? src : (const uint8_t *)(uintptr_t)weft_op_peer(&op, r)->src;
@@ -77,6 +90,13 @@ weft_status_t weft_allreduce_twoshot(struct weft_comm *comm, const void *sendbuf
     }
     weft_work_t work;
     weft_work_reduce(&work, mychunk, srcs, n, (hi - lo) / esize, dtype, redop, n, n);
+    if (stores) {
+        for (int r = 0; r < n; r++)
+            if (r != me)
+                work.dst[work.ndsts++] = (uint8_t *)(uintptr_t)weft_op_peer(&op, r)->dst + lo;
+        op.remote_stores = 1;
+        return weft_op_end(&op, weft_op_execute(&op, &work, WEFT_SYNC_DONE, st), 0);
+    }
     st = weft_op_execute(&op, &work, WEFT_SYNC_PHASE, st);
     if (st != WEFT_SUCCESS)
         return weft_op_end(&op, st, 0);

@@ -33,7 +33,7 @@ typedef struct cfg_row {
 static const char *const backend_names[] = {"auto", "host", "cuda", NULL};
 static const char *const registration_names[] = {"roa", "jit", "staged", NULL};
 static const char *const log_names[] = {"none", "error", "warn", "info", "debug", NULL};
-/* weft_copy_engine_t and weft_allgather_stores_t: never, always, auto */
+/* weft_copy_engine_t and weft_remote_stores_t: never, always, auto */
 static const char *const switch_names[] = {"0", "1", "auto", NULL};
 
 #define OFF(field) offsetof(weft_env_t, field)
@@ -74,10 +74,11 @@ static const cfg_row_t rows[] = {
     {"WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES", NULL, "1M", "bytes", CFG_BYTES,
      OFF(allreduce_inplace_twoshot_bytes), NULL,
      "in-place all-reduce uses the two-shot form (no input copy) from this size up"},
-    {"WEFT_ALLGATHER_STORES", NULL, "auto", "", CFG_ENUM, OFF(allgather_stores), switch_names,
-     "all-gather writes each rank's input into every rank's output (read once) instead of "
-     "reading every peer's input, when every rank's output is weft memory and no input is "
-     "staged: 0 never, 1 always, auto on the CUDA backend (on the host, reading measured faster)"},
+    {"WEFT_REMOTE_STORES", NULL, "auto", "", CFG_ENUM, OFF(remote_stores), switch_names,
+     "all-gather and two-shot all-reduce write their results into every rank's output instead "
+     "of each rank reading them from its peers, when every rank's output is weft memory (for "
+     "all-gather: and no input is staged): 0 never, 1 always, auto on the CUDA backend (on the "
+     "host, reading measured faster)"},
     {"WEFT_WAIT_SPIN_NS", NULL, "20000", "ns", CFG_BYTES, OFF(wait_spin_ns), NULL,
      "a wait polls this long before it yields the CPU (0 when threads outnumber cores)"},
     {"WEFT_WAIT_YIELD_NS", NULL, "200000", "ns", CFG_BYTES, OFF(wait_yield_ns), NULL,

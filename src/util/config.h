@@ -23,12 +23,13 @@ typedef enum {
     WEFT_COPY_ENGINE_AUTO /* across GPUs, copies of at least WEFT_CUDA_COPY_ENGINE_BYTES */
 } weft_copy_engine_t;
 
-/* WEFT_ALLGATHER_STORES: when all-gather writes into the peers' outputs (op/allgather_mesh.c). */
+/* WEFT_REMOTE_STORES: when collectives write into the peers' outputs (all-gather, two-shot
+ * all-reduce). */
 typedef enum {
-    WEFT_ALLGATHER_STORES_NEVER,
-    WEFT_ALLGATHER_STORES_ALWAYS,
-    WEFT_ALLGATHER_STORES_AUTO /* on the CUDA backend */
-} weft_allgather_stores_t;
+    WEFT_REMOTE_STORES_NEVER,
+    WEFT_REMOTE_STORES_ALWAYS,
+    WEFT_REMOTE_STORES_AUTO /* on the CUDA backend */
+} weft_remote_stores_t;
 
 /* Parsed values. Field names carry their unit. */
 typedef struct weft_env {
@@ -55,7 +56,7 @@ typedef struct weft_env {
     uint64_t allreduce_inplace_twoshot_bytes; /* WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES */
     uint64_t wait_spin_ns;                    /* WEFT_WAIT_SPIN_NS: busy-poll before yielding */
     uint64_t wait_yield_ns;                   /* WEFT_WAIT_YIELD_NS: sched_yield before sleeping */
-    int allgather_stores;                     /* WEFT_ALLGATHER_STORES: a weft_allgather_stores_t */
+    int remote_stores;                        /* WEFT_REMOTE_STORES: a weft_remote_stores_t */
 
     /* cost model and partitioner (tier "self" = local copy, "peer" = another rank) */
     double tier_self_lat_us, tier_self_bw_gbps;

@@ -125,8 +125,12 @@ static void run_all_reduce(gpu_ctx_t *g, const pool_t *pool, gpu_buf_kind_t kind
         mp_red_check_result(ctx, "recvbuf", recv.host, dt, op, 0, count);
         if (!inplace)
             mp_red_check_input(ctx, "sendbuf", send.host, dt, op, ctx->rank, 0, count);
-        if (count > 0)
+        if (count > 0) {
             gpu_check_path(g, &s0, &s1, kind, bytes, 1);
+            gpu_check_stores(g, &s0, &s1, bytes,
+                             gpu_expect_zero_copy(g, kind) &&
+                                 mp_expect_twoshot(ctx, bytes, inplace));
+        }
     }
     put_all(g, &send, &recv);
 }

@@ -970,6 +970,37 @@ void mp_check_path_expect(mp_ctx_t *ctx, const weft_stats_t *before, const weft_
                  mp_buf_kind_name(kind), mp_reg_name(ctx->reg), dz, ds);
 }
 
+static size_t env_bytes(const char *name, size_t dflt)
+{
+    const char *v = getenv(name);
+    return v && *v ? (size_t)strtoull(v, NULL, 10) : dflt;
+}
+
+int mp_expect_twoshot(const mp_ctx_t *ctx, size_t bytes, int inplace)
+{
+    size_t from = inplace           ? env_bytes("WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES", 1 << 20)
+                  : ctx->nranks > 2 ? env_bytes("WEFT_ALLREDUCE_TWOSHOT_BYTES", 2 << 20)
+                                    : SIZE_MAX;
+    return ctx->nranks > 1 && bytes >= from;
+}
+
+int mp_remote_stores_enabled(void)
+{
+    const char *v = getenv("WEFT_REMOTE_STORES");
+    return v != NULL && strcmp(v, "1") == 0;
+}
+
+void mp_check_remote_stores(mp_ctx_t *ctx, const weft_stats_t *before, const weft_stats_t *after,
+                            int want, size_t bytes)
+{
+    if (ctx->nranks < 2 || bytes < MP_PATH_CHECK_BYTES)
+        return;
+    want = want && mp_remote_stores_enabled();
+    uint64_t d = after->remote_store_ops - before->remote_store_ops;
+    mp_check(ctx, d == (uint64_t)want, "stats: remote_store_ops +%" PRIu64 ", expected +%d", d,
+             want);
+}
+
 /* ---------------------------------------------------------------------------------------------
  * Registration counters
  * ------------------------------------------------------------------------------------------- */

@@ -250,6 +250,20 @@ void mp_check_path(mp_ctx_t *ctx, const weft_stats_t *before, const weft_stats_t
 void mp_check_path_expect(mp_ctx_t *ctx, const weft_stats_t *before, const weft_stats_t *after,
                           int zero_copy, mp_buf_kind_t kind, size_t bytes);
 
+/* Whether an all-reduce of bytes takes the two-shot form (op/select.c) under the thresholds in the
+ * environment (WEFT_ALLREDUCE_TWOSHOT_BYTES, WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES as plain byte
+ * counts, as CTest sets them), else their defaults (docs/config.md). */
+int mp_expect_twoshot(const mp_ctx_t *ctx, size_t bytes, int inplace);
+
+/* Whether collectives may take their store form: WEFT_REMOTE_STORES=1 (on the host backend the
+ * default, auto, means never). */
+int mp_remote_stores_enabled(void);
+
+/* Check that one collective counted in remote_store_ops exactly when want (and stores are
+ * enabled); only when nranks > 1 and bytes >= MP_PATH_CHECK_BYTES, as mp_check_path. */
+void mp_check_remote_stores(mp_ctx_t *ctx, const weft_stats_t *before, const weft_stats_t *after,
+                            int want, size_t bytes);
+
 /* ---------------------------------------------------------------------------------------------
  * Registration counters (the tests of registration on the host and CUDA backends)
  * ------------------------------------------------------------------------------------------- */

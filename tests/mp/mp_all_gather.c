@@ -7,43 +7,19 @@
  * Block p of the result must hold rank p's input (random bytes per element, so a misplaced or
  * truncated element is caught whatever its dtype). Each case also checks the guard zones, that
  * an out-of-place input is left untouched, the zero-copy/staged path in the stats and whether
- * the remote-store form ran (remote_store_ops; only with WEFT_ALLGATHER_STORES=1, which CTest
+ * the remote-store form ran (remote_store_ops; only with WEFT_REMOTE_STORES=1, which CTest
  * runs as mp_all_gather.stores). Last, mixed cases where one rank's buffer is unregistered and
  * the others' are weft memory.
  */
 #include "harness.h"
 
-#include <inttypes.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 static const mp_large_case_t large_cases[] = {
     {WEFT_REGISTRATION_ROA, MP_BUF_INTERIOR, 0, WEFT_FLOAT32, WEFT_SUM},
     {WEFT_REGISTRATION_JIT, MP_BUF_REGISTERED, 1, WEFT_BFLOAT16, WEFT_SUM},
     {WEFT_REGISTRATION_STAGED, MP_BUF_UNREGISTERED, 0, WEFT_INT8, WEFT_SUM},
 };
-
-/* Whether the remote-store form is enabled: WEFT_ALLGATHER_STORES=1 (on the host backend, "auto"
- * means never). */
-static int stores_enabled(void)
-{
-    const char *v = getenv("WEFT_ALLGATHER_STORES");
-    return v && strcmp(v, "1") == 0;
-}
-
-/* When enabled, the remote-store form runs exactly when every rank's output is weft memory and
- * no rank's input was staged (allgather_mesh.c). */
-static void check_stores(mp_ctx_t *ctx, const weft_stats_t *s0, const weft_stats_t *s1, int want,
-                         size_t bytes)
-{
-    if (ctx->nranks < 2 || bytes < MP_PATH_CHECK_BYTES)
-        return;
-    want = want && stores_enabled();
-    uint64_t d = s1->remote_store_ops - s0->remote_store_ops;
-    mp_check(ctx, d == (uint64_t)want, "stats: remote_store_ops +%" PRIu64 ", expected +%d", d,
-             want);
-}
 
 /* One all-gather with this rank's input (out of place) and output of the given kinds; checks
  * the result, the guard zones, the untouched input, the path (zero-copy unless this rank's
@@ -74,7 +50,7 @@ static void gather(mp_ctx_t *ctx, mp_buf_kind_t send_kind, mp_buf_kind_t recv_ki
         if (!inplace)
             mp_raw_check(ctx, "sendbuf", send.ptr, dt, ctx->rank, 0, count);
         mp_check_path(ctx, &s0, &s1, inplace ? recv_kind : send_kind, bytes);
-        check_stores(ctx, &s0, &s1, want_stores, bytes);
+        mp_check_remote_stores(ctx, &s0, &s1, want_stores, bytes);
     }
     mp_buf_free(ctx, &send, "sendbuf");
     mp_buf_free(ctx, &recv, "recvbuf");
