@@ -274,10 +274,12 @@ static void fill_common(struct weft_comm *comm, weft_cuda_params_t *p, unsigned 
 static void fill_work(weft_cuda_params_t *p, const weft_work_t *work)
 {
     p->kind = (int32_t)work->kind;
-    p->dtype = work->dtype;
-    p->redop = work->op;
-    p->avg_divisor = work->avg_divisor;
-    p->nsrcs = work->nsrcs;
+    if (work->kind == WEFT_WORK_REDUCE) { /* the kernel reads these for reductions only */
+        p->dtype = work->dtype;
+        p->redop = work->op;
+        p->avg_divisor = work->avg_divisor;
+        p->nsrcs = work->nsrcs;
+    }
     int per_slice = work->kind == WEFT_WORK_COPY;
     p->ndsts = per_slice ? 0 : work->ndsts;
     int nsrc = per_slice ? work->nslices : work->kind == WEFT_WORK_REDUCE ? work->nsrcs : 1;
