@@ -42,11 +42,8 @@ weft_status_t weft_allgather_mesh(struct weft_comm *comm, const void *sendbuf, v
     if (st != WEFT_SUCCESS)
         return weft_op_end(&op, st, 0);
 
-    int stores = n > 1 && out_ready;
-    for (int r = 0; r < n && stores; r++)
-        stores = r == me || weft_op_peer(&op, r)->dst != 0;
     weft_work_t work;
-    if (stores) {
+    if (weft_op_store_form(&op, &desc)) {
         void *dsts[WEFT_MAX_RANKS];
         int ndsts = 0;
         for (int r = 0; r < n; r++) {
@@ -55,7 +52,6 @@ weft_status_t weft_allgather_mesh(struct weft_comm *comm, const void *sendbuf, v
                 dsts[ndsts++] = out + (size_t)me * bytes;
         }
         weft_work_fanout(&work, dsts, ndsts, sendbuf, bytes, n);
-        op.remote_stores = 1;
     } else {
         work = (weft_work_t){.kind = WEFT_WORK_COPY, .nslices = n};
         for (int r = 0; r < n; r++) {

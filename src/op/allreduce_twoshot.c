@@ -77,9 +77,6 @@ weft_status_t weft_allreduce_twoshot(struct weft_comm *comm, const void *sendbuf
     st = weft_op_exchange(&op, &desc, NULL, NULL, NULL, NULL, 0, NULL);
     if (st != WEFT_SUCCESS)
         return weft_op_end(&op, st, 0);
-    int stores = desc.dst != 0;
-    for (int r = 0; r < n && stores; r++)
-        stores = r == me || weft_op_peer(&op, r)->dst != 0;
 
     /* Phase 1: reduce our chunk, then the phase signal (in the store form: into every output,
      * then the closing signal). */
@@ -90,11 +87,10 @@ weft_status_t weft_allreduce_twoshot(struct weft_comm *comm, const void *sendbuf
     }
     weft_work_t work;
     weft_work_reduce(&work, mychunk, srcs, n, (hi - lo) / esize, dtype, redop, n, n);
-    if (stores) {
+    if (weft_op_store_form(&op, &desc)) {
         for (int r = 0; r < n; r++)
             if (r != me)
                 work.dst[work.ndsts++] = (uint8_t *)(uintptr_t)weft_op_peer(&op, r)->dst + lo;
-        op.remote_stores = 1;
         return weft_op_end(&op, weft_op_execute(&op, &work, WEFT_SYNC_DONE, st), 0);
     }
     st = weft_op_execute(&op, &work, WEFT_SYNC_PHASE, st);

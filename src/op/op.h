@@ -82,6 +82,12 @@ weft_status_t weft_op_exchange(weft_op_t *op, const weft_op_desc_t *desc,
                                const uint64_t *pair_recv, const void *data, size_t data_stride,
                                int *pair_only_out);
 
+/* After weft_op_exchange: whether the operation takes its store form (writing into the peers'
+ * outputs), which needs 2+ ranks and every rank's output posted as writable (desc.dst non-zero,
+ * mine being this rank's posted descriptor). Every rank reaches the same answer; when it is yes,
+ * the operation counts in remote_store_ops. */
+int weft_op_store_form(weft_op_t *op, const weft_op_desc_t *mine);
+
 /* The descriptor peer posted for this operation (valid after weft_op_exchange). */
 static inline const weft_op_desc_t *weft_op_peer(const weft_op_t *op, int peer)
 {

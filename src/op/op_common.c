@@ -145,6 +145,16 @@ weft_status_t weft_op_exchange(weft_op_t *op, const weft_op_desc_t *desc,
     return st;
 }
 
+int weft_op_store_form(weft_op_t *op, const weft_op_desc_t *mine)
+{
+    const struct weft_comm *comm = op->comm;
+    int stores = comm->nranks > 1 && mine->dst != 0;
+    for (int r = 0; r < comm->nranks && stores; r++)
+        stores = r == comm->rank || weft_op_peer(op, r)->dst != 0;
+    op->remote_stores = stores;
+    return stores;
+}
+
 weft_status_t weft_op_local_copy(weft_op_t *op, void *dst, const void *src, size_t bytes)
 {
     if (op->comm->backend == WEFT_BACKEND_CUDA)
