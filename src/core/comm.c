@@ -229,7 +229,7 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **c
     size_t slice = env->window_slice_bytes            ? env->window_slice_bytes
                    : cfg.backend == WEFT_BACKEND_CUDA ? CUDA_SLICE_DEFAULT
                                                       : HOST_SLICE_DEFAULT;
-    st = weft_window_reserve(store, comm->mem, cfg.rank, cfg.nranks, slice, &comm->window);
+    st = weft_window_reserve(store, comm->mem, cfg.nranks, slice, &comm->window);
     if (st != WEFT_SUCCESS)
         goto err_unmap_blocks;
     /* The CUDA provider registers chunks (an export costs ~0.7 ms and is serialised in the

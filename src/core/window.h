@@ -11,6 +11,7 @@
 
 #include "core/bootstrap.h"
 #include "mem/mem.h"
+#include "util/vmmap.h"
 
 typedef struct weft_window {
     const weft_mem_ops_t *mem;
@@ -19,13 +20,21 @@ typedef struct weft_window {
     int nranks;
 } weft_window_t;
 
-/* Agree on a base free in every rank and reserve it (collective over the store): rank 0 picks
- * a free range, every rank tries to reserve exactly there (MAP_FIXED_NOREPLACE semantics), the
- * ranks all-gather the outcome and retry at another rank's proposal on disagreement, up to a
- * bounded number of attempts. Never falls back to per-peer address translation.
+/* Agree on a base free in every rank and reserve it (collective over the store): the ranks
+ * all-gather what is unmapped in each address space (util/vmmap.h) and a free range the provider
+ * picked for each, probe the same candidate list - the highest base free in every rank first -
+ * with exact reservations (MAP_FIXED_NOREPLACE semantics), and reserve the first that worked
+ * everywhere; a rank that loses the range to a concurrent mapping makes all of them start over,
+ * up to a bounded number of attempts. Never falls back to per-peer address translation.
  * Statuses: WEFT_ERR_NO_MEMORY (no common range found), store errors. */
-weft_status_t weft_window_reserve(weft_store_t *store, const weft_mem_ops_t *mem, int rank,
-                                  int nranks, size_t slice_bytes, weft_window_t *win_out);
+weft_status_t weft_window_reserve(weft_store_t *store, const weft_mem_ops_t *mem, int nranks,
+                                  size_t slice_bytes, weft_window_t *win_out);
+
+/* The highest base, a multiple of align (a power of two), of total bytes inside one range of
+ * each of the nranks lists (lists[r] has counts[r] ranges); 0 if there is none. Pure: every rank
+ * computes it from the same all-gathered lists. Exposed for the unit test. */
+uint64_t weft_window_common_base(const weft_vrange_t *const *lists, const int *counts, int nranks,
+                                 uint64_t total, uint64_t align);
 
 /* Give the reservation back (after every mapping inside it was unmapped). */
 void weft_window_release(weft_window_t *win);
