@@ -1,0 +1,109 @@
+/*
+ * mp_window.c - the shadow window's agreement when the ranks' address spaces are fragmented,
+ * each differently.
+ *
+ * Before each communicator every rank reserves a zone of ZONE_WINDOWS windows where the kernel
+ * puts large mappings (top-down, below its mmap base, which differs per process), then turns it
+ * into blockers: one BLOCKER_BYTES PROT_NONE mapping at a random offset in every half-window
+ * chunk, the rest unmapped. No gap of the zone holds a window, so each rank's own free pick lies
+ * below its zone, often inside a peer's; the ranks must still agree on a common range. Then a
+ * weft_malloc'd all-gather of rank-tagged values must be exact, and the buffer must lie outside
+ * this rank's blockers. The window size comes from WEFT_WINDOW_SLICE_BYTES (set by CTest).
+ */
+#include "harness.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+
+#include "util/parse_bytes.h"
+
+#define ZONE_WINDOWS 8
+#define BLOCKER_BYTES ((size_t)2 << 20)
+#define ROUNDS 3
+
+typedef struct blockers {
+    uintptr_t at[2 * ZONE_WINDOWS];
+    int n;
+} blockers_t;
+
+static size_t window_bytes(mp_ctx_t *ctx)
+{
+    const char *s = getenv("WEFT_WINDOW_SLICE_BYTES");
+    uint64_t slice = 0;
+    if (s && weft_parse_bytes(s, &slice) != 0)
+        mp_fatal(ctx, "WEFT_WINDOW_SLICE_BYTES=%s is not a size", s);
+    if (slice == 0)
+        slice = (uint64_t)64 << 30; /* the host backend's default */
+    return (size_t)slice * (size_t)ctx->nranks;
+}
+
+static void fragment(mp_ctx_t *ctx, int round, size_t window, blockers_t *b)
+{
+    size_t chunk = window / 2, zone = chunk * 2 * ZONE_WINDOWS;
+    int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+    void *z = mmap(NULL, zone, PROT_NONE, flags, -1, 0);
+    if (z == MAP_FAILED)
+        mp_fatal(ctx, "mmap of a %zu-byte zone failed", zone);
+    munmap(z, zone);
+    b->n = 0;
+    for (int i = 0; i < 2 * ZONE_WINDOWS; i++) {
+        uint64_t h = mp_hash(ctx->seed, (uint64_t)round, (uint64_t)ctx->rank, (uint64_t)i);
+        uintptr_t at = (uintptr_t)z + (size_t)i * chunk +
+                       (uintptr_t)(h % ((chunk - BLOCKER_BYTES) / BLOCKER_BYTES)) * BLOCKER_BYTES;
+        void *p = mmap((void *)at, BLOCKER_BYTES, PROT_NONE, flags | MAP_FIXED_NOREPLACE, -1, 0);
+        if (p == MAP_FAILED)
+            continue;          /* another thread took that spot meanwhile: one blocker fewer */
+        if (p != (void *)at) { /* kernels before 4.17 ignore MAP_FIXED_NOREPLACE */
+            munmap(p, BLOCKER_BYTES);
+            continue;
+        }
+        b->at[b->n++] = at;
+    }
+}
+
+static void unblock(const blockers_t *b)
+{
+    for (int i = 0; i < b->n; i++)
+        munmap((void *)b->at[i], BLOCKER_BYTES);
+}
+
+static void check_round(mp_ctx_t *ctx, const blockers_t *b)
+{
+    int n = ctx->nranks;
+    size_t bytes = (size_t)n * sizeof(uint64_t);
+    uint64_t *buf = NULL;
+    if (!mp_ok(ctx, weft_malloc(ctx->comm, (void **)&buf, bytes), "weft_malloc"))
+        return;
+    for (int i = 0; i < b->n; i++)
+        mp_check(ctx,
+                 (uintptr_t)buf + bytes <= b->at[i] || (uintptr_t)buf >= b->at[i] + BLOCKER_BYTES,
+                 "weft_malloc returned %p inside a blocker at 0x%" PRIxPTR, (void *)buf, b->at[i]);
+    for (int p = 0; p < n; p++)
+        buf[p] = 0xdeadbeefdeadbeefull;
+    uint64_t mine = mp_hash(ctx->seed, ctx->case_id, (uint64_t)ctx->rank, 0);
+    buf[ctx->rank] = mine;
+    if (mp_ok(ctx, weft_all_gather(ctx->comm, buf + ctx->rank, buf, 1, WEFT_UINT64, NULL),
+              "weft_all_gather"))
+        for (int p = 0; p < n; p++)
+            mp_check(ctx, buf[p] == mp_hash(ctx->seed, ctx->case_id, (uint64_t)p, 0),
+                     "element %d is 0x%" PRIx64, p, buf[p]);
+    mp_ok(ctx, weft_free(ctx->comm, buf), "weft_free");
+}
+
+int main(void)
+{
+    mp_ctx_t ctx;
+    mp_init(&ctx, "mp_window");
+    size_t window = window_bytes(&ctx);
+    for (int round = 0; round < ROUNDS; round++) {
+        blockers_t b;
+        fragment(&ctx, round, window, &b);
+        mp_case(&ctx, "round %d: %d blockers per %zu-byte window", round, b.n, window);
+        mp_comm_open(&ctx, WEFT_REGISTRATION_ROA);
+        check_round(&ctx, &b);
+        mp_comm_close(&ctx);
+        unblock(&b);
+    }
+    return mp_finish(&ctx);
+}
