@@ -61,7 +61,9 @@ static const cfg_row_t rows[] = {
     {"WEFT_LOG_LEVEL", NULL, "warn", "", CFG_ENUM, OFF(log_level), log_names,
      "none|error|warn|info|debug"},
     {"WEFT_WINDOW_SLICE_BYTES", NULL, "0", "bytes", CFG_BYTES, OFF(window_slice_bytes), NULL,
-     "size of each rank's slice of the shadow window (0: 64G host, 256G cuda)"},
+     "size of each rank's slice of the shadow window (0: 64G host, 256G cuda); every rank "
+     "reserves (never commits) all ranks' slices at one address, so lower it where address "
+     "space is scarce (sanitizers: make test-tsan uses 8G)"},
     {"WEFT_STAGING_BYTES", NULL, "4M", "bytes", CFG_BYTES, OFF(staging_bytes), NULL,
      "initial size of the registered staging scratch (grows on demand)"},
     {"WEFT_HOST_WORKERS", NULL, "1", "threads", CFG_INT, OFF(host_workers), NULL,
