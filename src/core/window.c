@@ -134,6 +134,20 @@ static uint32_t probe(const weft_mem_ops_t *mem, const uint64_t *cand, int n, si
     return mask;
 }
 
+/* The bitwise AND of every rank's mine under tag/attempt (an all-gather over the store; flags
+ * holds nranks values). */
+static weft_status_t and_over_ranks(weft_store_t *store, const char *tag, int attempt,
+                                    uint32_t mine, int nranks, uint32_t *flags, uint32_t *out)
+{
+    char key[64];
+    snprintf(key, sizeof key, "window/%s/%d", tag, attempt);
+    weft_status_t st = weft_store_allgather(store, key, &mine, sizeof mine, flags);
+    *out = UINT32_MAX;
+    for (int r = 0; r < nranks; r++)
+        *out &= flags[r];
+    return st;
+}
+
 weft_status_t weft_window_reserve(weft_store_t *store, const weft_mem_ops_t *mem, int nranks,
                                   size_t slice_bytes, weft_window_t *win_out)
 {
@@ -144,34 +158,34 @@ weft_status_t weft_window_reserve(weft_store_t *store, const weft_mem_ops_t *mem
         return weft_error(WEFT_ERR_INVALID_ARGUMENT, "weft_comm_init: window slice of %zu bytes",
                           slice_bytes);
     size_t total = slice_bytes * (size_t)nranks;
-    size_t per_rank = sizeof(offer_t) > sizeof(uint64_t) ? sizeof(offer_t) : sizeof(uint64_t);
-    void *all = calloc((size_t)nranks, per_rank);
-    if (!all)
-        return weft_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: calloc");
-
+    offer_t *offers = calloc((size_t)nranks, sizeof *offers);
+    uint32_t *flags = calloc((size_t)nranks, sizeof *flags);
     weft_status_t st = WEFT_SUCCESS;
+    if (!offers || !flags) {
+        st = weft_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: calloc");
+        goto out;
+    }
+
     for (int attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
         char key[64];
         offer_t mine;
         make_offer(mem, total, align, &mine);
         snprintf(key, sizeof key, "window/offer/%d", attempt);
-        st = weft_store_allgather(store, key, &mine, sizeof mine, all);
+        st = weft_store_allgather(store, key, &mine, sizeof mine, offers);
         if (st != WEFT_SUCCESS)
             goto out;
         uint64_t cand[MAX_CANDIDATES];
-        int ncand = list_candidates(all, nranks, total, align, cand);
+        int ncand = list_candidates(offers, nranks, total, align, cand);
         if (ncand < 0) {
             st = weft_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: malloc");
             goto out;
         }
 
-        uint32_t mask = probe(mem, cand, ncand, total), everywhere = UINT32_MAX;
-        snprintf(key, sizeof key, "window/probe/%d", attempt);
-        st = weft_store_allgather(store, key, &mask, sizeof mask, all);
+        uint32_t everywhere;
+        st = and_over_ranks(store, "probe", attempt, probe(mem, cand, ncand, total), nranks, flags,
+                            &everywhere);
         if (st != WEFT_SUCCESS)
             goto out;
-        for (int r = 0; r < nranks; r++)
-            everywhere &= ((const uint32_t *)all)[r];
         int pick = 0;
         while (pick < ncand && !(everywhere & (1u << pick)))
             pick++;
@@ -181,16 +195,12 @@ weft_status_t weft_window_reserve(weft_store_t *store, const weft_mem_ops_t *mem
             continue;
         }
 
-        uint64_t base = cand[pick], ok = 0;
+        uint64_t base = cand[pick];
         void *got = NULL;
-        if (mem->reserve((void *)(uintptr_t)base, total, 1, &got) == WEFT_SUCCESS)
-            ok = 1;
-        snprintf(key, sizeof key, "window/reserve/%d", attempt);
-        st = weft_store_allgather(store, key, &ok, sizeof ok, all);
-        int all_ok = st == WEFT_SUCCESS;
-        for (int r = 0; r < nranks && all_ok; r++)
-            all_ok = ((const uint64_t *)all)[r] != 0;
-        if (all_ok) {
+        uint32_t ok = mem->reserve((void *)(uintptr_t)base, total, 1, &got) == WEFT_SUCCESS;
+        uint32_t all_ok;
+        st = and_over_ranks(store, "reserve", attempt, ok, nranks, flags, &all_ok);
+        if (st == WEFT_SUCCESS && all_ok) {
             *win_out = (weft_window_t){
                 .mem = mem, .base = (uintptr_t)base, .slice_bytes = slice_bytes, .nranks = nranks};
             WEFT_LOG_DEBUG("window at 0x%" PRIx64 ", %zu bytes per slice (attempt %d, "
@@ -208,7 +218,8 @@ weft_status_t weft_window_reserve(weft_store_t *store, const weft_mem_ops_t *mem
                     "(WEFT_WINDOW_SLICE_BYTES sets the %zu bytes per rank)",
                     total, slice_bytes);
 out:
-    free(all);
+    free(offers);
+    free(flags);
     return st;
 }
 
