@@ -3,7 +3,7 @@
  * against the steady state, per registration mode (DESIGN.md, "Registration-on-allocation",
  * step 3, and "Registration modes"). CUDA backend; built with CUDA only.
  *
- *   weftrun -n N first-use [-m MODES] [-s SIZES] [-g GAPS_MS] [-n CALLS] [-r REPEATS]
+ *   weftrun -n N first-use[-nccl] [-m MODES] [-s SIZES] [-g GAPS_MS] [-n CALLS] [-r REPEATS]
  *                          [--gap-kind sleep|spin|busy] [--tag TEXT] [--json FILE]
  *
  * For each registration mode (one communicator each, made with weft_config_default, the CUDA
@@ -44,6 +44,11 @@
  * already registered), first_use_waits and first_use_wait_ns of the first call, and the waits
  * of every later call of the measurement (expected 0 in every mode).
  *
+ * Mode nccl (first-use-nccl only: first_use.c built with WEFT_BENCH_NCCL against NCCL, one
+ * rank per GPU) runs the same protocol with NCCL's in-place all-reduce on a cudaMalloc buffer
+ * (weft, registering nothing, still provides the barriers and the reduction of the results): the
+ * same idle gaps on another library, for the after-gap cost side by side.
+ *
  * Before measuring, each communicator runs every size once (allocate, 3 calls, free): kernels
  * are loaded, the staging scratch has grown, and whatever weft keeps after a free is there.
  *
@@ -82,8 +87,12 @@
 #include "bench_util.h"
 #include "gpu_busy.h"
 #include "gpu_prog.h"
+#ifdef WEFT_BENCH_NCCL
+#include "bench_nccl.h"
+#endif
 
-#define MAX_MODES 3
+#define MAX_MODES 4
+#define MODE_NCCL 3 /* after the weft_registration_t values */
 #define MAX_SIZES 16
 #define MAX_GAPS 16
 #define MAX_REPEATS 100
@@ -119,6 +128,9 @@ typedef struct bench {
     double *d_mine;    /* device (cudaMalloc): NVALS values of this rank */
     double *d_all;     /* device (cudaMalloc): nranks * NVALS values */
     double *h_all;     /* host copy of d_all */
+#ifdef WEFT_BENCH_NCCL
+    bench_nccl_t *nccl; /* mode nccl: the library under test */
+#endif
 } bench_t;
 
 /* One row: a (mode, size, gap) over its repetitions, as rank 0 accumulates it. */
@@ -130,7 +142,7 @@ typedef struct row {
     int ranks_waited; /* (rank, repetition) pairs whose first call waited */
 } row_t;
 
-static const char *const mode_names[MAX_MODES] = {"roa", "jit", "staged"};
+static const char *const mode_names[MAX_MODES] = {"roa", "jit", "staged", "nccl"};
 
 enum { GAP_SLEEP, GAP_SPIN, GAP_BUSY, NUM_GAP_KINDS };
 static const char *const gap_kind_names[NUM_GAP_KINDS] = {"sleep", "spin", "busy"};
@@ -164,16 +176,49 @@ static void barrier(bench_t *b)
     cuda_ok(cudaStreamSynchronize(b->stream), "cudaStreamSynchronize after weft_barrier");
 }
 
-/* One in-place float32 sum all-reduce of buf, host time from the call to the end of the stream
- * synchronisation; *host_ns gets the time until the call returned. */
+/* One in-place float32 sum all-reduce of buf (through NCCL in mode nccl), host time from the
+ * call to the end of the stream synchronisation; *host_ns gets the time until the call
+ * returned. */
 static uint64_t timed_all_reduce(bench_t *b, void *buf, size_t count, uint64_t *host_ns)
 {
     uint64_t t0 = weft_now_ns();
-    weft_ok(weft_all_reduce(b->comm, buf, buf, count, WEFT_FLOAT32, WEFT_SUM, b->stream),
-            "weft_all_reduce");
+#ifdef WEFT_BENCH_NCCL
+    if (b->nccl) {
+        if (bench_nccl_call(b->nccl, COLL_ALL_REDUCE, buf, buf, count, WEFT_FLOAT32, WEFT_SUM, 0,
+                            NULL) != WEFT_SUCCESS)
+            fatal("NCCL all-reduce failed");
+    } else
+#endif
+        weft_ok(weft_all_reduce(b->comm, buf, buf, count, WEFT_FLOAT32, WEFT_SUM, b->stream),
+                "weft_all_reduce");
     *host_ns = weft_now_ns() - t0;
-    cuda_ok(cudaStreamSynchronize(b->stream), "cudaStreamSynchronize after weft_all_reduce");
+    cuda_ok(cudaStreamSynchronize(b->stream), "cudaStreamSynchronize after the all-reduce");
     return weft_now_ns() - t0;
+}
+
+/* A fresh buffer of the library under test: weft_malloc, or cudaMalloc in mode nccl. */
+static void *alloc_buf(bench_t *b, size_t bytes)
+{
+    void *buf = NULL;
+#ifdef WEFT_BENCH_NCCL
+    if (b->nccl) {
+        cuda_ok(cudaMalloc(&buf, bytes), "cudaMalloc");
+        return buf;
+    }
+#endif
+    weft_ok(weft_malloc(b->comm, &buf, bytes), "weft_malloc");
+    return buf;
+}
+
+static void free_buf(bench_t *b, void *buf)
+{
+#ifdef WEFT_BENCH_NCCL
+    if (b->nccl) {
+        cuda_ok(cudaFree(buf), "cudaFree");
+        return;
+    }
+#endif
+    weft_ok(weft_free(b->comm, buf), "weft_free");
 }
 
 static void get_stats(bench_t *b, weft_stats_t *s)
@@ -196,8 +241,7 @@ static void measure(bench_t *b, size_t bytes, int gap_ms, double out[NVALS])
     weft_stats_t s_alloc, s_first, s_end;
     barrier(b);
     get_stats(b, &s_alloc);
-    void *buf = NULL;
-    weft_ok(weft_malloc(b->comm, &buf, bytes), "weft_malloc");
+    void *buf = alloc_buf(b, bytes);
     gap(b, gap_ms);
     barrier(b);
     uint64_t first_host, after_gap_host;
@@ -212,7 +256,7 @@ static void measure(bench_t *b, size_t bytes, int gap_ms, double out[NVALS])
     barrier(b);
     uint64_t after_gap_ns = timed_all_reduce(b, buf, count, &after_gap_host);
     get_stats(b, &s_end);
-    weft_ok(weft_free(b->comm, buf), "weft_free");
+    free_buf(b, buf);
 
     out[V_FIRST_NS] = (double)first_ns;
     out[V_STEADY_NS] = bench_median_u64(b->call_ns, (size_t)b->calls);
@@ -333,14 +377,15 @@ static void report(const bench_t *b, const setup_t *s, FILE *json, const char *d
     fflush(json);
 }
 
-/* Open the communicator of one mode, its stream and result buffers. */
-static void bench_open(bench_t *b, weft_registration_t mode, int calls, int gap_kind)
+/* Open the communicator of one mode (mode nccl: a staged weft communicator and NCCL's), its
+ * stream and result buffers. */
+static void bench_open(bench_t *b, int mode, int calls, int gap_kind)
 {
     memset(b, 0, sizeof *b);
     weft_config_t cfg;
     weft_config_default(&cfg);
     cfg.backend = WEFT_BACKEND_CUDA;
-    cfg.registration = mode;
+    cfg.registration = mode == MODE_NCCL ? WEFT_REGISTRATION_STAGED : (weft_registration_t)mode;
     weft_ok(weft_comm_init(&b->comm, &cfg), "weft_comm_init");
     b->rank = weft_comm_rank(b->comm);
     b->nranks = weft_comm_size(b->comm);
@@ -357,11 +402,20 @@ static void bench_open(bench_t *b, weft_registration_t mode, int calls, int gap_
     b->host_ns = calloc((size_t)calls, sizeof(uint64_t));
     if (!b->h_all || !b->call_ns || !b->host_ns)
         fatal("calloc: out of memory");
+#ifdef WEFT_BENCH_NCCL
+    if (mode == MODE_NCCL && !(b->nccl = bench_nccl_init(b->comm, b->stream))) {
+        weft_comm_abort(b->comm);
+        fatal("NCCL communicator: init failed");
+    }
+#endif
 }
 
 static void bench_close(bench_t *b)
 {
     cuda_ok(cudaStreamSynchronize(b->stream), "cudaStreamSynchronize");
+#ifdef WEFT_BENCH_NCCL
+    bench_nccl_destroy(b->nccl, false);
+#endif
     weft_ok(weft_comm_destroy(b->comm), "weft_comm_destroy");
     cuda_ok(cudaFree(b->d_mine), "cudaFree");
     cuda_ok(cudaFree(b->d_all), "cudaFree");
@@ -376,38 +430,49 @@ static void bench_close(bench_t *b)
 static void warm_up(bench_t *b, const setup_t *s)
 {
     for (int i = 0; i < s->nsizes; i++) {
-        void *buf = NULL;
         barrier(b);
-        weft_ok(weft_malloc(b->comm, &buf, s->sizes[i]), "weft_malloc (warm-up)");
+        void *buf = alloc_buf(b, s->sizes[i]);
         for (int c = 0; c < WARMUP_CALLS; c++) {
             barrier(b);
             uint64_t host_ns;
             (void)timed_all_reduce(b, buf, s->sizes[i] / sizeof(float), &host_ns);
         }
-        weft_ok(weft_free(b->comm, buf), "weft_free (warm-up)");
+        free_buf(b, buf);
     }
 }
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: weftrun -n N first-use [-m MODES] [-s SIZES] [-g GAPS_MS] [-n CALLS]\n"
-               "                              [-r REPEATS] [--tag TEXT] [--json FILE]\n"
-               "  -m, --modes LIST    registration modes: roa,jit,staged (default all three)\n"
-               "  -s, --sizes LIST    allocation sizes, multiples of 4 (default 64K,16M,256M)\n"
-               "  -g, --gaps LIST     ms between weft_malloc and the first call (default "
-               "0,1,10,100)\n"
-               "  -n, --calls N       steady-state calls per measurement (default 20)\n"
-               "  -r, --repeats N     measurements per (mode, size, gap) (default 5)\n"
-               "      --gap-kind K    sleep (the host sleeps), spin (the host busy-waits) or "
-               "busy (a kernel\n"
-               "                      runs for the gap) (default sleep)\n"
-               "      --tag TEXT      label printed in the header and written to the JSON\n"
-               "      --json FILE     also write one JSON object per row (rank 0)\n");
+    fprintf(f,
+            "usage: weftrun -n N %s [-m MODES] [-s SIZES] [-g GAPS_MS] [-n CALLS]\n"
+            "                              [-r REPEATS] [--tag TEXT] [--json FILE]\n"
+            "  -m, --modes LIST    registration modes: roa,jit,staged (default all three);\n"
+            "                      nccl (first-use-nccl only): NCCL on cudaMalloc buffers\n"
+            "  -s, --sizes LIST    allocation sizes, multiples of 4 (default 64K,16M,256M)\n"
+            "  -g, --gaps LIST     ms between weft_malloc and the first call (default "
+            "0,1,10,100)\n"
+            "  -n, --calls N       steady-state calls per measurement (default 20)\n"
+            "  -r, --repeats N     measurements per (mode, size, gap) (default 5)\n"
+            "      --gap-kind K    sleep (the host sleeps), spin (the host busy-waits) or "
+            "busy (a kernel\n"
+            "                      runs for the gap) (default sleep)\n"
+            "      --tag TEXT      label printed in the header and written to the JSON\n"
+            "      --json FILE     also write one JSON object per row (rank 0)\n",
+            gpu_prog_name);
 }
 
 static int add_mode(const char *tok, void *ctx)
 {
     setup_t *s = ctx;
+#ifndef WEFT_BENCH_NCCL
+    if (strcmp(tok, mode_names[MODE_NCCL]) == 0) {
+        fprintf(stderr,
+                "%s: mode nccl: use first-use-nccl (built when cmake finds NCCL, "
+                "-DWEFT_NCCL_ROOT=...)\n",
+                gpu_prog_name);
+        return -1;
+    }
+#endif
     for (int m = 0; m < MAX_MODES; m++) {
         if (strcmp(tok, mode_names[m]) == 0) {
             for (int i = 0; i < s->nmodes; i++) {
@@ -509,7 +574,11 @@ static int parse_args(int argc, char **argv, setup_t *s)
 
 int main(int argc, char **argv)
 {
+#ifdef WEFT_BENCH_NCCL
+    gpu_prog_name = "first-use-nccl";
+#else
     gpu_prog_name = "first-use";
+#endif
     setup_t s;
     int pa = parse_args(argc, argv, &s);
     if (pa != 0)
@@ -524,7 +593,7 @@ int main(int argc, char **argv)
     char device[256] = "unknown";
     for (int m = 0; m < s.nmodes; m++) {
         bench_t b;
-        bench_open(&b, (weft_registration_t)s.modes[m], s.calls, s.gap_kind);
+        bench_open(&b, s.modes[m], s.calls, s.gap_kind);
         if (m == 0 && b.rank == 0) {
             int dev = 0;
             struct cudaDeviceProp prop;
@@ -533,8 +602,8 @@ int main(int argc, char **argv)
                 snprintf(device, sizeof device, "%s", prop.name);
             if (s.json && !(json = fopen(s.json, "w")))
                 fatal("--json %s: %s", s.json, strerror(errno));
-            printf("# first-use: first in-place float32 sum all-reduce on a fresh weft_malloc "
-                   "buffer vs steady state\n"
+            printf("# %s: first in-place float32 sum all-reduce on a fresh buffer (weft_malloc; "
+                   "nccl: cudaMalloc) vs steady state\n"
                    "# ranks %d, device %s, %d repeats, %d steady calls, gaps: %s%s%s\n"
                    "# times in us, max over ranks, median over repeats; after_gap: the same "
                    "gap, then a call on the used\n"
@@ -546,7 +615,7 @@ int main(int argc, char **argv)
                    "rank's first call waited\n"
                    "# h_first, h_stdy, h_aftr: the host parts of the three calls (until "
                    "weft_all_reduce returned)\n",
-                   b.nranks, device, s.repeats, s.calls, gap_kind_names[s.gap_kind],
+                   gpu_prog_name, b.nranks, device, s.repeats, s.calls, gap_kind_names[s.gap_kind],
                    s.tag[0] ? ", tag " : "", s.tag, TARGET_GAP_MS, TARGET_RATIO);
             printf("#%5s %10s %6s %10s %10s %10s %7s %7s %5s %5s %9s %5s %6s %7s %7s %7s\n", "mode",
                    "bytes", "gap_ms", "first_us", "steady_us", "after_gap", "f/stdy", "f/aftr",

@@ -81,8 +81,8 @@ export WEFT_BACKEND=cuda NCCL_NVLS_ENABLE=0 WEFT_TIMEOUT_S=60
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
     echo "commit: $(git -C "$(dirname "$0")" rev-parse HEAD 2>/dev/null || echo unknown)"
     echo "RLIMIT_NOFILE: $(ulimit -Sn) soft, $(ulimit -Hn) hard"
-    echo "environment: WEFT_BACKEND=$WEFT_BACKEND NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE" \
-         "WEFT_TIMEOUT_S=$WEFT_TIMEOUT_S CUDA_MPS_PIPE_DIRECTORY=$CUDA_MPS_PIPE_DIRECTORY"
+    echo "environment: $(env | grep -E '^(WEFT_|NCCL_|CUDA_MPS_)' | grep -v '^WEFT_JOB_SECRET=' |
+        sort | tr '\n' ' ')"
 } >"$out/env.txt"
 
 failed=0
