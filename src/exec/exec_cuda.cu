@@ -312,6 +312,12 @@ static __device__ void push_collective(const weft_cuda_params_t &p, uint32_t seq
             for (uint64_t l = lane_lo + tid; l < lane_hi; l += nthreads)
                 ll_store(slot + 8 * l, lane_get(src, l, p.push_bytes), seq);
         }
+        /* Not for ordering (every LL word carries its flag) but for time: after 50 ms or more
+         * without traffic between two GPUs, stores into the peer GPU landed about 1 ms late
+         * unless the storing thread fenced (block 0's header stores included); a gpu-scope
+         * fence per thread was the cheapest that helped, 0.4-0.7 us per call
+         * (docs/results/2026-11-30-h200-s8.md, section 3). */
+        __threadfence();
         for (int i = 1; i < n && st == 0; i++) {
             int r = (me + n - i) % n;
             if (!(p.push_recv >> r & 1))
