@@ -445,7 +445,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: weftrun -n N %s [-m MODES] [-s SIZES] [-g GAPS_MS] [-n CALLS]\n"
-            "                              [-r REPEATS] [--tag TEXT] [--json FILE]\n"
+            "         [-r REPEATS] [--gap-kind K] [--tag TEXT] [--json FILE]\n"
             "  -m, --modes LIST    registration modes: roa,jit,staged (default all three);\n"
             "                      nccl (first-use-nccl only): NCCL on cudaMalloc buffers\n"
             "  -s, --sizes LIST    allocation sizes, multiples of 4 (default 64K,16M,256M)\n"

@@ -21,7 +21,8 @@ expect() {
     fi
 }
 
-for prog in weft-bench partition-skew first-use launch-cost moe-bench reg-cost weft-calibrate; do
+for prog in weft-bench partition-skew first-use first-use-nccl launch-cost moe-bench reg-cost \
+    weft-calibrate; do
     expect 0 "$prog" --help
     expect 2 "$prog" --bogus
 done
@@ -38,6 +39,8 @@ expect 2 first-use -m roa,roa
 expect 2 first-use -g 1,x
 expect 2 first-use -r 101
 expect 2 first-use extra
+expect 2 first-use -m nccl # the mode of first-use-nccl only
+expect 2 first-use-nccl -m nccl,roa,nccl
 expect 2 launch-cost -z 0
 expect 2 launch-cost -z -1
 expect 2 launch-cost -k 5x
