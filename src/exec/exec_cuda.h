@@ -28,8 +28,9 @@
  * sender an LL slot of 2 * push_slot_bytes, then one unpacked area of push_slot_bytes per
  * sender. A launch with push_bytes > 0 moves the payload per pair of ranks (push_bytes: this
  * rank's for peer r at push_src + r * push_stride, to the peers in push_send; from the peers in
- * push_recv) as 8-byte words of 4 payload bytes and seq, stored into the receiver's slot without
- * any fence: a receiver polls each word until it holds seq. Every block owns the same bytes of
+ * push_recv) as 8-byte words of 4 payload bytes and seq, stored into the receiver's slot with
+ * no ordering between them: a receiver polls each word until it holds seq (the storing thread
+ * fences afterwards only so that the stores leave promptly). Every block owns the same bytes of
  * every pair, so it unpacks and computes them (a REDUCE into dst[0] from src[rank] and the
  * unpacked peers; a COPY unpacks into dst[r] and copies src[rank] to dst[rank]) without waiting
  * for another block; block 0 also exchanges a header word with every peer. Nobody reads this
