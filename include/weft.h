@@ -291,6 +291,15 @@ typedef struct weft_stats {
      * and stores it into every output), a two-shot all-reduce (each rank stores its reduced
      * chunk into every output, and peers read nothing of its output). */
     uint64_t remote_store_ops;
+    /* CUDA backend: operations whose data the copy engines moved (WEFT_CUDA_COPY_ENGINE); their
+     * kernels only signal, one block each, before and after the copies. */
+    uint64_t copy_engine_ops;
+    /* CUDA backend: thread blocks that moved operations' data, summed over operations: per
+     * operation the blocks of its largest launch that copied, reduced or pushed data (SM time a
+     * copy-engine operation spends on its local copy counts; its signalling kernels do not). Its
+     * growth divided by the operations' is the SM share an operation held; 0 for operations
+     * that only the copy engines or the handshake (inline_ops) carried, and on the host backend. */
+    uint64_t sm_blocks;
 } weft_stats_t;
 
 WEFT_API weft_status_t weft_get_stats(weft_comm_t comm, weft_stats_t *out);

@@ -4,9 +4,9 @@
  * Runs as every rank of a job (`weftrun -n N weft-bench [options]`), written against the public
  * API (include/weft.h) only. For each selected collective and each size of the sweep it measures
  * the out-of-place and the in-place form, optionally verifies one call of each exactly, and rank 0
- * prints one row per size in the nccl-tests layout:
+ * prints one row per size in the nccl-tests layout, plus the SM blocks a call held:
  *
- *     size count type redop root | time algbw busbw #wrong | time algbw busbw #wrong
+ *     size count type redop root | time algbw busbw #wrong blocks | time algbw busbw #wrong blocks
  *
  * Design:
  * - Size is the byte count of the collective's full buffer as nccl-tests define it: the all-reduce
@@ -36,7 +36,11 @@
  *   written and results checked in host mirrors copied across, outside the timed region. A
  *   timed call is measured from before the call until cudaStreamSynchronize returns, after a
  *   stream-ordered barrier that was itself synchronised, so the time is the call's latency.
- *   WEFT_CUDA_COPY_ENGINE=1 selects the copy-engine path of pure copies (no SM).
+ *   WEFT_CUDA_COPY_ENGINE=1 selects the copy-engine path of pure copies (no SM). Column
+ *   blocks: the thread blocks that moved a timed call's data (weft_stats_t sm_blocks over the
+ *   timed calls, max over ranks), 0 where the copy engines moved it all; "-" on the host
+ *   backend and in weft-bench-nccl. The JSON also has the share of the timed calls that the
+ *   copy engines carried (copy_engine_ops).
  * - weft-bench-nccl is this program built with WEFT_BENCH_NCCL (bench_nccl.h): the measured calls
  *   go through NCCL, everything else (job, barriers, timing, verification, output) is the same,
  *   so its rows join weft-bench's size by size. CUDA backend only; buffers default to cudaMalloc
@@ -62,8 +66,10 @@
 #ifdef WEFT_BENCH_NCCL
 #include "bench_nccl.h"
 #define LIBRARY_NAME "nccl"
+#define STATS_SEE_CALLS 0 /* weft_get_stats does not see the measured calls */
 #else
 #define LIBRARY_NAME "weft"
+#define STATS_SEE_CALLS 1
 #endif
 
 #ifdef WEFT_HAVE_CUDA
@@ -72,6 +78,9 @@
 
 /* Alignment of plain-malloc buffers (weft_malloc chooses its own). */
 #define MALLOC_ALIGN 4096
+/* Doubles of the bookkeeping reductions (b->meta): a timed size's three times, blocks and
+ * copy-engine share. */
+#define META_VALUES 5
 
 /* One measured (size, placement). Times are the maximum over ranks, in microseconds. */
 typedef struct result {
@@ -79,7 +88,10 @@ typedef struct result {
     bool checked; /* wrong is meaningful */
     double median_us, min_us, avg_us;
     double algbw_gbps, busbw_gbps;
-    uint64_t wrong; /* summed over ranks */
+    uint64_t wrong;     /* summed over ranks */
+    double sm_blocks;   /* CUDA: blocks that moved data per timed call (weft_stats_t
+                           sm_blocks), max over ranks; < 0: not known (host, NCCL) */
+    double copy_engine; /* CUDA: share of the timed calls the copy engines carried; < 0 ditto */
 } result_t;
 
 typedef struct bench {
@@ -261,6 +273,10 @@ static int measure(bench_t *b, coll_t coll, size_t total, bool inplace, result_t
             return report_failure(b, "warm-up call", coll, total, s);
         b->other_calls++;
     }
+    weft_stats_t before, after;
+    s = weft_get_stats(b->comm, &before);
+    if (s != WEFT_SUCCESS)
+        return report_failure(b, "weft_get_stats", coll, total, s);
     for (int it = 0; it < b->opt.iters; it++) {
         s = weft_barrier(b->comm, b->stream);
         if (s == WEFT_SUCCESS && dev_sync(b) != 0)
@@ -276,6 +292,9 @@ static int measure(bench_t *b, coll_t coll, size_t total, bool inplace, result_t
         b->times_ns[it] = t1 - t0;
         b->timed_calls++;
     }
+    s = weft_get_stats(b->comm, &after);
+    if (s != WEFT_SUCCESS)
+        return report_failure(b, "weft_get_stats", coll, total, s);
     size_t nit = (size_t)b->opt.iters;
     double median = bench_median_u64(b->times_ns, nit); /* sorts: times_ns[0] is the minimum */
     double sum = 0;
@@ -284,12 +303,21 @@ static int measure(bench_t *b, coll_t coll, size_t total, bool inplace, result_t
     b->meta[0] = median / 1e3;
     b->meta[1] = (double)b->times_ns[0] / 1e3;
     b->meta[2] = sum / (double)nit / 1e3;
-    s = reduce_meta(b, 3, WEFT_FLOAT64, WEFT_MAX);
+    /* The barriers between the timed calls move no data and use no copy engine. */
+    b->meta[3] = (double)(after.sm_blocks - before.sm_blocks) / (double)nit;
+    b->meta[4] = (double)(after.copy_engine_ops - before.copy_engine_ops) / (double)nit;
+    s = reduce_meta(b, META_VALUES, WEFT_FLOAT64, WEFT_MAX);
     if (s != WEFT_SUCCESS)
         return report_failure(b, "weft_all_reduce of the times", coll, total, s);
     b->other_calls++;
-    *res = (result_t){
-        .valid = true, .median_us = b->meta[0], .min_us = b->meta[1], .avg_us = b->meta[2]};
+    /* weft's counters say nothing of NCCL's calls, and the host backend has no SM. */
+    bool usage_known = b->cuda && STATS_SEE_CALLS;
+    *res = (result_t){.valid = true,
+                      .median_us = b->meta[0],
+                      .min_us = b->meta[1],
+                      .avg_us = b->meta[2],
+                      .sm_blocks = usage_known ? b->meta[3] : -1,
+                      .copy_engine = usage_known ? b->meta[4] : -1};
 
     if (colls[coll].busbw_kind >= 0 && res->median_us > 0) {
         double n = b->nranks;
@@ -333,8 +361,8 @@ static int measure(bench_t *b, coll_t coll, size_t total, bool inplace, result_t
 /* ---------------------------------------------------------------------------------------------
  * Output (rank 0)
  * ------------------------------------------------------------------------------------------- */
-/* Width of one placement's columns: "  %9s  %7s  %7s  %6s". */
-#define RESULT_WIDTH 37
+/* Width of one placement's columns: "  %9s  %7s  %7s  %6s  %6s". */
+#define RESULT_WIDTH 45
 
 static void print_centered(const char *label, int width)
 {
@@ -353,18 +381,18 @@ static void print_header(const bench_t *b, coll_t coll)
     printf("\n# %10s  %12s  %8s  %6s  %6s", "size", "count", "type", "redop", "root");
     for (int p = 0; p < 2; p++)
         if (p ? b->opt.run_inplace : b->opt.run_outofplace)
-            printf("  %9s  %7s  %7s  %6s", "time", "algbw", "busbw", "#wrong");
+            printf("  %9s  %7s  %7s  %6s  %6s", "time", "algbw", "busbw", "#wrong", "blocks");
     printf("\n# %10s  %12s  %8s  %6s  %6s", "(B)", "(elements)", "", "", "");
     for (int p = 0; p < 2; p++)
         if (p ? b->opt.run_inplace : b->opt.run_outofplace)
-            printf("  %9s  %7s  %7s  %6s", "(us)", "(GB/s)", "(GB/s)", "");
+            printf("  %9s  %7s  %7s  %6s  %6s", "(us)", "(GB/s)", "(GB/s)", "", "(SM)");
     printf("\n");
 }
 
 static void print_result(const result_t *r)
 {
     if (!r->valid) {
-        printf("  %9s  %7s  %7s  %6s", "N/A", "N/A", "N/A", "N/A");
+        printf("  %9s  %7s  %7s  %6s  %6s", "N/A", "N/A", "N/A", "N/A", "N/A");
         return;
     }
     printf("  %9.2f  %7.2f  %7.2f", r->median_us, r->algbw_gbps, r->busbw_gbps);
@@ -372,6 +400,10 @@ static void print_result(const result_t *r)
         printf("  %6llu", (unsigned long long)r->wrong);
     else
         printf("  %6s", "N/A");
+    if (r->sm_blocks >= 0)
+        printf("  %6.1f", r->sm_blocks);
+    else
+        printf("  %6s", "-");
 }
 
 static void write_json(const bench_t *b, coll_t coll, size_t total, const char *type,
@@ -389,6 +421,10 @@ static void write_json(const bench_t *b, coll_t coll, size_t total, const char *
         fprintf(b->json, "\"wrong\":%llu,", (unsigned long long)r->wrong);
     else
         fprintf(b->json, "\"wrong\":null,");
+    if (r->sm_blocks >= 0)
+        fprintf(b->json, "\"sm_blocks\":%.2f,\"copy_engine\":%.3f,", r->sm_blocks, r->copy_engine);
+    else
+        fprintf(b->json, "\"sm_blocks\":null,\"copy_engine\":null,");
     fprintf(b->json,
             "\"ranks\":%d,\"backend\":\"%s\",\"registration\":\"%s\",\"buffers\":\"%s\","
             "\"workers\":%d,\"iters\":%d,\"warmup\":%d,\"check\":%d,\"version\":\"%d.%d.%d\","
@@ -472,6 +508,8 @@ static void print_stats(const bench_t *b)
            (unsigned long long)st.first_use_waits, (double)st.first_use_wait_ns / 1e6);
     printf("#   zero-copy / staged operations   : %llu / %llu\n",
            (unsigned long long)st.zero_copy_ops, (unsigned long long)st.staged_ops);
+    printf("#   copy-engine operations          : %llu (SM blocks of all: %llu)\n",
+           (unsigned long long)st.copy_engine_ops, (unsigned long long)st.sm_blocks);
     printf("#   peer mappings                   : %llu\n", (unsigned long long)st.peer_mappings);
     printf("#   staging scratch                 : %llu bytes\n",
            (unsigned long long)st.staging_bytes);
@@ -540,7 +578,7 @@ static int bench_setup(bench_t *b)
     b->a2av.rdispls = b->a2av.sendcounts + 3 * n;
 
     void *meta = NULL;
-    weft_status_t s = weft_malloc(b->comm, &meta, 4 * sizeof(double));
+    weft_status_t s = weft_malloc(b->comm, &meta, META_VALUES * sizeof(double));
     if (s != WEFT_SUCCESS) {
         fprintf(stderr, "weft-bench: rank %d: weft_malloc of the result buffer failed: %s: %s\n",
                 b->rank, weft_status_string(s), weft_last_error());
@@ -551,7 +589,7 @@ static int bench_setup(bench_t *b)
         alloc_buffer(b, b->buf_bytes, &b->drecv) != 0)
         return -1;
     if (b->cuda) { /* host mirrors */
-        b->meta = malloc(4 * sizeof(double));
+        b->meta = malloc(META_VALUES * sizeof(double));
         b->sendbuf = malloc(b->buf_bytes);
         b->recvbuf = malloc(b->buf_bytes);
         if (!b->meta || !b->sendbuf || !b->recvbuf) {

@@ -695,9 +695,14 @@ def case_module_functions(ctx, _):
     weft.barrier()
     st = comm.stats()
     ctx.expect(set(st) >= {"zero_copy_ops", "staged_ops", "first_use_waits",
-                           "first_use_wait_ns", "registrations_started", "inline_ops"},
+                           "first_use_wait_ns", "registrations_started", "inline_ops",
+                           "copy_engine_ops", "sm_blocks"},
                f"stats keys {sorted(st)}")
     ctx.expect(all(isinstance(v, int) and v >= 0 for v in st.values()), f"stats {st}")
+    if comm.backend == "host":  # no SM, no copy engine
+        ctx.expect(st["sm_blocks"] == 0 and st["copy_engine_ops"] == 0, f"host stats {st}")
+    else:  # the collectives above moved data on the SMs
+        ctx.expect(st["sm_blocks"] > 0, f"CUDA stats {st}")
 
 
 KINDS = ("numpy", "torch-cpu", "torch-cuda", "torch-cuda-pool", "torch-cuda-global",

@@ -197,7 +197,8 @@ class Comm:
     def stats(self):
         """weft_get_stats as a dict of ints: registrations_started, registrations_completed,
         bytes_registered, first_use_waits, first_use_wait_ns, zero_copy_ops, staged_ops,
-        peer_mappings, staging_bytes, inline_ops, remote_store_ops."""
+        peer_mappings, staging_bytes, inline_ops, remote_store_ops, copy_engine_ops,
+        sm_blocks."""
         out = _Stats()
         check(library().weft_get_stats(self._live("stats"), ctypes.byref(out)))
         return {name: int(getattr(out, name)) for name in STATS_FIELDS}

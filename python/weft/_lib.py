@@ -118,6 +118,8 @@ STATS_FIELDS = (
     "staging_bytes",
     "inline_ops",
     "remote_store_ops",
+    "copy_engine_ops",
+    "sm_blocks",
 )
 
 

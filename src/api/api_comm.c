@@ -109,6 +109,8 @@ weft_status_t weft_get_stats(weft_comm_t comm, weft_stats_t *out)
         .staging_bytes = comm->staging_bytes,
         .inline_ops = atomic_load(&c->inline_ops),
         .remote_store_ops = atomic_load(&c->remote_store_ops),
+        .copy_engine_ops = atomic_load(&c->copy_engine_ops),
+        .sm_blocks = atomic_load(&c->sm_blocks),
     };
     return WEFT_SUCCESS;
 }

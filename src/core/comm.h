@@ -115,6 +115,8 @@ typedef struct weft_comm_stats {
     _Atomic uint64_t staged_ops;
     _Atomic uint64_t inline_ops;
     _Atomic uint64_t remote_store_ops;
+    _Atomic uint64_t copy_engine_ops;
+    _Atomic uint64_t sm_blocks;
 } weft_comm_stats_t;
 
 struct weft_comm {

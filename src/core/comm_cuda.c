@@ -316,11 +316,12 @@ static void no_units(weft_cuda_params_t *p, int from, int to)
 /* The entry step of an operation that goes on after it (sync: WEFT_SYNC_CONTINUE or 0), with
  * the pending copy if any. */
 static weft_status_t launch_enter(struct weft_comm *comm, unsigned sync, weft_cuda_copy_t *pending,
-                                  void *stream)
+                                  void *stream, weft_cuda_usage_t *usage)
 {
     weft_cuda_params_t *p = &comm->cuda->params;
     fill_common(comm, p, (sync & WEFT_SYNC_CONTINUE) | WEFT_SYNC_KEEP_SEQ);
     int nblocks = take_pending(comm, p, pending);
+    weft_cuda_usage_blocks(usage, nblocks);
     if (nblocks < 1)
         nblocks = 1;
     no_units(p, 0, nblocks);
@@ -335,9 +336,10 @@ static weft_status_t launch_leave(struct weft_comm *comm, unsigned sync, void *s
     return weft_cuda_launch(p, 1, stream);
 }
 
-weft_status_t weft_cuda_enter(struct weft_comm *comm, weft_cuda_copy_t *pending, void *stream)
+weft_status_t weft_cuda_enter(struct weft_comm *comm, weft_cuda_copy_t *pending, void *stream,
+                              weft_cuda_usage_t *usage)
 {
-    return launch_enter(comm, 0, pending, stream);
+    return launch_enter(comm, 0, pending, stream, usage);
 }
 
 weft_status_t weft_cuda_leave(struct weft_comm *comm, void *stream)
@@ -395,9 +397,11 @@ static uint64_t work_bytes(const weft_work_t *work)
  * engines copy every slice (a fan-out: the whole range to every destination), a second
  * one-block kernel runs the closing signal. */
 static weft_status_t execute_copy_engine(struct weft_comm *comm, const weft_work_t *work,
-                                         unsigned sync, weft_cuda_copy_t *pending, void *stream)
+                                         unsigned sync, weft_cuda_copy_t *pending, void *stream,
+                                         weft_cuda_usage_t *usage)
 {
-    weft_status_t st = launch_enter(comm, sync, pending, stream);
+    weft_status_t st = launch_enter(comm, sync, pending, stream, usage);
+    usage->copy_engine = 1;
     int fanout = work->kind == WEFT_WORK_FANOUT;
     int ncopies = fanout ? work->ndsts : work->nslices;
     for (int i = 0; st == WEFT_SUCCESS && i < ncopies; i++) {
@@ -445,7 +449,8 @@ static int use_copy_engine(const struct weft_comm *comm, const weft_work_t *work
 /* A push-path operation (exec_cuda.h): one launch, no units (every block takes its share of
  * the payload), blocks enough for one LL word per thread of every pair's payload. */
 static weft_status_t execute_push(struct weft_comm *comm, const weft_work_t *work,
-                                  const weft_cuda_push_t *push, void *stream)
+                                  const weft_cuda_push_t *push, void *stream,
+                                  weft_cuda_usage_t *usage)
 {
     struct weft_cuda_state *cs = comm->cuda;
     weft_cuda_params_t *p = &cs->params;
@@ -460,12 +465,14 @@ static weft_status_t execute_push(struct weft_comm *comm, const weft_work_t *wor
     uint64_t want = (lanes + WEFT_CUDA_THREADS - 1) / WEFT_CUDA_THREADS;
     int nblocks = want < (uint64_t)cs->nblocks ? (int)want : cs->nblocks;
     no_units(p, 0, nblocks);
+    weft_cuda_usage_blocks(usage, nblocks);
     return weft_cuda_launch(p, nblocks, stream);
 }
 
 weft_status_t weft_cuda_execute(struct weft_comm *comm, const weft_work_t *work, unsigned sync,
                                 weft_status_t mine, weft_cuda_copy_t *pending,
-                                const weft_cuda_push_t *push, void *stream)
+                                const weft_cuda_push_t *push, void *stream,
+                                weft_cuda_usage_t *usage)
 {
     if (mine != WEFT_SUCCESS) {
         *pending = (weft_cuda_copy_t){0}; /* nobody will read it */
@@ -480,10 +487,10 @@ weft_status_t weft_cuda_execute(struct weft_comm *comm, const weft_work_t *work,
                               "a push of %zu bytes with signals, a pending copy, no work or more "
                               "than the push path takes (%llu bytes)",
                               push->bytes, (unsigned long long)cs->push_bytes);
-        return execute_push(comm, work, push, stream);
+        return execute_push(comm, work, push, stream, usage);
     }
     if (use_copy_engine(comm, work))
-        return execute_copy_engine(comm, work, sync, pending, stream);
+        return execute_copy_engine(comm, work, sync, pending, stream, usage);
     weft_cuda_params_t *p = &cs->params;
     fill_common(comm, p, sync);
     int copy_blocks = take_pending(comm, p, pending);
@@ -529,11 +536,13 @@ weft_status_t weft_cuda_execute(struct weft_comm *comm, const weft_work_t *work,
                 nblocks++;
             }
         }
+        weft_cuda_usage_blocks(usage, nblocks); /* 0: the work had no bytes */
         if (nblocks == 0) {
             nblocks = 1;
             p->block_begin[0] = p->block_begin[1] = 0;
         }
     }
+    weft_cuda_usage_blocks(usage, copy_blocks);
     if (copy_blocks > nblocks) {
         no_units(p, nblocks, copy_blocks);
         nblocks = copy_blocks;

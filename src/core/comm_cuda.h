@@ -80,13 +80,31 @@ typedef struct weft_cuda_push {
  * WEFT_CUDA_PUSH_BYTES of its ranks, rounded down to 256 bytes; 0: no push path). */
 size_t weft_cuda_push_bytes(const struct weft_comm *comm);
 
+/* What an operation's launches held of the GPU, for weft_stats_t's copy_engine_ops and
+ * sm_blocks: sm_blocks is the most blocks one of its launches moved data on (copies,
+ * reductions, the push path's payloads, a pending local copy; signal-only launches count 0),
+ * copy_engine whether the copy engines moved the work's data. Starts zeroed. */
+typedef struct weft_cuda_usage {
+    int sm_blocks;
+    int copy_engine;
+} weft_cuda_usage_t;
+
+/* Record a launch that moved data on blocks blocks. */
+static inline void weft_cuda_usage_blocks(weft_cuda_usage_t *usage, int blocks)
+{
+    if (blocks > usage->sm_blocks)
+        usage->sm_blocks = blocks;
+}
+
 /* Launch the work with its device-side synchronisation on stream; the launch also runs the
  * pending copy (never NULL; cleared; must be none when sync has WEFT_SYNC_CONTINUE). push (never
  * NULL) with bytes > 0 makes it a push-path operation instead: sync 0, no pending copy. With
- * mine an error nothing is launched and the pending copy is dropped. */
+ * mine an error nothing is launched and the pending copy is dropped. What the launch held is
+ * added to *usage. */
 weft_status_t weft_cuda_execute(struct weft_comm *comm, const weft_work_t *work, unsigned sync,
                                 weft_status_t mine, weft_cuda_copy_t *pending,
-                                const weft_cuda_push_t *push, void *stream);
+                                const weft_cuda_push_t *push, void *stream,
+                                weft_cuda_usage_t *usage);
 
 /* Tell running kernels to give up (abort, lost peer): never blocks. */
 void weft_cuda_abort(struct weft_comm *comm);
@@ -96,8 +114,10 @@ void weft_cuda_abort(struct weft_comm *comm);
  * block of a launch), posts this rank's ready flag and waits for every peer's (their earlier
  * stream work is complete, so their memory may be read); weft_cuda_leave runs the closing
  * signal (every peer finished reading ours) and ends the operation. The kernels in between must
- * not wait for peers. */
-weft_status_t weft_cuda_enter(struct weft_comm *comm, weft_cuda_copy_t *pending, void *stream);
+ * not wait for peers (their blocks go into *usage with weft_cuda_usage_blocks; weft_cuda_enter
+ * adds its copy's). */
+weft_status_t weft_cuda_enter(struct weft_comm *comm, weft_cuda_copy_t *pending, void *stream,
+                              weft_cuda_usage_t *usage);
 weft_status_t weft_cuda_leave(struct weft_comm *comm, void *stream);
 
 /* The device this communicator's memory and kernels are on (-1 without the CUDA backend). */

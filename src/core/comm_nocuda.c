@@ -57,7 +57,8 @@ size_t weft_cuda_push_bytes(const struct weft_comm *comm)
 
 weft_status_t weft_cuda_execute(struct weft_comm *comm, const weft_work_t *work, unsigned sync,
                                 weft_status_t mine, weft_cuda_copy_t *pending,
-                                const weft_cuda_push_t *push, void *stream)
+                                const weft_cuda_push_t *push, void *stream,
+                                weft_cuda_usage_t *usage)
 {
     return not_built("a collective");
 }
@@ -70,7 +71,8 @@ weft_status_t weft_cuda_local_copy(struct weft_comm *comm, weft_cuda_copy_t *pen
 
 void weft_cuda_abort(struct weft_comm *comm) {}
 
-weft_status_t weft_cuda_enter(struct weft_comm *comm, weft_cuda_copy_t *pending, void *stream)
+weft_status_t weft_cuda_enter(struct weft_comm *comm, weft_cuda_copy_t *pending, void *stream,
+                              weft_cuda_usage_t *usage)
 {
     return not_built("a collective");
 }

@@ -242,10 +242,9 @@ __global__ void __launch_bounds__(MOE_THREADS)
 extern "C" weft_status_t weft_moe_dev_stage_launch(void *dst, const void *y, const uint8_t *base,
                                                    size_t row_bytes, void *stream)
 {
-    const int nblocks = 32;
-    moe_stage<<<nblocks, MOE_THREADS, 0, (cudaStream_t)stream>>>(
+    moe_stage<<<WEFT_MOE_STAGE_BLOCKS, MOE_THREADS, 0, (cudaStream_t)stream>>>(
         (uint8_t *)dst, (const uint8_t *)y, (const weft_moe_dev_header_t *)base, row_bytes);
-    return launched("weft_moe_combine: staging", nblocks);
+    return launched("weft_moe_combine: staging", WEFT_MOE_STAGE_BLOCKS);
 }
 
 /* The 16-bit and 32-bit float element types of MoE rows: loads to float32, stores rounding once

@@ -123,7 +123,9 @@ weft_status_t weft_moe_dev_gather_launch(const weft_moe_dev_args_t *args, int nb
                                          void *stream);
 
 /* Combine, before the entry signal: copy this rank's y (the header's num_recv rows of row_bytes)
- * to dst, the registered staging scratch, when y is not registered. */
+ * to dst, the registered staging scratch, when y is not registered; on WEFT_MOE_STAGE_BLOCKS
+ * blocks. */
+#define WEFT_MOE_STAGE_BLOCKS 32
 weft_status_t weft_moe_dev_stage_launch(void *dst, const void *y, const uint8_t *base,
                                         size_t row_bytes, void *stream);
 

@@ -46,8 +46,10 @@ weft_status_t weft_moe_combine_dev(struct weft_comm *comm, const struct weft_moe
         if (st == WEFT_SUCCESS && !ready) {
             uint8_t *stage;
             st = weft_op_stage(&op, y_bytes, &stage);
-            if (st == WEFT_SUCCESS)
+            if (st == WEFT_SUCCESS) {
                 st = weft_moe_dev_stage_launch(stage, y, h->dev, row_bytes, stream);
+                weft_cuda_usage_blocks(&op.usage, WEFT_MOE_STAGE_BLOCKS);
+            }
             y_remote = stage;
         }
         if (st != WEFT_SUCCESS)
@@ -79,9 +81,11 @@ weft_status_t weft_moe_combine_dev(struct weft_comm *comm, const struct weft_moe
         a.base[p] = (uint8_t *)(uintptr_t)pd->aux;
         a.rows[p] = (const uint8_t *)(uintptr_t)pd->src;
     }
-    st = weft_cuda_enter(comm, &op.pending, stream);
-    if (st == WEFT_SUCCESS)
+    st = weft_cuda_enter(comm, &op.pending, stream, &op.usage);
+    if (st == WEFT_SUCCESS) {
         st = weft_moe_dev_combine_launch(&a, weft_cuda_moe_blocks(comm), stream);
+        weft_cuda_usage_blocks(&op.usage, weft_cuda_moe_blocks(comm));
+    }
     if (st == WEFT_SUCCESS)
         st = weft_cuda_leave(comm, stream);
     if (st != WEFT_SUCCESS) /* peers wait for this rank's flags: unusable from here */

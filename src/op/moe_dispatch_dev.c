@@ -153,9 +153,11 @@ weft_status_t weft_moe_dispatch_dev(struct weft_comm *comm, const void *x, size_
      * the layout (lists, counts) in the handle memory of every rank. */
     st = reuse ? weft_moe_dev_counts_clear(&a, stream) : weft_moe_dev_layout_launch(&a, stream);
     if (st == WEFT_SUCCESS)
-        st = weft_cuda_enter(comm, &op.pending, stream);
-    if (st == WEFT_SUCCESS)
+        st = weft_cuda_enter(comm, &op.pending, stream, &op.usage);
+    if (st == WEFT_SUCCESS) {
         st = weft_moe_dev_gather_launch(&a, weft_cuda_moe_blocks(comm), stream);
+        weft_cuda_usage_blocks(&op.usage, weft_cuda_moe_blocks(comm));
+    }
     if (st == WEFT_SUCCESS)
         st = weft_cuda_leave(comm, stream);
     if (st != WEFT_SUCCESS) {

@@ -46,14 +46,16 @@ typedef struct weft_op {
     int remote_stores;        /* the work writes into peers' buffers (counted in the stats) */
     weft_cuda_copy_t pending; /* CUDA: a local copy the next launch runs (weft_op_local_copy) */
     weft_cuda_push_t push;    /* CUDA: the push path's payloads for the next launch (coll_push.c) */
+    weft_cuda_usage_t usage;  /* CUDA: what its launches held of the GPU (counted in the stats) */
 } weft_op_t;
 
 /* Start an operation: fails with the stored status if an earlier error made the communicator
  * unusable (aborted, a peer lost, a timeout, an internal error). */
 weft_status_t weft_op_begin(struct weft_comm *comm, const char *call, void *stream, weft_op_t *op);
 
-/* Finish: count the operation (zero-copy, staged or inline); on WEFT_ERR_PEER_LOST / TIMEOUT /
- * ABORTED / INTERNAL store the status so every later call returns it. Returns st. */
+/* Finish: count the operation (zero-copy, staged or inline; on CUDA also its usage); on
+ * WEFT_ERR_PEER_LOST / TIMEOUT / ABORTED / INTERNAL store the status so every later call returns
+ * it. Returns st. */
 weft_status_t weft_op_end(weft_op_t *op, weft_status_t st, int inline_payload);
 
 /* Whether [ptr, ptr + bytes) is registered memory readable by every peer at the same address

@@ -45,6 +45,10 @@ weft_status_t weft_op_end(weft_op_t *op, weft_status_t st, int inline_payload)
             atomic_fetch_add_explicit(&comm->stats.zero_copy_ops, 1, memory_order_relaxed);
         if (op->remote_stores)
             atomic_fetch_add_explicit(&comm->stats.remote_store_ops, 1, memory_order_relaxed);
+        if (op->usage.copy_engine)
+            atomic_fetch_add_explicit(&comm->stats.copy_engine_ops, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&comm->stats.sm_blocks, (uint64_t)op->usage.sm_blocks,
+                                  memory_order_relaxed);
         break;
     case WEFT_ERR_PEER_LOST:
     case WEFT_ERR_TIMEOUT:
@@ -230,7 +234,8 @@ weft_status_t weft_op_execute(weft_op_t *op, const weft_work_t *work, unsigned s
 {
     struct weft_comm *comm = op->comm;
     if (comm->backend == WEFT_BACKEND_CUDA)
-        return weft_cuda_execute(comm, work, sync, mine, &op->pending, &op->push, op->stream);
+        return weft_cuda_execute(comm, work, sync, mine, &op->pending, &op->push, op->stream,
+                                 &op->usage);
     weft_status_t st = mine;
     if (st == WEFT_SUCCESS && work)
         st = host_move(comm, work);

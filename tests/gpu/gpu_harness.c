@@ -390,6 +390,7 @@ int gpu_expect_zero_copy(const gpu_ctx_t *g, gpu_buf_kind_t kind)
 
 #define WEFT_DEFAULT_PUSH_BYTES ((size_t)64 << 10)
 #define WEFT_MAX_PUSH_BYTES ((size_t)16 << 20)
+#define WEFT_MAX_BLOCKS 128 /* the most blocks a launch may have (WEFT_CUDA_MAX_BLOCKS's cap) */
 
 size_t gpu_push_limit(void)
 {
@@ -420,13 +421,21 @@ void gpu_check_path(gpu_ctx_t *g, const weft_stats_t *before, const weft_stats_t
                   ", staged_ops +%" PRIu64 ", inline_ops +%" PRIu64,
                   dz, ds, di))
         return;
+    uint64_t dce = after->copy_engine_ops - before->copy_engine_ops;
+    uint64_t dblocks = after->sm_blocks - before->sm_blocks;
+    if (!mp_check(ctx, dce <= 1 && dblocks <= WEFT_MAX_BLOCKS,
+                  "stats: one operation counted copy_engine_ops +%" PRIu64 ", sm_blocks +%" PRIu64,
+                  dce, dblocks))
+        return;
     if (ctx->nranks < 2 || pair_bytes < MP_PATH_CHECK_BYTES)
         return;
     if (pair_bytes <= gpu_push_limit()) {
-        mp_check(ctx, di == 1,
-                 "stats: expected the push path (%zu bytes per pair): zero_copy_ops +%" PRIu64
-                 ", staged_ops +%" PRIu64 ", inline_ops +%" PRIu64,
-                 pair_bytes, dz, ds, di);
+        mp_check(
+            ctx, di == 1 && dce == 0 && dblocks >= 1,
+            "stats: expected the push path (%zu bytes per pair) on the SMs: zero_copy_ops +%" PRIu64
+            ", staged_ops +%" PRIu64 ", inline_ops +%" PRIu64 ", copy_engine_ops +%" PRIu64
+            ", sm_blocks +%" PRIu64,
+            pair_bytes, dz, ds, di, dce, dblocks);
         return;
     }
     int zero = peers_read ? gpu_expect_zero_copy(g, kind) : 1;

@@ -954,6 +954,11 @@ void mp_check_path(mp_ctx_t *ctx, const weft_stats_t *before, const weft_stats_t
 void mp_check_path_expect(mp_ctx_t *ctx, const weft_stats_t *before, const weft_stats_t *after,
                           int zero_copy, mp_buf_kind_t kind, size_t bytes)
 {
+    mp_check(
+        ctx,
+        after->sm_blocks == before->sm_blocks && after->copy_engine_ops == before->copy_engine_ops,
+        "stats: the host backend counted sm_blocks +%" PRIu64 ", copy_engine_ops +%" PRIu64,
+        after->sm_blocks - before->sm_blocks, after->copy_engine_ops - before->copy_engine_ops);
     if (ctx->nranks < 2 || bytes < MP_PATH_CHECK_BYTES)
         return;
     uint64_t dz = after->zero_copy_ops - before->zero_copy_ops;

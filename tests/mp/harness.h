@@ -239,8 +239,9 @@ void mp_stats(mp_ctx_t *ctx, weft_stats_t *out);
  * weft_malloc memory (registered or interior) in roa or jit mode. */
 int mp_expect_zero_copy(const mp_ctx_t *ctx, mp_buf_kind_t kind);
 
-/* Check the path one collective took from the stats before and after it: zero_copy_ops grew and
- * staged_ops did not, or the reverse. Only checked when nranks > 1 and bytes >=
+/* Check the path one collective took from the stats before and after it: sm_blocks and
+ * copy_engine_ops did not grow (the host backend has neither); zero_copy_ops grew and
+ * staged_ops did not, or the reverse, checked only when nranks > 1 and bytes >=
  * MP_PATH_CHECK_BYTES (smaller payloads may travel inline with the handshake). The path is
  * decided by the buffers peers read (weft.h): mp_check_path assumes this rank's buffers of kind
  * are read; mp_check_path_expect takes the expectation itself (a broadcast's non-root ranks
