@@ -295,10 +295,10 @@ typedef struct weft_stats {
      * kernels only signal, one block each, before and after the copies. */
     uint64_t copy_engine_ops;
     /* CUDA backend: thread blocks that moved operations' data, summed over operations: per
-     * operation the blocks of its largest launch that copied, reduced or pushed data (SM time a
-     * copy-engine operation spends on its local copy counts; its signalling kernels do not). Its
-     * growth divided by the operations' is the SM share an operation held; 0 for operations
-     * that only the copy engines or the handshake (inline_ops) carried, and on the host backend. */
+     * operation the blocks of its largest launch that copied, reduced or pushed data (a local
+     * copy on the SMs counts, signalling kernels do not). Its growth over some calls divided by
+     * their number is the SM share a call held: 0 for calls that only the copy engines or the
+     * handshake (inline_ops) carried. Always 0 on the host backend. */
     uint64_t sm_blocks;
 } weft_stats_t;
 

@@ -100,7 +100,7 @@ static inline void weft_cuda_usage_blocks(weft_cuda_usage_t *usage, int blocks)
  * pending copy (never NULL; cleared; must be none when sync has WEFT_SYNC_CONTINUE). push (never
  * NULL) with bytes > 0 makes it a push-path operation instead: sync 0, no pending copy. With
  * mine an error nothing is launched and the pending copy is dropped. What the launch held is
- * added to *usage. */
+ * recorded in *usage. */
 weft_status_t weft_cuda_execute(struct weft_comm *comm, const weft_work_t *work, unsigned sync,
                                 weft_status_t mine, weft_cuda_copy_t *pending,
                                 const weft_cuda_push_t *push, void *stream,
