@@ -1,0 +1,31 @@
+#!/bin/sh
+# bench_run.sh BUILD_DIR: weft-bench end to end on the host backend: 3 ranks (an odd count, so
+# per-rank sizes round down), every collective, both placements, sizes 8 B .. 32 KiB, every
+# result verified exactly by the program. Checks its exit status and its JSON: one row per
+# collective, size and placement (all-reduce, all-gather, reduce-scatter, broadcast: 2
+# placements; all-to-all, all-to-allv: 1; 5 sizes each; the barrier 1 row: 51), each with 0
+# wrong elements (but the barrier's, which has no data), the host backend, and no SM usage
+# (sm_blocks and copy_engine null).
+set -u
+build=$1
+json=$(mktemp)
+log=$(mktemp)
+trap 'rm -f "$json" "$log"' EXIT
+fail() {
+    echo "FAIL: bench_run: $*"
+    cat "$log"
+    exit 1
+}
+
+WEFT_BACKEND=host "$build/weftrun" -n 3 "$build/weft-bench" -t all -b 8 -e 64K -f 8 -n 3 -w 1 \
+    --json "$json" >"$log" 2>&1 || fail "weft-bench exited with status $?"
+rows=$(grep -c '"coll"' "$json")
+[ "$rows" -eq 51 ] || fail "$rows JSON rows, expected 51"
+for coll in all_reduce all_gather reduce_scatter broadcast all_to_all all_to_allv barrier; do
+    grep -q "\"coll\":\"$coll\"" "$json" || fail "no row for $coll"
+done
+bad=$(grep -v '"coll":"barrier"' "$json" | grep -vc '"wrong":0,')
+[ "$bad" -eq 0 ] || fail "$bad rows without \"wrong\":0 (the barrier's alone is not checked)"
+bad=$(grep -vc '"sm_blocks":null,"copy_engine":null,.*"backend":"host"' "$json")
+[ "$bad" -eq 0 ] || fail "$bad rows with SM usage or another backend"
+echo "PASS: bench_run ($rows rows)"
