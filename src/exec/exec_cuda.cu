@@ -284,7 +284,8 @@ static __device__ int32_t ll_wait(const weft_cuda_params_t &p, const uint8_t *wo
  * pair of ranks: it stores them as LL words into the peers' slots, waits for the peers' words
  * of the same bytes, unpacks them (into this rank's unpacked area to reduce, or straight into
  * the destination to copy) and computes its bytes of the result, so no block waits for another
- * and no fence is needed: every word carries its own flag. Block 0 also exchanges a header
+ * and no fence orders anything: every word carries its own flag (the one after the stores is
+ * for their timing, see there). Block 0 also exchanges a header
  * word with every peer, so that no operation completes before every peer has started it (the
  * slot reuse rule of exec_cuda.h holds for ranks that send no payload, a broadcast's
  * receivers). */
