@@ -57,7 +57,7 @@ void bench_usage(FILE *out)
             "      --buffers B        weft (weft_malloc) | malloc (plain memory) (default weft)\n"
             "      --inplace 0|1|2    out of place, in place, or both (default 2)\n"
             "      --json FILE        append one JSON object per size and placement\n"
-            "      --backend B        auto|host|cuda (default auto: cuda on a GPU host)\n"
+            "      --backend B        auto|host|cuda (default: WEFT_BACKEND, else auto)\n"
             "  -h, --help             this text\n"
             "Exit status: 0 success, 1 failure or wrong results, 2 bad arguments.\n");
 }
@@ -143,12 +143,12 @@ int bench_parse_args(int argc, char **argv, bench_opts_t *opt)
         .weft_buffers = true,
         .run_outofplace = true,
         .run_inplace = true,
-        .backend = WEFT_BACKEND_AUTO,
     };
     (void)parse_coll("all", opt);
 #ifdef WEFT_BENCH_NCCL
     opt->weft_buffers = false;
     opt->backend = WEFT_BACKEND_CUDA;
+    opt->backend_set = true;
 #endif
 
     int c, v = 0;
@@ -212,6 +212,7 @@ int bench_parse_args(int argc, char **argv, bench_opts_t *opt)
             v = lookup(a, backend_names, 3);
             bad = v < 0;
             opt->backend = (weft_backend_t)v;
+            opt->backend_set = true;
             break;
         case 'h':
             return 1;

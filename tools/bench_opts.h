@@ -49,6 +49,7 @@ typedef struct bench_opts {
     bool weft_buffers;
     bool run_outofplace, run_inplace;
     const char *json_path;
+    bool backend_set; /* else the configuration default (WEFT_BACKEND) */
     weft_backend_t backend;
 } bench_opts_t;
 

@@ -686,7 +686,8 @@ int main(int argc, char **argv)
 
     weft_config_t cfg;
     weft_config_default(&cfg);
-    cfg.backend = b.opt.backend;
+    if (b.opt.backend_set)
+        cfg.backend = b.opt.backend;
     if (b.opt.registration_set)
         cfg.registration = b.opt.registration;
     b.registration = cfg.registration;
