@@ -5,7 +5,7 @@
 # collective, size and placement (all-reduce, all-gather, reduce-scatter, broadcast: 2
 # placements; all-to-all, all-to-allv: 1; 5 sizes each; the barrier 1 row: 51), each with 0
 # wrong elements (but the barrier's, which has no data), the host backend, and no SM usage
-# (sm_blocks and copy_engine null).
+# (sm_blocks and copy_engine null). Then that weft-bench follows WEFT_BACKEND.
 set -u
 build=$1
 json=$(mktemp)
@@ -28,4 +28,10 @@ bad=$(grep -v '"coll":"barrier"' "$json" | grep -vc '"wrong":0,')
 [ "$bad" -eq 0 ] || fail "$bad rows without \"wrong\":0 (the barrier's alone is not checked)"
 bad=$(grep -vc '"sm_blocks":null,"copy_engine":null,.*"backend":"host"' "$json")
 [ "$bad" -eq 0 ] || fail "$bad rows with SM usage or another backend"
-echo "PASS: bench_run ($rows rows)"
+
+# --backend unset follows WEFT_BACKEND (it once forced auto, which ran the host backend check above
+# on the CUDA backend of a GPU host): with the GPUs hidden, WEFT_BACKEND=cuda must fail at init.
+CUDA_VISIBLE_DEVICES= WEFT_BACKEND=cuda "$build/weftrun" -n 1 "$build/weft-bench" -t barrier \
+    -n 1 -w 0 >"$log" 2>&1 && fail "WEFT_BACKEND=cuda with no visible GPU: weft-bench succeeded"
+grep -q "weft_comm_init failed" "$log" || fail "WEFT_BACKEND=cuda with no visible GPU: no init error"
+echo "PASS: bench_run ($rows rows; WEFT_BACKEND followed)"
