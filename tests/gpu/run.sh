@@ -11,9 +11,11 @@
 #    (modulo the GPU count): with as many GPUs as ranks, one rank per GPU and no MPS.
 # 3. Runs gpu_collectives, gpu_graph, gpu_registration, gpu_invalid, gpu_moe and gpu_fault
 #    (through gpu_fault.sh) with 2, 4 and 8 ranks (GPU_TEST_RANKS), then gpu_fault --inflight
-#    with the same rank counts, and gpu_collectives twice more at the first rank count: with every
-#    pure copy on the copy engines (WEFT_CUDA_COPY_ENGINE=1), and with the push path off
-#    (WEFT_CUDA_PUSH_BYTES=0: small payloads take the mesh as large ones do).
+#    with the same rank counts, and gpu_collectives three times more at the first rank count:
+#    with every pure copy on the copy engines (WEFT_CUDA_COPY_ENGINE=1), with the push path off
+#    (WEFT_CUDA_PUSH_BYTES=0: small payloads take the mesh as large ones do), and with 3 blocks
+#    per launch (WEFT_CUDA_MAX_BLOCKS=3: the partitioner's slices on few blocks; the harness
+#    checks that no operation launched more).
 #    Every run: WEFT_BACKEND=cuda NCCL_NVLS_ENABLE=0 WEFT_TIMEOUT_S=30 (5 for gpu_fault).
 # 4. Runs gpu_collectives and gpu_moe with 2 ranks and a small grid (GPU_TEST_QUICK=1), each rank
 #    under its own `compute-sanitizer --tool memcheck` (weftrun starts the sanitizers, so a
@@ -244,6 +246,9 @@ if [ -z "$only" ]; then
         --grace 15 -n "$first" -- "$bin/gpu_collectives"
     run_one "gpu_collectives (no push)" gpu_collectives "$first" "$first" 300 \
         env WEFT_TIMEOUT_S=30 WEFT_CUDA_PUSH_BYTES=0 "$(chunks gpu_collectives)" "$weftrun" \
+        --grace 15 -n "$first" -- "$bin/gpu_collectives"
+    run_one "gpu_collectives (3 blocks)" gpu_collectives "$first" "$first" 300 \
+        env WEFT_TIMEOUT_S=30 WEFT_CUDA_MAX_BLOCKS=3 "$(chunks gpu_collectives)" "$weftrun" \
         --grace 15 -n "$first" -- "$bin/gpu_collectives"
 fi
 
