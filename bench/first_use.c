@@ -390,17 +390,13 @@ static void report(const bench_t *b, const setup_t *s, FILE *json, const char *d
 static void bench_open(bench_t *b, int mode, int calls, int gap_kind)
 {
     memset(b, 0, sizeof *b);
-    weft_config_t cfg;
-    weft_config_default(&cfg);
-    cfg.backend = WEFT_BACKEND_CUDA;
-    cfg.registration = mode == MODE_NCCL ? WEFT_REGISTRATION_STAGED : (weft_registration_t)mode;
-    weft_ok(weft_comm_init(&b->comm, &cfg), "weft_comm_init");
-    b->rank = weft_comm_rank(b->comm);
+    b->comm = gpu_prog_comm_open(mode == MODE_NCCL ? WEFT_REGISTRATION_STAGED
+                                                   : (weft_registration_t)mode);
+    b->rank = gpu_prog_rank;
     b->nranks = weft_comm_size(b->comm);
-    gpu_prog_rank = b->rank;
     b->calls = calls;
     b->gap_kind = gap_kind;
-    /* weft_comm_init made the rank's device current on this thread. */
+    /* gpu_prog_comm_open made the rank's device current on this thread. */
     cuda_ok(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking), "cudaStreamCreate");
     cuda_ok(cudaMalloc((void **)&b->d_mine, NVALS * sizeof(double)), "cudaMalloc");
     cuda_ok(cudaMalloc((void **)&b->d_all, (size_t)b->nranks * NVALS * sizeof(double)),

@@ -294,15 +294,10 @@ static void lc_open(lc_t *c, const setup_t *s)
 {
     memset(c, 0, sizeof *c);
     c->s = s;
-    weft_config_t cfg;
-    weft_config_default(&cfg);
-    cfg.backend = WEFT_BACKEND_CUDA;
-    cfg.registration = WEFT_REGISTRATION_ROA;
-    weft_ok(weft_comm_init(&c->comm, &cfg), "weft_comm_init");
-    c->rank = weft_comm_rank(c->comm);
+    c->comm = gpu_prog_comm_open(WEFT_REGISTRATION_ROA);
+    c->rank = gpu_prog_rank;
     c->nranks = weft_comm_size(c->comm);
-    gpu_prog_rank = c->rank;
-    /* weft_comm_init made the rank's device current on this thread. */
+    /* gpu_prog_comm_open made the rank's device current on this thread. */
     cuda_ok(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "cudaStreamCreate");
     cuda_ok(cudaMalloc((void **)&c->d_mine, NVALS * sizeof(double)), "cudaMalloc");
     cuda_ok(cudaMalloc((void **)&c->d_all, (size_t)c->nranks * NVALS * sizeof(double)),

@@ -333,14 +333,9 @@ static void bench_open(bench_t *m, const setup_t *s)
 {
     memset(m, 0, sizeof *m);
     m->s = s;
-    weft_config_t cfg;
-    weft_config_default(&cfg);
-    cfg.backend = WEFT_BACKEND_CUDA;
-    cfg.registration = WEFT_REGISTRATION_ROA;
-    weft_ok(weft_comm_init(&m->comm, &cfg), "weft_comm_init");
-    m->rank = weft_comm_rank(m->comm);
+    m->comm = gpu_prog_comm_open(WEFT_REGISTRATION_ROA);
+    m->rank = gpu_prog_rank;
     m->nranks = weft_comm_size(m->comm);
-    gpu_prog_rank = m->rank;
     int n = m->nranks;
     if (n > MAX_RANKS)
         fatal("moe-bench runs with at most %d ranks, not %d", MAX_RANKS, n);
@@ -348,7 +343,7 @@ static void bench_open(bench_t *m, const setup_t *s)
         fatal("-E %d is not a multiple of the rank count %d", s->E, n);
     m->epr = s->E / n;
     m->cap = (size_t)n * s->T;
-    /* weft_comm_init made the rank's device current on this thread. */
+    /* gpu_prog_comm_open made the rank's device current on this thread. */
     cuda_ok(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking), "cudaStreamCreate");
     snprintf(m->device, sizeof m->device, "unknown");
     int dev = 0;

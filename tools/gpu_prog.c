@@ -1,5 +1,5 @@
 /*
- * gpu_prog.c - error exits of the GPU benchmark programs (see gpu_prog.h).
+ * gpu_prog.c - error exits and the communicator of the GPU benchmark programs (see gpu_prog.h).
  */
 #include "gpu_prog.h"
 
@@ -42,4 +42,16 @@ void require_device(void)
     printf("SKIP: no CUDA device (%s)\n",
            err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount found none");
     exit(GPU_PROG_SKIP);
+}
+
+weft_comm_t gpu_prog_comm_open(weft_registration_t reg)
+{
+    weft_config_t cfg;
+    weft_config_default(&cfg);
+    cfg.backend = WEFT_BACKEND_CUDA;
+    cfg.registration = reg;
+    weft_comm_t comm;
+    weft_ok(weft_comm_init(&comm, &cfg), "weft_comm_init");
+    gpu_prog_rank = weft_comm_rank(comm);
+    return comm;
 }

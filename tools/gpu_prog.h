@@ -1,8 +1,9 @@
 /*
  * gpu_prog.h - what the GPU benchmark programs (first-use, launch-cost, moe-bench, reg-cost,
  * weft-calibrate) share: error exits (a failing weft or CUDA call prints "<program>: rank <r>:
- * <what>: <why>" and ends the process with status 1, weftrun then ends the job) and the skip
- * without a device. Their plain-C helpers (medians, JSON, option values) are in bench_util.h.
+ * <what>: <why>" and ends the process with status 1, weftrun then ends the job), the skip
+ * without a device and the opening of the communicator. Their plain-C helpers (medians, JSON,
+ * option values) are in bench_util.h.
  */
 #ifndef WEFT_TOOLS_GPU_PROG_H
 #define WEFT_TOOLS_GPU_PROG_H
@@ -29,6 +30,10 @@ void cuda_ok(cudaError_t err, const char *what);
 /* Without a usable CUDA device, print "SKIP: no CUDA device (<reason>)" and exit with
  * GPU_PROG_SKIP; otherwise return. */
 void require_device(void);
+/* Open this rank's communicator on the CUDA backend with registration mode reg (the rest as
+ * weft_config_default has it: ranks from weftrun) and set gpu_prog_rank; fatal on failure. On
+ * return the rank's device is current on the calling thread. */
+weft_comm_t gpu_prog_comm_open(weft_registration_t reg);
 
 #ifdef __cplusplus
 }

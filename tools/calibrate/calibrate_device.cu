@@ -309,17 +309,12 @@ void cal_device_open(cal_t *c)
     if (!c->dev)
         fatal("calloc: out of memory");
     cal_device_t *d = c->dev;
-    weft_config_t cfg;
-    weft_config_default(&cfg);
-    cfg.backend = WEFT_BACKEND_CUDA;
-    cfg.registration = WEFT_REGISTRATION_ROA;
-    weft_ok(weft_comm_init(&d->comm, &cfg), "weft_comm_init");
-    c->rank = weft_comm_rank(d->comm);
+    d->comm = gpu_prog_comm_open(WEFT_REGISTRATION_ROA);
+    c->rank = gpu_prog_rank;
     c->nranks = weft_comm_size(d->comm);
-    gpu_prog_rank = c->rank;
     if (c->nranks < 2 || c->nranks > 65)
         fatal("needs 2 to 65 ranks (weftrun -n N), got %d", c->nranks);
-    /* weft_comm_init made the rank's device current on this thread. */
+    /* gpu_prog_comm_open made the rank's device current on this thread. */
     cuda_ok(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking), "cudaStreamCreate");
     describe_machine(c);
     cal_choose_k(c);
