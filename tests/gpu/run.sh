@@ -11,7 +11,9 @@
 #    (modulo the GPU count): with as many GPUs as ranks, one rank per GPU and no MPS.
 # 3. Runs gpu_collectives, gpu_graph, gpu_registration, gpu_invalid, gpu_moe and gpu_fault
 #    (through gpu_fault.sh) with 2, 4 and 8 ranks (GPU_TEST_RANKS), then gpu_fault --inflight
-#    with the same rank counts, and gpu_collectives three times more at the first rank count:
+#    with the same rank counts, gpu_graph at the first rank count with every pure copy on the
+#    copy engines (WEFT_CUDA_COPY_ENGINE=1: the engines' copies captured and replayed), and
+#    gpu_collectives three times more at the first rank count:
 #    with every pure copy on the copy engines (WEFT_CUDA_COPY_ENGINE=1), with the push path off
 #    (WEFT_CUDA_PUSH_BYTES=0: small payloads take the mesh as large ones do), and with 3 blocks
 #    per launch (WEFT_CUDA_MAX_BLOCKS=3: the partitioner's slices on few blocks; the harness
@@ -244,6 +246,9 @@ if [ -z "$only" ]; then
     run_one "gpu_collectives (copy engine)" gpu_collectives "$first" "$first" 300 \
         env WEFT_TIMEOUT_S=30 WEFT_CUDA_COPY_ENGINE=1 "$(chunks gpu_collectives)" "$weftrun" \
         --grace 15 -n "$first" -- "$bin/gpu_collectives"
+    run_one "gpu_graph (copy engine)" gpu_graph "$first" "$first" 300 \
+        env WEFT_TIMEOUT_S=30 WEFT_CUDA_COPY_ENGINE=1 "$(chunks gpu_graph)" "$weftrun" \
+        --grace 15 -n "$first" -- "$bin/gpu_graph"
     run_one "gpu_collectives (no push)" gpu_collectives "$first" "$first" 300 \
         env WEFT_TIMEOUT_S=30 WEFT_CUDA_PUSH_BYTES=0 "$(chunks gpu_collectives)" "$weftrun" \
         --grace 15 -n "$first" -- "$bin/gpu_collectives"
