@@ -13,11 +13,11 @@
 #    (through gpu_fault.sh) with 2, 4 and 8 ranks (GPU_TEST_RANKS), then gpu_fault --inflight
 #    with the same rank counts, gpu_graph at the first rank count with every pure copy on the
 #    copy engines (WEFT_CUDA_COPY_ENGINE=1: the engines' copies captured and replayed), and
-#    gpu_collectives three times more at the first rank count:
-#    with every pure copy on the copy engines (WEFT_CUDA_COPY_ENGINE=1), with the push path off
-#    (WEFT_CUDA_PUSH_BYTES=0: small payloads take the mesh as large ones do), and with 3 blocks
-#    per launch (WEFT_CUDA_MAX_BLOCKS=3: the partitioner's slices on few blocks; the harness
-#    checks that no operation launched more).
+#    gpu_collectives three times more at the first rank count: with every pure copy on the copy
+#    engines (WEFT_CUDA_COPY_ENGINE=1), with the push path off (WEFT_CUDA_PUSH_BYTES=0: small
+#    payloads take the mesh as large ones do), and with 3 blocks per launch
+#    (WEFT_CUDA_MAX_BLOCKS=3: the partitioner's slices on few blocks; the harness checks that no
+#    operation launched more).
 #    Every run: WEFT_BACKEND=cuda NCCL_NVLS_ENABLE=0 WEFT_TIMEOUT_S=30 (5 for gpu_fault).
 # 4. Runs gpu_collectives and gpu_moe with 2 ranks and a small grid (GPU_TEST_QUICK=1), each rank
 #    under its own `compute-sanitizer --tool memcheck` (weftrun starts the sanitizers, so a
