@@ -393,21 +393,15 @@ int gpu_expect_zero_copy(const gpu_ctx_t *g, gpu_buf_kind_t kind)
 #define WEFT_DEFAULT_MAX_BLOCKS 32 /* WEFT_CUDA_MAX_BLOCKS's default (docs/config.md) */
 #define WEFT_MAX_BLOCKS 128        /* its cap */
 
-size_t gpu_push_limit(void)
+size_t gpu_push_limit(gpu_ctx_t *g)
 {
     const char *ce = getenv("WEFT_CUDA_COPY_ENGINE");
     if (ce != NULL && strcmp(ce, "1") == 0)
         return 0;
-    const char *s = getenv("WEFT_CUDA_PUSH_BYTES");
-    if (s == NULL || s[0] == '\0')
-        return WEFT_DEFAULT_PUSH_BYTES;
-    char *end;
-    size_t v = strtoull(s, &end, 10);
-    size_t scale = *end == 'K' || *end == 'k'   ? (size_t)1 << 10
-                   : *end == 'M' || *end == 'm' ? (size_t)1 << 20
-                                                : 1;
-    v = v < WEFT_MAX_PUSH_BYTES / scale ? v * scale : WEFT_MAX_PUSH_BYTES;
-    return v / 256 * 256;
+    uint64_t v = mp_env_bytes(&g->mp, "WEFT_CUDA_PUSH_BYTES", WEFT_DEFAULT_PUSH_BYTES);
+    if (v > WEFT_MAX_PUSH_BYTES)
+        v = WEFT_MAX_PUSH_BYTES;
+    return (size_t)(v / 256 * 256);
 }
 
 int gpu_block_limit(void)
@@ -440,7 +434,7 @@ void gpu_check_path(gpu_ctx_t *g, const weft_stats_t *before, const weft_stats_t
         return;
     if (ctx->nranks < 2 || pair_bytes < MP_PATH_CHECK_BYTES)
         return;
-    if (pair_bytes <= gpu_push_limit()) {
+    if (pair_bytes <= gpu_push_limit(g)) {
         mp_check(
             ctx, di == 1 && dce == 0 && dblocks >= 1,
             "stats: expected the push path (%zu bytes per pair) on the SMs: zero_copy_ops +%" PRIu64
@@ -464,7 +458,7 @@ void gpu_check_stores(gpu_ctx_t *g, const weft_stats_t *before, const weft_stats
     const char *env = getenv("WEFT_REMOTE_STORES");
     int enabled = env == NULL || strcmp(env, "0") != 0;
     int want =
-        enabled && eligible && ctx->nranks > 1 && pair_bytes > 0 && pair_bytes > gpu_push_limit();
+        enabled && eligible && ctx->nranks > 1 && pair_bytes > 0 && pair_bytes > gpu_push_limit(g);
     uint64_t d = after->remote_store_ops - before->remote_store_ops;
     mp_check(ctx, d == (uint64_t)want,
              "stats: remote_store_ops +%" PRIu64 ", expected +%d (%zu bytes per pair, %s)", d, want,

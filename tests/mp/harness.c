@@ -33,6 +33,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "util/parse_bytes.h"
+
 #define POISON_BYTE 0xA5
 #define GUARD_BYTE 0x5A
 #define GUARD_BACK_BYTES ((size_t)64)
@@ -975,17 +977,22 @@ void mp_check_path_expect(mp_ctx_t *ctx, const weft_stats_t *before, const weft_
                  mp_buf_kind_name(kind), mp_reg_name(ctx->reg), dz, ds);
 }
 
-static size_t env_bytes(const char *name, size_t dflt)
+uint64_t mp_env_bytes(mp_ctx_t *ctx, const char *name, uint64_t dflt)
 {
-    const char *v = getenv(name);
-    return v && *v ? (size_t)strtoull(v, NULL, 10) : dflt;
+    const char *s = getenv(name);
+    uint64_t v;
+    if (s == NULL || s[0] == '\0')
+        return dflt;
+    if (weft_parse_bytes(s, &v) != 0)
+        mp_fatal(ctx, "%s=%s is not a byte size", name, s);
+    return v;
 }
 
-int mp_expect_twoshot(const mp_ctx_t *ctx, size_t bytes, int inplace)
+int mp_expect_twoshot(mp_ctx_t *ctx, size_t bytes, int inplace)
 {
-    size_t from = inplace           ? env_bytes("WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES", 1 << 20)
-                  : ctx->nranks > 2 ? env_bytes("WEFT_ALLREDUCE_TWOSHOT_BYTES", 2 << 20)
-                                    : SIZE_MAX;
+    uint64_t from = inplace ? mp_env_bytes(ctx, "WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES", 1 << 20)
+                    : ctx->nranks > 2 ? mp_env_bytes(ctx, "WEFT_ALLREDUCE_TWOSHOT_BYTES", 2 << 20)
+                                      : UINT64_MAX;
     return ctx->nranks > 1 && bytes >= from;
 }
 

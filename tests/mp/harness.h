@@ -251,10 +251,15 @@ void mp_check_path(mp_ctx_t *ctx, const weft_stats_t *before, const weft_stats_t
 void mp_check_path_expect(mp_ctx_t *ctx, const weft_stats_t *before, const weft_stats_t *after,
                           int zero_copy, mp_buf_kind_t kind, size_t bytes);
 
+/* A byte size from the environment, read as the library reads its variables
+ * (src/util/parse_bytes.h: "4096", "64K", "2MiB"): dflt when name is unset or empty; a value that
+ * does not parse ends the test (mp_fatal). */
+uint64_t mp_env_bytes(mp_ctx_t *ctx, const char *name, uint64_t dflt);
+
 /* Whether an all-reduce of bytes takes the two-shot form (op/select.c) under the thresholds in the
- * environment (WEFT_ALLREDUCE_TWOSHOT_BYTES, WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES as plain byte
- * counts, as CTest sets them), else their defaults (docs/config.md). */
-int mp_expect_twoshot(const mp_ctx_t *ctx, size_t bytes, int inplace);
+ * environment (WEFT_ALLREDUCE_TWOSHOT_BYTES, WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES), else their
+ * defaults (docs/config.md). */
+int mp_expect_twoshot(mp_ctx_t *ctx, size_t bytes, int inplace);
 
 /* Whether collectives may take their store form: WEFT_REMOTE_STORES=1 (on the host backend the
  * default, auto, means never). */

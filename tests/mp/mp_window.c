@@ -13,10 +13,7 @@
 #include "harness.h"
 
 #include <inttypes.h>
-#include <stdlib.h>
 #include <sys/mman.h>
-
-#include "util/parse_bytes.h"
 
 #define ZONE_WINDOWS 8
 #define BLOCKER_BYTES ((size_t)2 << 20)
@@ -29,10 +26,7 @@ typedef struct blockers {
 
 static size_t window_bytes(mp_ctx_t *ctx)
 {
-    const char *s = getenv("WEFT_WINDOW_SLICE_BYTES");
-    uint64_t slice = 0;
-    if (s && weft_parse_bytes(s, &slice) != 0)
-        mp_fatal(ctx, "WEFT_WINDOW_SLICE_BYTES=%s is not a size", s);
+    uint64_t slice = mp_env_bytes(ctx, "WEFT_WINDOW_SLICE_BYTES", 0);
     if (slice == 0)
         slice = (uint64_t)64 << 30; /* the host backend's default */
     return (size_t)slice * (size_t)ctx->nranks;
