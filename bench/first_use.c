@@ -16,6 +16,8 @@
  *   steady:     CALLS times { barrier; the same timed call }  -> this rank's median
  *   after-gap:  barrier; gap; barrier; the same timed call on the now used buffer
  *   weft_free
+ *   launch:     CALLS times { barrier; t0; launch an empty kernel; t1; cudaStreamSynchronize }
+ *               -> this rank's median; then barrier; gap; barrier; the same launch timed once
  *
  * The gap is a sleep of the host (--gap-kind sleep, the default: the GPU and the CPU go idle),
  * a busy wait of the host (spin: the CPU stays awake, the GPU goes idle) or GPU work (busy: a
@@ -38,6 +40,11 @@
  * The after-gap call is a control: the same idle time and the same barrier skew as the first
  * call, on a buffer whose registration is long done. first - after-gap is the cost of first use
  * itself; after-gap - steady is what the idle gap alone costs (clocks, a sleeping thread).
+ * The launch is a second control, without weft: the host time of launching an empty kernel
+ * (bench/gpu_busy.cu, 0 ns) after a barrier, steady and after the same gap and barrier as the
+ * first call. Its after-gap excess is what any call that launches a kernel pays after the gap
+ * in the CUDA driver, whatever the library: (steady + launch excess) / steady is the lowest
+ * first / steady a call with one launch can reach ("floor").
  *
  * Statistics (weft_get_stats, this rank's counters): registrations started between the
  * allocation and the end of the first call (0 when the allocation came out of memory weft had
@@ -115,6 +122,8 @@ enum {
     V_WAITS,
     V_WAIT_NS,
     V_LATER_WAITS,
+    V_LAUNCH_STEADY_NS, /* the launch control: an empty kernel's launch, host time */
+    V_LAUNCH_AFTER_GAP_NS,
     NVALS
 };
 
@@ -123,12 +132,13 @@ typedef struct bench {
     cudaStream_t stream;
     int rank, nranks;
     int calls;
-    int gap_kind;      /* GAP_SLEEP, GAP_SPIN or GAP_BUSY */
-    uint64_t *call_ns; /* calls entries: the steady calls of one measurement */
-    uint64_t *host_ns; /* calls entries: their host parts */
-    double *d_mine;    /* device (cudaMalloc): NVALS values of this rank */
-    double *d_all;     /* device (cudaMalloc): nranks * NVALS values */
-    double *h_all;     /* host copy of d_all */
+    int gap_kind;        /* GAP_SLEEP, GAP_SPIN or GAP_BUSY */
+    uint64_t *call_ns;   /* calls entries: the steady calls of one measurement */
+    uint64_t *host_ns;   /* calls entries: their host parts */
+    uint64_t *launch_ns; /* calls entries: the steady launches of the launch control */
+    double *d_mine;      /* device (cudaMalloc): NVALS values of this rank */
+    double *d_all;       /* device (cudaMalloc): nranks * NVALS values */
+    double *h_all;       /* host copy of d_all */
 #ifdef WEFT_BENCH_NCCL
     bench_nccl_t *nccl; /* mode nccl: the library under test */
 #endif
@@ -137,7 +147,8 @@ typedef struct bench {
 /* One row: a (mode, size, gap) over its repetitions, as rank 0 accumulates it. */
 typedef struct row {
     double first_us[MAX_REPEATS], steady_us[MAX_REPEATS], after_gap_us[MAX_REPEATS];
-    double host_us[3][MAX_REPEATS]; /* host parts of first, steady, after-gap */
+    double host_us[3][MAX_REPEATS];   /* host parts of first, steady, after-gap */
+    double launch_us[2][MAX_REPEATS]; /* the launch control: steady, after the gap */
     double wait_us[MAX_REPEATS];
     uint64_t regs, waits, later_waits;
     int ranks_waited;      /* (rank, repetition) pairs whose first call waited */
@@ -197,6 +208,16 @@ static uint64_t timed_all_reduce(bench_t *b, void *buf, size_t count, uint64_t *
     *host_ns = weft_now_ns() - t0;
     cuda_ok(cudaStreamSynchronize(b->stream), "cudaStreamSynchronize after the all-reduce");
     return weft_now_ns() - t0;
+}
+
+/* The host time of launching an empty kernel on the stream (then synchronised, untimed). */
+static uint64_t timed_launch(bench_t *b)
+{
+    uint64_t t0 = weft_now_ns();
+    cuda_ok(gpu_busy(b->stream, 0), "gpu_busy launch");
+    uint64_t ns = weft_now_ns() - t0;
+    cuda_ok(cudaStreamSynchronize(b->stream), "cudaStreamSynchronize after the launch");
+    return ns;
 }
 
 /* A fresh buffer of the library under test: weft_malloc, or cudaMalloc in mode nccl. */
@@ -260,6 +281,14 @@ static void measure(bench_t *b, size_t bytes, int gap_ms, double out[NVALS])
     uint64_t after_gap_ns = timed_all_reduce(b, buf, count, &after_gap_host);
     get_stats(b, &s_end);
     free_buf(b, buf);
+    for (int i = 0; i < b->calls; i++) {
+        barrier(b);
+        b->launch_ns[i] = timed_launch(b);
+    }
+    barrier(b);
+    gap(b, gap_ms);
+    barrier(b);
+    uint64_t launch_after_gap_ns = timed_launch(b);
 
     out[V_FIRST_NS] = (double)first_ns;
     out[V_STEADY_NS] = bench_median_u64(b->call_ns, (size_t)b->calls);
@@ -271,6 +300,8 @@ static void measure(bench_t *b, size_t bytes, int gap_ms, double out[NVALS])
     out[V_WAITS] = (double)(s_first.first_use_waits - s_alloc.first_use_waits);
     out[V_WAIT_NS] = (double)(s_first.first_use_wait_ns - s_alloc.first_use_wait_ns);
     out[V_LATER_WAITS] = (double)(s_end.first_use_waits - s_first.first_use_waits);
+    out[V_LAUNCH_STEADY_NS] = bench_median_u64(b->launch_ns, (size_t)b->calls);
+    out[V_LAUNCH_AFTER_GAP_NS] = (double)launch_after_gap_ns;
 }
 
 /* Every rank's NVALS values into b->h_all (rank-major). */
@@ -290,11 +321,14 @@ static void gather(bench_t *b, const double mine[NVALS])
 /* Rank 0: fold one repetition's gathered values into the row. */
 static void accumulate(const bench_t *b, row_t *row, int rep)
 {
-    double first = 0, steady = 0, after = 0, wait = 0, host[3] = {0, 0, 0};
+    double first = 0, steady = 0, after = 0, wait = 0, host[3] = {0, 0, 0}, launch[2] = {0, 0};
     for (int r = 0; r < b->nranks; r++) {
         const double *v = b->h_all + (size_t)r * NVALS;
         for (int h = 0; h < 3; h++)
             host[h] = v[V_FIRST_HOST_NS + h] > host[h] ? v[V_FIRST_HOST_NS + h] : host[h];
+        for (int l = 0; l < 2; l++)
+            launch[l] =
+                v[V_LAUNCH_STEADY_NS + l] > launch[l] ? v[V_LAUNCH_STEADY_NS + l] : launch[l];
         first = v[V_FIRST_NS] > first ? v[V_FIRST_NS] : first;
         steady = v[V_STEADY_NS] > steady ? v[V_STEADY_NS] : steady;
         after = v[V_AFTER_GAP_NS] > after ? v[V_AFTER_GAP_NS] : after;
@@ -312,6 +346,8 @@ static void accumulate(const bench_t *b, row_t *row, int rep)
     row->wait_us[rep] = wait / 1e3;
     for (int h = 0; h < 3; h++)
         row->host_us[h][rep] = host[h] / 1e3;
+    for (int l = 0; l < 2; l++)
+        row->launch_us[l][rep] = launch[l] / 1e3;
 }
 
 typedef struct setup {
@@ -336,9 +372,12 @@ static void report(const bench_t *b, const setup_t *s, FILE *json, const char *d
     for (int i = 0; i < n; i++)
         first_max = row->first_us[i] > first_max ? row->first_us[i] : first_max;
     double ratio = steady > 0 ? first / steady : 0, ratio_after = after > 0 ? first / after : 0;
-    double host[3];
+    double host[3], launch[2];
     for (int h = 0; h < 3; h++)
         host[h] = median_of(row->host_us[h], n);
+    for (int l = 0; l < 2; l++)
+        launch[l] = median_of(row->launch_us[l], n);
+    double ratio_floor = steady > 0 ? (steady + launch[1] - launch[0]) / steady : 0;
     const char *target = "-";
     if (mode == WEFT_REGISTRATION_ROA && gap_ms >= TARGET_GAP_MS)
         target = ratio <= TARGET_RATIO && row->waits == 0 ? "yes" : "NO";
@@ -347,10 +386,11 @@ static void report(const bench_t *b, const setup_t *s, FILE *json, const char *d
                  : row->registered_waited == row->ranks_registered ? "yes"
                                                                    : "NO";
     printf("%6s %10zu %6d %10.1f %10.1f %10.1f %7.2f %7.2f %5llu %5llu %9.1f %5llu %6s "
-           "%7.1f %7.1f %7.1f\n",
+           "%7.1f %7.1f %7.1f %7.1f %7.1f %6.2f\n",
            mode_names[mode], bytes, gap_ms, first, steady, after, ratio, ratio_after,
            (unsigned long long)row->regs, (unsigned long long)row->waits, wait,
-           (unsigned long long)row->later_waits, target, host[0], host[1], host[2]);
+           (unsigned long long)row->later_waits, target, host[0], host[1], host[2], launch[0],
+           launch[1], ratio_floor);
     fflush(stdout);
     if (!json)
         return;
@@ -366,11 +406,13 @@ static void report(const bench_t *b, const setup_t *s, FILE *json, const char *d
             "\"registrations\":%llu,\"first_use_waits\":%llu,\"first_use_wait_us\":%.3f,"
             "\"ranks_waited\":%d,\"ranks_registered\":%d,\"later_waits\":%llu,"
             "\"host_first_us\":%.3f,"
-            "\"host_steady_us\":%.3f,\"host_after_gap_us\":%.3f,\"meets_target\":",
+            "\"host_steady_us\":%.3f,\"host_after_gap_us\":%.3f,\"launch_steady_us\":%.3f,"
+            "\"launch_after_gap_us\":%.3f,\"ratio_floor\":%.4f,\"meets_target\":",
             mode_names[mode], bytes, gap_ms, b->nranks, n, s->calls, first, first_max, steady,
             after, ratio, ratio_after, (unsigned long long)row->regs,
             (unsigned long long)row->waits, wait, row->ranks_waited, row->ranks_registered,
-            (unsigned long long)row->later_waits, host[0], host[1], host[2]);
+            (unsigned long long)row->later_waits, host[0], host[1], host[2], launch[0], launch[1],
+            ratio_floor);
     if (strcmp(target, "-") == 0)
         fprintf(json, "null");
     else
@@ -404,7 +446,8 @@ static void bench_open(bench_t *b, int mode, int calls, int gap_kind)
     b->h_all = calloc((size_t)b->nranks * NVALS, sizeof(double));
     b->call_ns = calloc((size_t)calls, sizeof(uint64_t));
     b->host_ns = calloc((size_t)calls, sizeof(uint64_t));
-    if (!b->h_all || !b->call_ns || !b->host_ns)
+    b->launch_ns = calloc((size_t)calls, sizeof(uint64_t));
+    if (!b->h_all || !b->call_ns || !b->host_ns || !b->launch_ns)
         fatal("calloc: out of memory");
 #ifdef WEFT_BENCH_NCCL
     if (mode == MODE_NCCL && !(b->nccl = bench_nccl_init(b->comm, b->stream))) {
@@ -427,6 +470,7 @@ static void bench_close(bench_t *b)
     free(b->h_all);
     free(b->call_ns);
     free(b->host_ns);
+    free(b->launch_ns);
     memset(b, 0, sizeof *b);
 }
 
@@ -618,12 +662,18 @@ int main(int argc, char **argv)
                    "# meets: roa gap>=%d ms: first <= %.2f x steady and 0 waits; jit: every "
                    "first call that registered waited\n"
                    "# h_first, h_stdy, h_aftr: the host parts of the three calls (until "
-                   "weft_all_reduce returned)\n",
+                   "weft_all_reduce returned)\n"
+                   "# l_stdy, l_aftr: host time of an empty kernel's launch, steady and after "
+                   "the gap and a barrier;\n"
+                   "# floor: (steady + l_aftr - l_stdy) / steady, the least f/stdy of a call "
+                   "that launches once\n",
                    gpu_prog_name, b.nranks, device, s.repeats, s.calls, gap_kind_names[s.gap_kind],
                    s.tag[0] ? ", tag " : "", s.tag, TARGET_GAP_MS, TARGET_RATIO);
-            printf("#%5s %10s %6s %10s %10s %10s %7s %7s %5s %5s %9s %5s %6s %7s %7s %7s\n", "mode",
-                   "bytes", "gap_ms", "first_us", "steady_us", "after_gap", "f/stdy", "f/aftr",
-                   "regs", "waits", "wait_us", "later", "meets", "h_first", "h_stdy", "h_aftr");
+            printf("#%5s %10s %6s %10s %10s %10s %7s %7s %5s %5s %9s %5s %6s %7s %7s %7s %7s %7s "
+                   "%6s\n",
+                   "mode", "bytes", "gap_ms", "first_us", "steady_us", "after_gap", "f/stdy",
+                   "f/aftr", "regs", "waits", "wait_us", "later", "meets", "h_first", "h_stdy",
+                   "h_aftr", "l_stdy", "l_aftr", "floor");
             fflush(stdout);
         }
         warm_up(&b, &s);
