@@ -83,8 +83,9 @@ weft_status_t weft_cuda_select_device(int local_rank)
 typedef struct cuda_rank_info {
     uint64_t ctl;
     uint64_t push_bytes; /* this rank's largest push payload */
-    int32_t device;
-    int32_t sms;
+    /* The GPU, by UUID: ordinals differ between processes that see different devices
+     * (CUDA_VISIBLE_DEVICES set per rank makes every rank's GPU device 0). */
+    unsigned char uuid[16];
 } cuda_rank_info_t;
 
 weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store)
@@ -104,13 +105,14 @@ weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store)
     comm->cuda = cs;
     weft_status_t st;
     cudaError_t err = cudaGetDevice(&cs->device);
-    int sms = 0;
+    struct cudaDeviceProp prop;
     if (err == cudaSuccess)
-        err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, cs->device);
+        err = cudaGetDeviceProperties(&prop, cs->device);
     if (err != cudaSuccess) {
-        st = cuda_error(err, "weft_comm_init: cudaGetDevice");
+        st = cuda_error(err, "weft_comm_init: cudaGetDeviceProperties");
         goto out;
     }
+    int sms = prop.multiProcessorCount;
     void *words;
     err = cudaHostAlloc(&words, WORDS_BYTES, cudaHostAllocMapped | cudaHostAllocPortable);
     if (err != cudaSuccess) {
@@ -146,8 +148,9 @@ weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store)
         st = cuda_error(err, "weft_comm_init: clearing the device control block");
         goto out;
     }
-    cuda_rank_info_t mine = {
-        .ctl = (uint64_t)(uintptr_t)ctl, .push_bytes = push, .device = cs->device, .sms = sms};
+    cuda_rank_info_t mine = {.ctl = (uint64_t)(uintptr_t)ctl, .push_bytes = push};
+    _Static_assert(sizeof mine.uuid == sizeof prop.uuid.bytes, "a CUDA UUID is 16 bytes");
+    memcpy(mine.uuid, prop.uuid.bytes, sizeof mine.uuid);
     st = weft_store_allgather(store, "cuda", &mine, sizeof mine, infos);
     if (st != WEFT_SUCCESS)
         goto out;
@@ -157,8 +160,9 @@ weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store)
         cs->ctl[r] = (weft_cuda_ctl_t *)(uintptr_t)infos[r].ctl;
         if (infos[r].push_bytes < cs->push_bytes)
             cs->push_bytes = infos[r].push_bytes;
-        sharing += infos[r].device == cs->device;
-        cs->spans_gpus |= infos[r].device != cs->device;
+        int same_gpu = memcmp(infos[r].uuid, mine.uuid, sizeof mine.uuid) == 0;
+        sharing += same_gpu;
+        cs->spans_gpus |= !same_gpu;
     }
     int fit = sms / (sharing > 0 ? sharing : 1);
     cs->nblocks = env->cuda_max_blocks < fit ? env->cuda_max_blocks : fit;
@@ -360,6 +364,11 @@ int weft_cuda_device(const struct weft_comm *comm)
 int weft_cuda_blocks(const struct weft_comm *comm)
 {
     return comm->cuda->nblocks;
+}
+
+int weft_cuda_spans_gpus(const struct weft_comm *comm)
+{
+    return comm->cuda ? comm->cuda->spans_gpus : 0;
 }
 
 int weft_cuda_moe_blocks(const struct weft_comm *comm)
