@@ -125,9 +125,9 @@ struct weft_comm {
     weft_backend_t backend;
     weft_registration_t registration;
     double timeout_s;
-    size_t inline_bytes; /* <= WEFT_INLINE_MAX */
-    size_t allreduce_twoshot_bytes;
-    size_t allreduce_inplace_twoshot_bytes;
+    size_t inline_bytes;            /* <= WEFT_INLINE_MAX */
+    size_t allreduce_twoshot_bytes; /* WEFT_ALLREDUCE_TWOSHOT_BYTES (0: op/select.c's default) */
+    size_t allreduce_inplace_twoshot_bytes; /* WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES (ditto) */
     int remote_stores; /* collectives may write into peers' outputs (WEFT_REMOTE_STORES) */
 
     const weft_mem_ops_t *mem;

@@ -126,6 +126,10 @@ int weft_cuda_device(const struct weft_comm *comm);
 /* Blocks per launch (bounded so every rank sharing the GPU is co-resident). */
 int weft_cuda_blocks(const struct weft_comm *comm);
 
+/* 1 if some rank of the communicator is on another GPU than this rank (the same on every rank:
+ * GPUs are told apart by UUID), 0 if all share this rank's GPU or without the CUDA backend. */
+int weft_cuda_spans_gpus(const struct weft_comm *comm);
+
 /* Blocks of the MoE gather and combine kernels: they run between weft_cuda_enter and
  * weft_cuda_leave and never wait for a peer, so they need not be co-resident with the other
  * ranks' kernels and may fill this rank's share of the GPU (WEFT_CUDA_MOE_BLOCKS). */

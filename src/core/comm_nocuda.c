@@ -92,6 +92,11 @@ int weft_cuda_blocks(const struct weft_comm *comm)
     return 1;
 }
 
+int weft_cuda_spans_gpus(const struct weft_comm *comm)
+{
+    return 0;
+}
+
 int weft_cuda_moe_blocks(const struct weft_comm *comm)
 {
     return 1;

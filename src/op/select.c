@@ -7,13 +7,38 @@
  * H200s: 3-6 us faster than the mesh for small payloads, docs/results/2026-11-29-h200-s5.md).
  * Otherwise everything but all-reduce has one mesh algorithm. All-reduce: two-shot reads
  * 2(n-1)S/n bytes remotely per rank against (n-1)S for one-shot, at the price of a second
- * synchronisation; with two ranks both read S, so one-shot always wins there. From three ranks up,
- * two-shot takes over at WEFT_ALLREDUCE_TWOSHOT_BYTES (default 2 MiB, measured:
- * docs/results/2026-11-29-allreduce-crossover.md).
- * Arguments were checked by the API layer.
+ * synchronisation; with two ranks both read S, so one-shot always wins there out of place. From
+ * three ranks up two-shot takes over at WEFT_ALLREDUCE_TWOSHOT_BYTES, in place (where one-shot
+ * must first copy its input) at WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES; see twoshot_from for their
+ * defaults. Arguments were checked by the API layer.
  */
+#include "core/comm_cuda.h"
 #include "op/op.h"
 #include "op/select.h"
+
+/* The measured crossovers, used where the variables are 0 (their default). Host, and ranks
+ * sharing one GPU: 2 MiB out of place (host: docs/results/2026-11-29-allreduce-crossover.md; one
+ * H200, 4 ranks: between 1 and 2 MiB), 1 MiB in place. Ranks on several GPUs, where a byte read
+ * from a peer crosses NVLink instead of the GPU's own memory: two H200s, 4 ranks, two-shot 8%
+ * faster at 512 KiB out of place and 3-5% faster from 128 KiB in place (2 ranks too), equal
+ * below (docs/results/2026-11-30-h200-s10.md, section 3). */
+#define TWOSHOT_BYTES ((size_t)2 << 20)
+#define INPLACE_TWOSHOT_BYTES ((size_t)1 << 20)
+#define TWOSHOT_BYTES_GPUS ((size_t)512 << 10)
+#define INPLACE_TWOSHOT_BYTES_GPUS ((size_t)128 << 10)
+
+/* The size from which an all-reduce takes the two-shot form (SIZE_MAX: never). */
+static size_t twoshot_from(const struct weft_comm *comm, int inplace)
+{
+    if (!inplace && comm->nranks <= 2)
+        return SIZE_MAX;
+    size_t set = inplace ? comm->allreduce_inplace_twoshot_bytes : comm->allreduce_twoshot_bytes;
+    if (set != 0)
+        return set;
+    if (weft_cuda_spans_gpus(comm))
+        return inplace ? INPLACE_TWOSHOT_BYTES_GPUS : TWOSHOT_BYTES_GPUS;
+    return inplace ? INPLACE_TWOSHOT_BYTES : TWOSHOT_BYTES;
+}
 
 /* The flag path: the host backend and a payload per pair that fits the handshake slot. */
 static int use_inline(const struct weft_comm *comm, size_t pair_bytes)
@@ -31,12 +56,9 @@ weft_status_t weft_select_all_reduce(struct weft_comm *comm, const void *sendbuf
     if (weft_push_fits(comm, bytes))
         return weft_push_all_reduce(comm, sendbuf, recvbuf, count, dtype, op, stream);
     /* In place, one-shot must first copy the input (peers read it while it is overwritten);
-     * two-shot needs no copy, which pays for its second synchronisation from
-     * WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES on, with two ranks as with more. */
-    size_t twoshot_from = sendbuf == recvbuf ? comm->allreduce_inplace_twoshot_bytes
-                          : comm->nranks > 2 ? comm->allreduce_twoshot_bytes
-                                             : SIZE_MAX;
-    if (comm->nranks > 1 && bytes >= twoshot_from)
+     * two-shot needs no copy, which pays for its second synchronisation from a smaller size on,
+     * with two ranks as with more. */
+    if (comm->nranks > 1 && bytes >= twoshot_from(comm, sendbuf == recvbuf))
         return weft_allreduce_twoshot(comm, sendbuf, recvbuf, count, dtype, op, stream);
     return weft_allreduce_oneshot(comm, sendbuf, recvbuf, count, dtype, op, stream);
 }

@@ -70,12 +70,14 @@ static const cfg_row_t rows[] = {
      "threads per rank that move data on the host backend (the caller is one of them)"},
     {"WEFT_INLINE_BYTES", NULL, "256", "bytes", CFG_BYTES, OFF(inline_bytes), NULL,
      "payloads up to this size travel inside the handshake slot (at most 256)"},
-    {"WEFT_ALLREDUCE_TWOSHOT_BYTES", NULL, "2M", "bytes", CFG_BYTES,
+    {"WEFT_ALLREDUCE_TWOSHOT_BYTES", NULL, "0", "bytes", CFG_BYTES,
      OFF(allreduce_twoshot_bytes), NULL,
-     "all-reduce of 3+ ranks uses the two-shot form from this size up (2 ranks: one-shot)"},
-    {"WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES", NULL, "1M", "bytes", CFG_BYTES,
+     "all-reduce of 3+ ranks uses the two-shot form from this size up (2 ranks: one-shot); 0: "
+     "the measured crossover, 2M (CUDA with ranks on several GPUs: 512K)"},
+    {"WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES", NULL, "0", "bytes", CFG_BYTES,
      OFF(allreduce_inplace_twoshot_bytes), NULL,
-     "in-place all-reduce uses the two-shot form (no input copy) from this size up"},
+     "in-place all-reduce uses the two-shot form (no input copy) from this size up; 0: the "
+     "measured crossover, 1M (CUDA with ranks on several GPUs: 128K)"},
     {"WEFT_REMOTE_STORES", NULL, "auto", "", CFG_ENUM, OFF(remote_stores), switch_names,
      "all-gather and two-shot all-reduce write their results into every rank's output instead "
      "of each rank reading them from its peers, when every rank's output is weft memory (for "

@@ -52,8 +52,8 @@ typedef struct weft_env {
     /* host backend */
     int host_workers;                 /* WEFT_HOST_WORKERS */
     uint64_t inline_bytes;            /* WEFT_INLINE_BYTES: payloads sent through the flag slot */
-    uint64_t allreduce_twoshot_bytes; /* WEFT_ALLREDUCE_TWOSHOT_BYTES: one-shot below */
-    uint64_t allreduce_inplace_twoshot_bytes; /* WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES */
+    uint64_t allreduce_twoshot_bytes; /* WEFT_ALLREDUCE_TWOSHOT_BYTES (0: default) */
+    uint64_t allreduce_inplace_twoshot_bytes; /* WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES (ditto) */
     uint64_t wait_spin_ns;                    /* WEFT_WAIT_SPIN_NS: busy-poll before yielding */
     uint64_t wait_yield_ns;                   /* WEFT_WAIT_YIELD_NS: sched_yield before sleeping */
     int remote_stores;                        /* WEFT_REMOTE_STORES: a weft_remote_stores_t */

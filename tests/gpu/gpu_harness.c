@@ -116,44 +116,72 @@ static void select_device(gpu_ctx_t *g)
     mp_ok(ctx, weft_free(ctx->comm, probe), "weft_free");
 }
 
+/* The minimum and maximum over the ranks of v, by weft_all_reduce in device memory. */
+static void all_min_max(gpu_ctx_t *g, const char *what, uint64_t v, uint64_t *min, uint64_t *max)
+{
+    mp_ctx_t *ctx = &g->mp;
+    uint64_t got[3] = {v, 0, 0};
+    void *dev = NULL;
+    weft_status_t st = weft_malloc(ctx->comm, &dev, sizeof got);
+    if (st != WEFT_SUCCESS || !dev)
+        mp_fatal(ctx, "weft_malloc returned %s: %s", weft_status_string(st), weft_last_error());
+    uint64_t *d = dev;
+    gpu_h2d(g, d, got, sizeof got);
+    st = weft_all_reduce(ctx->comm, d, d + 1, 1, WEFT_UINT64, WEFT_MIN, g->stream);
+    if (st == WEFT_SUCCESS)
+        st = weft_all_reduce(ctx->comm, d, d + 2, 1, WEFT_UINT64, WEFT_MAX, g->stream);
+    if (st != WEFT_SUCCESS)
+        mp_fatal(ctx, "weft_all_reduce of the %s returned %s: %s", what, weft_status_string(st),
+                 weft_last_error());
+    gpu_d2h(g, got, d, sizeof got);
+    gpu_sync(g, what);
+    *min = got[1];
+    *max = got[2];
+    mp_ok(ctx, weft_free(ctx->comm, dev), "weft_free");
+}
+
 /* Agree on the seed through device memory: rank 0's value, broadcast, then checked with a MIN
  * and a MAX all-reduce. */
 static void agree_seed(gpu_ctx_t *g, int have_env, uint64_t seed_env)
 {
     mp_ctx_t *ctx = &g->mp;
-    uint64_t seed = 0, got[3] = {0, 0, 0};
+    uint64_t seed = 0, got = 0, min, max;
     if (ctx->rank == 0)
         seed = have_env ? seed_env
                         : mp_hash((uint64_t)time(NULL), (uint64_t)getpid(),
                                   (uint64_t)(mp_now_s() * 1e9), 0);
     void *dev = NULL;
-    weft_status_t st = weft_malloc(ctx->comm, &dev, 3 * sizeof(uint64_t));
+    weft_status_t st = weft_malloc(ctx->comm, &dev, sizeof seed);
     if (st != WEFT_SUCCESS || !dev)
         mp_fatal(ctx, "weft_malloc returned %s: %s", weft_status_string(st), weft_last_error());
-    uint64_t *d = dev;
-    gpu_h2d(g, d, &seed, sizeof seed);
-    st = weft_broadcast(ctx->comm, d, d, 1, WEFT_UINT64, 0, g->stream);
+    gpu_h2d(g, dev, &seed, sizeof seed);
+    st = weft_broadcast(ctx->comm, dev, dev, 1, WEFT_UINT64, 0, g->stream);
     if (st != WEFT_SUCCESS)
         mp_fatal(ctx, "weft_broadcast of the seed returned %s: %s", weft_status_string(st),
                  weft_last_error());
-    st = weft_all_reduce(ctx->comm, d, d + 1, 1, WEFT_UINT64, WEFT_MIN, g->stream);
-    if (st == WEFT_SUCCESS)
-        st = weft_all_reduce(ctx->comm, d, d + 2, 1, WEFT_UINT64, WEFT_MAX, g->stream);
-    if (st != WEFT_SUCCESS)
-        mp_fatal(ctx, "weft_all_reduce of the seed returned %s: %s", weft_status_string(st),
-                 weft_last_error());
-    gpu_d2h(g, got, d, sizeof got);
+    gpu_d2h(g, &got, dev, sizeof got);
     gpu_sync(g, "seed agreement");
-    if (got[1] != got[0] || got[2] != got[0])
+    mp_ok(ctx, weft_free(ctx->comm, dev), "weft_free");
+    all_min_max(g, "seed", got, &min, &max);
+    if (min != got || max != got)
         mp_fatal(ctx,
                  "ranks disagree on the seed after weft_broadcast (min %" PRIu64 ", max %" PRIu64
                  ", mine %" PRIu64 ")",
-                 got[1], got[2], got[0]);
-    if (ctx->rank == 0 && got[0] != seed)
-        mp_fatal(ctx, "weft_broadcast changed the root's seed %" PRIu64 " to %" PRIu64, seed,
-                 got[0]);
-    ctx->seed = got[0];
-    mp_ok(ctx, weft_free(ctx->comm, dev), "weft_free");
+                 min, max, got);
+    if (ctx->rank == 0 && got != seed)
+        mp_fatal(ctx, "weft_broadcast changed the root's seed %" PRIu64 " to %" PRIu64, seed, got);
+    ctx->seed = got;
+}
+
+/* Whether the ranks are on several GPUs (mp_expect_twoshot's defaults depend on it): the MIN and
+ * MAX over the ranks of a hash of the GPU's UUID. */
+static void learn_gpus(gpu_ctx_t *g, const struct cudaDeviceProp *prop)
+{
+    uint64_t half[2], min, max;
+    memcpy(half, prop->uuid.bytes, sizeof half);
+    uint64_t id = mp_hash(half[0], half[1], 0, 0);
+    all_min_max(g, "GPU identity", id, &min, &max);
+    g->mp.spans_gpus = min != max;
 }
 
 void gpu_init(gpu_ctx_t *g, const char *test)
@@ -185,12 +213,13 @@ void gpu_init(gpu_ctx_t *g, const char *test)
         mp_fatal(ctx, "weft_comm_rank/size gave rank %d of %d", ctx->rank, ctx->nranks);
     select_device(g);
     agree_seed(g, have_env, seed_env);
-    mp_comm_close(ctx);
     struct cudaDeviceProp prop;
-    if (cudaGetDeviceProperties(&prop, g->device) != cudaSuccess)
-        snprintf(prop.name, sizeof prop.name, "?");
-    mp_note(ctx, "n=%d seed=%" PRIu64 "%s device %d (%s) of %d", ctx->nranks, ctx->seed,
-            ctx->quick ? " quick" : "", g->device, prop.name, ndev);
+    gpu_cuda_ok(g, cudaGetDeviceProperties(&prop, g->device), "cudaGetDeviceProperties");
+    learn_gpus(g, &prop);
+    mp_comm_close(ctx);
+    mp_note(ctx, "n=%d seed=%" PRIu64 "%s device %d (%s) of %d, ranks on %s", ctx->nranks,
+            ctx->seed, ctx->quick ? " quick" : "", g->device, prop.name, ndev,
+            ctx->spans_gpus ? "several GPUs" : "one GPU");
 }
 
 int gpu_finish(gpu_ctx_t *g)

@@ -990,10 +990,14 @@ uint64_t mp_env_bytes(mp_ctx_t *ctx, const char *name, uint64_t dflt)
 
 int mp_expect_twoshot(mp_ctx_t *ctx, size_t bytes, int inplace)
 {
-    uint64_t from = inplace ? mp_env_bytes(ctx, "WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES", 1 << 20)
-                    : ctx->nranks > 2 ? mp_env_bytes(ctx, "WEFT_ALLREDUCE_TWOSHOT_BYTES", 2 << 20)
-                                      : UINT64_MAX;
-    return ctx->nranks > 1 && bytes >= from;
+    if (ctx->nranks < 2 || (!inplace && ctx->nranks == 2))
+        return 0;
+    uint64_t from = inplace ? mp_env_bytes(ctx, "WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES", 0)
+                            : mp_env_bytes(ctx, "WEFT_ALLREDUCE_TWOSHOT_BYTES", 0);
+    if (from == 0) /* the defaults (docs/config.md) */
+        from =
+            ctx->spans_gpus ? (inplace ? 128u << 10 : 512u << 10) : (inplace ? 1u << 20 : 2u << 20);
+    return bytes >= from;
 }
 
 int mp_remote_stores_enabled(void)

@@ -62,6 +62,7 @@ typedef struct mp_ctx {
     uint64_t failures;   /* checks failed on this rank */
     unsigned fail_lines; /* FAIL lines printed (printing stops after a limit) */
     double start_s;      /* mp_now_s() at mp_init */
+    int spans_gpus;      /* 1: the ranks are on several GPUs (set by the GPU harness) */
 } mp_ctx_t;
 
 /* A buffer with guard zones. ptr is what the test hands to weft; bytes is its usable size. */
@@ -258,7 +259,7 @@ uint64_t mp_env_bytes(mp_ctx_t *ctx, const char *name, uint64_t dflt);
 
 /* Whether an all-reduce of bytes takes the two-shot form (op/select.c) under the thresholds in the
  * environment (WEFT_ALLREDUCE_TWOSHOT_BYTES, WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES), else their
- * defaults (docs/config.md). */
+ * defaults (docs/config.md), which depend on ctx->spans_gpus. */
 int mp_expect_twoshot(mp_ctx_t *ctx, size_t bytes, int inplace);
 
 /* Whether collectives may take their store form: WEFT_REMOTE_STORES=1 (on the host backend the
