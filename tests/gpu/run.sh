@@ -8,7 +8,8 @@
 #    own (CUDA_MPS_PIPE_DIRECTORY and CUDA_MPS_LOG_DIRECTORY are fresh directories under /tmp), so
 #    that the ranks sharing a GPU run their kernels at the same time; it is always stopped on
 #    exit (`echo quit | nvidia-cuda-mps-control`). Each rank takes the GPU of its LOCAL_RANK
-#    (modulo the GPU count): with as many GPUs as ranks, one rank per GPU and no MPS.
+#    (modulo the GPU count): with as many GPUs as ranks, one rank per GPU and no MPS. The GPUs
+#    counted are those CUDA_VISIBLE_DEVICES names, when it is set.
 # 3. Runs gpu_collectives, gpu_graph, gpu_registration, gpu_invalid, gpu_moe and gpu_fault
 #    (through gpu_fault.sh) with 2, 4 and 8 ranks (GPU_TEST_RANKS), then gpu_fault --inflight
 #    with the same rank counts, gpu_graph at the first rank count with every pure copy on the
@@ -209,7 +210,13 @@ if ! nvidia-smi 2>&1 | tee "$out/nvidia-smi.txt"; then
     record nvidia-smi - FAIL 0
 fi
 
-ngpu=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
+# The GPUs the ranks can use: CUDA_VISIBLE_DEVICES's entries when it is set (CUDA_VISIBLE_DEVICES=0
+# runs the one-GPU suite on a larger machine), else every GPU nvidia-smi lists.
+if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+    ngpu=$(echo "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c .)
+else
+    ngpu=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
+fi
 most=0
 for n in $ranks; do
     [ "$n" -gt "$most" ] && most=$n
