@@ -125,9 +125,11 @@ struct weft_comm {
     weft_backend_t backend;
     weft_registration_t registration;
     double timeout_s;
-    size_t inline_bytes;            /* <= WEFT_INLINE_MAX */
-    size_t allreduce_twoshot_bytes; /* WEFT_ALLREDUCE_TWOSHOT_BYTES (0: op/select.c's default) */
-    size_t allreduce_inplace_twoshot_bytes; /* WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES (ditto) */
+    size_t inline_bytes; /* <= WEFT_INLINE_MAX */
+    /* WEFT_ALLREDUCE_TWOSHOT_BYTES and WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES, or WEFT_CONFIG_AUTO
+     * (util/config.h): op/select.c's measured defaults */
+    uint64_t allreduce_twoshot_bytes;
+    uint64_t allreduce_inplace_twoshot_bytes;
     int remote_stores; /* collectives may write into peers' outputs (WEFT_REMOTE_STORES) */
 
     const weft_mem_ops_t *mem;

@@ -15,8 +15,9 @@
 #include "core/comm_cuda.h"
 #include "op/op.h"
 #include "op/select.h"
+#include "util/config.h"
 
-/* The measured crossovers, used where the variables are 0 (their default). Host, and ranks
+/* The measured crossovers, used where the variables are "auto" (their default). Host, and ranks
  * sharing one GPU: 2 MiB out of place (host: docs/results/2026-11-29-allreduce-crossover.md; one
  * H200, 4 ranks: between 1 and 2 MiB), 1 MiB in place. Ranks on several GPUs, where a byte read
  * from a peer crosses NVLink instead of the GPU's own memory: two H200s, 4 ranks, two-shot 8%
@@ -32,9 +33,9 @@ static size_t twoshot_from(const struct weft_comm *comm, int inplace)
 {
     if (!inplace && comm->nranks <= 2)
         return SIZE_MAX;
-    size_t set = inplace ? comm->allreduce_inplace_twoshot_bytes : comm->allreduce_twoshot_bytes;
-    if (set != 0)
-        return set;
+    uint64_t set = inplace ? comm->allreduce_inplace_twoshot_bytes : comm->allreduce_twoshot_bytes;
+    if (set != WEFT_CONFIG_AUTO)
+        return set < SIZE_MAX ? (size_t)set : SIZE_MAX;
     if (weft_cuda_spans_gpus(comm))
         return inplace ? INPLACE_TWOSHOT_BYTES_GPUS : TWOSHOT_BYTES_GPUS;
     return inplace ? INPLACE_TWOSHOT_BYTES : TWOSHOT_BYTES;

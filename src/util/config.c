@@ -70,13 +70,13 @@ static const cfg_row_t rows[] = {
      "threads per rank that move data on the host backend (the caller is one of them)"},
     {"WEFT_INLINE_BYTES", NULL, "256", "bytes", CFG_BYTES, OFF(inline_bytes), NULL,
      "payloads up to this size travel inside the handshake slot (at most 256)"},
-    {"WEFT_ALLREDUCE_TWOSHOT_BYTES", NULL, "0", "bytes", CFG_BYTES,
+    {"WEFT_ALLREDUCE_TWOSHOT_BYTES", NULL, "auto", "bytes", CFG_BYTES,
      OFF(allreduce_twoshot_bytes), NULL,
-     "all-reduce of 3+ ranks uses the two-shot form from this size up (2 ranks: one-shot); 0: "
+     "all-reduce of 3+ ranks uses the two-shot form from this size up (2 ranks: one-shot); auto: "
      "the measured crossover, 2M (CUDA with ranks on several GPUs: 512K)"},
-    {"WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES", NULL, "0", "bytes", CFG_BYTES,
+    {"WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES", NULL, "auto", "bytes", CFG_BYTES,
      OFF(allreduce_inplace_twoshot_bytes), NULL,
-     "in-place all-reduce uses the two-shot form (no input copy) from this size up; 0: the "
+     "in-place all-reduce uses the two-shot form (no input copy) from this size up; auto: the "
      "measured crossover, 1M (CUDA with ranks on several GPUs: 128K)"},
     {"WEFT_REMOTE_STORES", NULL, "auto", "", CFG_ENUM, OFF(remote_stores), switch_names,
      "all-gather and two-shot all-reduce write their results into every rank's output instead "
@@ -168,6 +168,10 @@ static int parse_row(const cfg_row_t *row, const char *text)
         return 0;
     }
     case CFG_BYTES:
+        if (strcmp(row->def, "auto") == 0 && strcasecmp(text, "auto") == 0) {
+            *(uint64_t *)field = WEFT_CONFIG_AUTO;
+            return 0;
+        }
         return weft_parse_bytes(text, (uint64_t *)field);
     case CFG_STRING:
         if (strlen(text) >= WEFT_CONFIG_STR_BYTES)
@@ -239,7 +243,10 @@ static void format_value(const cfg_row_t *row, char *buf, size_t len)
         snprintf(buf, len, "%g", *(const double *)field);
         break;
     case CFG_BYTES:
-        snprintf(buf, len, "%llu", (unsigned long long)*(const uint64_t *)field);
+        if (*(const uint64_t *)field == WEFT_CONFIG_AUTO && strcmp(row->def, "auto") == 0)
+            snprintf(buf, len, "auto");
+        else
+            snprintf(buf, len, "%llu", (unsigned long long)*(const uint64_t *)field);
         break;
     case CFG_STRING:
         snprintf(buf, len, "%s", (const char *)field);

@@ -16,6 +16,10 @@
 
 #define WEFT_CONFIG_STR_BYTES 256
 
+/* A byte-size variable set to "auto" (accepted by the rows whose default is "auto"): the user of
+ * the value picks it, as the row's help says. */
+#define WEFT_CONFIG_AUTO UINT64_MAX
+
 /* WEFT_CUDA_COPY_ENGINE: when pure copies run on the copy engines. */
 typedef enum {
     WEFT_COPY_ENGINE_NEVER,
@@ -52,7 +56,7 @@ typedef struct weft_env {
     /* host backend */
     int host_workers;                 /* WEFT_HOST_WORKERS */
     uint64_t inline_bytes;            /* WEFT_INLINE_BYTES: payloads sent through the flag slot */
-    uint64_t allreduce_twoshot_bytes; /* WEFT_ALLREDUCE_TWOSHOT_BYTES (0: default) */
+    uint64_t allreduce_twoshot_bytes; /* WEFT_ALLREDUCE_TWOSHOT_BYTES, or WEFT_CONFIG_AUTO */
     uint64_t allreduce_inplace_twoshot_bytes; /* WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES (ditto) */
     uint64_t wait_spin_ns;                    /* WEFT_WAIT_SPIN_NS: busy-poll before yielding */
     uint64_t wait_yield_ns;                   /* WEFT_WAIT_YIELD_NS: sched_yield before sleeping */
@@ -74,8 +78,8 @@ typedef struct weft_env {
     int cuda_copy_engine;     /* WEFT_CUDA_COPY_ENGINE: a weft_copy_engine_t */
     uint64_t cuda_copy_engine_bytes; /* WEFT_CUDA_COPY_ENGINE_BYTES: the threshold of "auto" */
     uint64_t cuda_fused_copy_bytes;  /* WEFT_CUDA_FUSED_COPY_BYTES: local copies run in-kernel */
-    uint64_t cuda_push_bytes;        /* WEFT_CUDA_PUSH_BYTES: payloads pushed to the peers */
-    uint64_t cuda_chunk_bytes;       /* WEFT_CUDA_CHUNK_BYTES: smallest registered chunk */
+    uint64_t cuda_push_bytes;  /* WEFT_CUDA_PUSH_BYTES: payloads pushed to the peers (or auto) */
+    uint64_t cuda_chunk_bytes; /* WEFT_CUDA_CHUNK_BYTES: smallest registered chunk */
 
     /* launcher */
     double run_grace_s; /* WEFT_RUN_GRACE_S: weftrun's wait for survivors after a rank dies */

@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -981,7 +982,7 @@ uint64_t mp_env_bytes(mp_ctx_t *ctx, const char *name, uint64_t dflt)
 {
     const char *s = getenv(name);
     uint64_t v;
-    if (s == NULL || s[0] == '\0')
+    if (s == NULL || s[0] == '\0' || strcasecmp(s, "auto") == 0)
         return dflt;
     if (weft_parse_bytes(s, &v) != 0)
         mp_fatal(ctx, "%s=%s is not a byte size", name, s);
@@ -992,11 +993,11 @@ int mp_expect_twoshot(mp_ctx_t *ctx, size_t bytes, int inplace)
 {
     if (ctx->nranks < 2 || (!inplace && ctx->nranks == 2))
         return 0;
-    uint64_t from = inplace ? mp_env_bytes(ctx, "WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES", 0)
-                            : mp_env_bytes(ctx, "WEFT_ALLREDUCE_TWOSHOT_BYTES", 0);
-    if (from == 0) /* the defaults (docs/config.md) */
-        from =
-            ctx->spans_gpus ? (inplace ? 128u << 10 : 512u << 10) : (inplace ? 1u << 20 : 2u << 20);
+    /* The defaults (docs/config.md) depend on whether the ranks span GPUs. */
+    uint64_t from = inplace ? mp_env_bytes(ctx, "WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES",
+                                           ctx->spans_gpus ? 128u << 10 : 1u << 20)
+                            : mp_env_bytes(ctx, "WEFT_ALLREDUCE_TWOSHOT_BYTES",
+                                           ctx->spans_gpus ? 512u << 10 : 2u << 20);
     return bytes >= from;
 }
 

@@ -253,8 +253,9 @@ void mp_check_path_expect(mp_ctx_t *ctx, const weft_stats_t *before, const weft_
                           int zero_copy, mp_buf_kind_t kind, size_t bytes);
 
 /* A byte size from the environment, read as the library reads its variables
- * (src/util/parse_bytes.h: "4096", "64K", "2MiB"): dflt when name is unset or empty; a value that
- * does not parse ends the test (mp_fatal). */
+ * (src/util/parse_bytes.h: "4096", "64K", "2MiB"): dflt when name is unset, empty or "auto" (the
+ * library's default, where the variable takes auto); a value that does not parse ends the test
+ * (mp_fatal). */
 uint64_t mp_env_bytes(mp_ctx_t *ctx, const char *name, uint64_t dflt);
 
 /* Whether an all-reduce of bytes takes the two-shot form (op/select.c) under the thresholds in the
