@@ -52,6 +52,11 @@ _Static_assert(sizeof(weft_moe_dev_report_t) <= REPORT_BYTES, "the MoE report ar
  * alignment), and at most PUSH_MAX_BYTES (WEFT_CUDA_PUSH_BYTES). */
 #define PUSH_ALIGN_BYTES 256u
 #define PUSH_MAX_BYTES (16u << 20)
+/* WEFT_CUDA_PUSH_BYTES=auto: 64 KiB, and 256 KiB for two ranks on two GPUs, where pushing
+ * 128-256 KiB per pair took 17-29% less time than the mesh (two H200s; with two ranks per GPU a
+ * larger limit measured up to 14% slower: docs/results/2026-11-30-h200-s10.md, section 5). */
+#define PUSH_AUTO_BYTES (64u << 10)
+#define PUSH_AUTO_PAIR_BYTES (256u << 10)
 
 static weft_status_t cuda_error(cudaError_t err, const char *what)
 {
@@ -82,7 +87,8 @@ weft_status_t weft_cuda_select_device(int local_rank)
 
 typedef struct cuda_rank_info {
     uint64_t ctl;
-    uint64_t push_bytes; /* this rank's largest push payload */
+    uint64_t push_bytes; /* the largest push payload this rank's regions hold */
+    uint64_t push_auto;  /* 1: WEFT_CUDA_PUSH_BYTES=auto (the limit follows the topology) */
     /* The GPU, by UUID: ordinals differ between processes that see different devices
      * (CUDA_VISIBLE_DEVICES set per rank makes every rank's GPU device 0). */
     unsigned char uuid[16];
@@ -129,8 +135,13 @@ weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store)
     /* The control block, then the push path's regions (exec_cuda.h): header words, two
      * parities of an LL slot (twice the payload) per rank, an unpacked payload per rank. All of
      * it starts zeroed: a word is valid only once it holds the operation's number (>= 1).
-     * WEFT_CUDA_COPY_ENGINE=1 keeps every copy on the engines: no push path then. */
-    uint64_t push = env->cuda_push_bytes < PUSH_MAX_BYTES ? env->cuda_push_bytes : PUSH_MAX_BYTES;
+     * WEFT_CUDA_COPY_ENGINE=1 keeps every copy on the engines: no push path then. The regions
+     * are sized before the ranks know whether they share a GPU: with auto, for the largest
+     * value auto may pick. */
+    int push_auto = env->cuda_push_bytes == WEFT_CONFIG_AUTO;
+    uint64_t push = push_auto ? (comm->nranks == 2 ? PUSH_AUTO_PAIR_BYTES : PUSH_AUTO_BYTES)
+                    : env->cuda_push_bytes < PUSH_MAX_BYTES ? env->cuda_push_bytes
+                                                            : PUSH_MAX_BYTES;
     push = push / PUSH_ALIGN_BYTES * PUSH_ALIGN_BYTES;
     if (env->cuda_copy_engine == WEFT_COPY_ENGINE_ALWAYS)
         push = 0;
@@ -148,21 +159,31 @@ weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store)
         st = cuda_error(err, "weft_comm_init: clearing the device control block");
         goto out;
     }
-    cuda_rank_info_t mine = {.ctl = (uint64_t)(uintptr_t)ctl, .push_bytes = push};
+    cuda_rank_info_t mine = {
+        .ctl = (uint64_t)(uintptr_t)ctl, .push_bytes = push, .push_auto = (uint64_t)push_auto};
     _Static_assert(sizeof mine.uuid == sizeof prop.uuid.bytes, "a CUDA UUID is 16 bytes");
     memcpy(mine.uuid, prop.uuid.bytes, sizeof mine.uuid);
     st = weft_store_allgather(store, "cuda", &mine, sizeof mine, infos);
     if (st != WEFT_SUCCESS)
         goto out;
-    int sharing = 0;       /* ranks on this GPU (MPS): their kernels must all be resident at once */
-    cs->push_bytes = push; /* every rank's regions hold payloads of the smallest size */
+    int sharing = 0; /* ranks on this GPU (MPS): their kernels must all be resident at once */
     for (int r = 0; r < comm->nranks; r++) {
         cs->ctl[r] = (weft_cuda_ctl_t *)(uintptr_t)infos[r].ctl;
-        if (infos[r].push_bytes < cs->push_bytes)
-            cs->push_bytes = infos[r].push_bytes;
         int same_gpu = memcmp(infos[r].uuid, mine.uuid, sizeof mine.uuid) == 0;
         sharing += same_gpu;
         cs->spans_gpus |= !same_gpu;
+    }
+    /* The push limit: the smallest of every rank's own (auto resolved by the topology, which
+     * every rank sees alike), each within what that rank's regions hold. */
+    uint64_t auto_bytes =
+        comm->nranks == 2 && cs->spans_gpus ? PUSH_AUTO_PAIR_BYTES : PUSH_AUTO_BYTES;
+    cs->push_bytes = push;
+    for (int r = 0; r < comm->nranks; r++) {
+        uint64_t limit = infos[r].push_bytes;
+        if (infos[r].push_auto && auto_bytes < limit)
+            limit = auto_bytes;
+        if (limit < cs->push_bytes)
+            cs->push_bytes = limit;
     }
     int fit = sms / (sharing > 0 ? sharing : 1);
     cs->nblocks = env->cuda_max_blocks < fit ? env->cuda_max_blocks : fit;

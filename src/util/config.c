@@ -128,11 +128,11 @@ static const cfg_row_t rows[] = {
      NULL,
      "CUDA: an operation's local copy (in-place input, staging) up to this size runs inside its "
      "kernel; larger ones, and all with WEFT_CUDA_COPY_ENGINE=1, on a copy engine"},
-    {"WEFT_CUDA_PUSH_BYTES", NULL, "64K", "bytes", CFG_BYTES, OFF(cuda_push_bytes), NULL,
+    {"WEFT_CUDA_PUSH_BYTES", NULL, "auto", "bytes", CFG_BYTES, OFF(cuda_push_bytes), NULL,
      "CUDA: collectives whose payload per pair of ranks is at most this size push it to the "
      "peers as flagged 8-byte words (one one-way trip, no staging); each rank's control block "
-     "grows by 5 x ranks x this; the ranks use their smallest value (0: off, as with "
-     "WEFT_CUDA_COPY_ENGINE=1; at most 16M)"},
+     "grows by 5 x ranks x this; the ranks use their smallest value (auto: 64K, 256K for two "
+     "ranks on two GPUs; 0: off, as with WEFT_CUDA_COPY_ENGINE=1; at most 16M)"},
     {"WEFT_CUDA_CHUNK_BYTES", NULL, "64M", "bytes", CFG_BYTES, OFF(cuda_chunk_bytes), NULL,
      "CUDA: device memory is registered in chunks of at least this size (doubling up to 1G)"},
     {"WEFT_RUN_GRACE_S", NULL, "30", "s", CFG_DOUBLE, OFF(run_grace_s), NULL,

@@ -417,7 +417,8 @@ int gpu_expect_zero_copy(const gpu_ctx_t *g, gpu_buf_kind_t kind)
     return kind != GPU_BUF_CUDA && g->mp.reg != WEFT_REGISTRATION_STAGED;
 }
 
-#define WEFT_DEFAULT_PUSH_BYTES ((size_t)64 << 10)
+#define WEFT_DEFAULT_PUSH_BYTES ((size_t)64 << 10)       /* WEFT_CUDA_PUSH_BYTES=auto */
+#define WEFT_DEFAULT_PAIR_PUSH_BYTES ((size_t)256 << 10) /* the same, two ranks on two GPUs */
 #define WEFT_MAX_PUSH_BYTES ((size_t)16 << 20)
 #define WEFT_DEFAULT_MAX_BLOCKS 32 /* WEFT_CUDA_MAX_BLOCKS's default (docs/config.md) */
 #define WEFT_MAX_BLOCKS 128        /* its cap */
@@ -427,7 +428,9 @@ size_t gpu_push_limit(gpu_ctx_t *g)
     const char *ce = getenv("WEFT_CUDA_COPY_ENGINE");
     if (ce != NULL && strcmp(ce, "1") == 0)
         return 0;
-    uint64_t v = mp_env_bytes(&g->mp, "WEFT_CUDA_PUSH_BYTES", WEFT_DEFAULT_PUSH_BYTES);
+    size_t dflt = g->mp.nranks == 2 && g->mp.spans_gpus ? WEFT_DEFAULT_PAIR_PUSH_BYTES
+                                                        : WEFT_DEFAULT_PUSH_BYTES;
+    uint64_t v = mp_env_bytes(&g->mp, "WEFT_CUDA_PUSH_BYTES", dflt);
     if (v > WEFT_MAX_PUSH_BYTES)
         v = WEFT_MAX_PUSH_BYTES;
     return (size_t)(v / 256 * 256);

@@ -154,9 +154,9 @@ int gpu_expect_zero_copy(const gpu_ctx_t *g, gpu_buf_kind_t kind);
 
 /* The largest payload per pair of ranks that takes weft's push path (counted in inline_ops):
  * WEFT_CUDA_PUSH_BYTES (a byte size, mp_env_bytes) clamped to 16 MiB and rounded down to
- * 256 bytes, weft's documented default (64 KiB, docs/config.md) when it is unset, 0 with
- * WEFT_CUDA_COPY_ENGINE=1. Every rank has the same environment under weftrun, so this is the
- * communicator's agreed value. */
+ * 256 bytes; when it is unset or "auto", weft's documented default (docs/config.md: 256 KiB for
+ * two ranks on two GPUs, else 64 KiB); 0 with WEFT_CUDA_COPY_ENGINE=1. Every rank has the same
+ * environment under weftrun, so this is the communicator's agreed value. */
 size_t gpu_push_limit(gpu_ctx_t *g);
 
 /* The most blocks one launch of an operation may have: WEFT_CUDA_MAX_BLOCKS clamped to

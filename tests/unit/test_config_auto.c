@@ -45,15 +45,18 @@ static void expect_printed(const char *name, const char *value)
 int main(void)
 {
     setenv("WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES", "AUTO", 1);
+    unsetenv("WEFT_CUDA_PUSH_BYTES");
     setenv("WEFT_ALLREDUCE_TWOSHOT_BYTES", "3M", 1);
     setenv("WEFT_STAGING_BYTES", "auto", 1); /* its default is 4M: malformed */
     const weft_env_t *env = weft_config_get();
     expect_u64("allreduce_inplace_twoshot_bytes (AUTO)", env->allreduce_inplace_twoshot_bytes,
                WEFT_CONFIG_AUTO);
     expect_u64("allreduce_twoshot_bytes (3M)", env->allreduce_twoshot_bytes, 3u << 20);
+    expect_u64("cuda_push_bytes (unset)", env->cuda_push_bytes, WEFT_CONFIG_AUTO);
     expect_u64("staging_bytes (auto, not allowed)", env->staging_bytes, 4u << 20);
     expect_printed("WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES", "auto");
     expect_printed("WEFT_ALLREDUCE_TWOSHOT_BYTES", "3145728");
     expect_printed("WEFT_STAGING_BYTES", "4194304");
+    expect_printed("WEFT_CUDA_PUSH_BYTES", "auto");
     return failures ? 1 : 0;
 }
