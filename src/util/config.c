@@ -145,6 +145,12 @@ static const cfg_row_t rows[] = {
 static weft_env_t env;
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 
+/* Whether a CFG_BYTES row takes "auto" (WEFT_CONFIG_AUTO): those whose default it is. */
+static int takes_auto(const cfg_row_t *row)
+{
+    return row->type == CFG_BYTES && strcmp(row->def, "auto") == 0;
+}
+
 /* Parse text into the row's field. Returns 0 on success, -1 if the text is malformed. */
 static int parse_row(const cfg_row_t *row, const char *text)
 {
@@ -168,7 +174,7 @@ static int parse_row(const cfg_row_t *row, const char *text)
         return 0;
     }
     case CFG_BYTES:
-        if (strcmp(row->def, "auto") == 0 && strcasecmp(text, "auto") == 0) {
+        if (takes_auto(row) && strcasecmp(text, "auto") == 0) {
             *(uint64_t *)field = WEFT_CONFIG_AUTO;
             return 0;
         }
@@ -243,7 +249,7 @@ static void format_value(const cfg_row_t *row, char *buf, size_t len)
         snprintf(buf, len, "%g", *(const double *)field);
         break;
     case CFG_BYTES:
-        if (*(const uint64_t *)field == WEFT_CONFIG_AUTO && strcmp(row->def, "auto") == 0)
+        if (takes_auto(row) && *(const uint64_t *)field == WEFT_CONFIG_AUTO)
             snprintf(buf, len, "auto");
         else
             snprintf(buf, len, "%llu", (unsigned long long)*(const uint64_t *)field);
