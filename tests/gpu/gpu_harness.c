@@ -436,13 +436,10 @@ size_t gpu_push_limit(gpu_ctx_t *g)
     return (size_t)(v / 256 * 256);
 }
 
-int gpu_block_limit(void)
+int gpu_block_limit(gpu_ctx_t *g)
 {
-    const char *s = getenv("WEFT_CUDA_MAX_BLOCKS");
-    if (s == NULL || s[0] == '\0')
-        return WEFT_DEFAULT_MAX_BLOCKS;
-    long v = strtol(s, NULL, 10);
-    return v < 1 ? 1 : v > WEFT_MAX_BLOCKS ? WEFT_MAX_BLOCKS : (int)v;
+    int v = mp_env_int(&g->mp, "WEFT_CUDA_MAX_BLOCKS", WEFT_DEFAULT_MAX_BLOCKS);
+    return v < 1 ? 1 : v > WEFT_MAX_BLOCKS ? WEFT_MAX_BLOCKS : v;
 }
 
 void gpu_check_path(gpu_ctx_t *g, const weft_stats_t *before, const weft_stats_t *after,
@@ -459,10 +456,10 @@ void gpu_check_path(gpu_ctx_t *g, const weft_stats_t *before, const weft_stats_t
         return;
     uint64_t dce = after->copy_engine_ops - before->copy_engine_ops;
     uint64_t dblocks = after->sm_blocks - before->sm_blocks;
-    if (!mp_check(ctx, dce <= 1 && dblocks <= (uint64_t)gpu_block_limit(),
+    if (!mp_check(ctx, dce <= 1 && dblocks <= (uint64_t)gpu_block_limit(g),
                   "stats: one operation counted copy_engine_ops +%" PRIu64 ", sm_blocks +%" PRIu64
                   " (WEFT_CUDA_MAX_BLOCKS: %d)",
-                  dce, dblocks, gpu_block_limit()))
+                  dce, dblocks, gpu_block_limit(g)))
         return;
     if (ctx->nranks < 2 || pair_bytes < MP_PATH_CHECK_BYTES)
         return;

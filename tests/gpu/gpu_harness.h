@@ -159,13 +159,13 @@ int gpu_expect_zero_copy(const gpu_ctx_t *g, gpu_buf_kind_t kind);
  * environment under weftrun, so this is the communicator's agreed value. */
 size_t gpu_push_limit(gpu_ctx_t *g);
 
-/* The most blocks one launch of an operation may have: WEFT_CUDA_MAX_BLOCKS clamped to
- * [1, 128], weft's documented default (32, docs/config.md) when it is unset. */
-int gpu_block_limit(void);
+/* The most blocks one launch of an operation may have: WEFT_CUDA_MAX_BLOCKS (mp_env_int) clamped
+ * to [1, 128], weft's documented default (32, docs/config.md) when it is unset. */
+int gpu_block_limit(gpu_ctx_t *g);
 
 /* Check the stats around one successful operation: it counted exactly once, in exactly one of
  * zero_copy_ops, staged_ops and inline_ops, at most once in copy_engine_ops, and with at most
- * gpu_block_limit() blocks in sm_blocks. With 2+ ranks and a payload per pair of at least
+ * gpu_block_limit(g) blocks in sm_blocks. With 2+ ranks and a payload per pair of at least
  * MP_PATH_CHECK_BYTES, also the path: the push path (inline, on one block or more, no copy
  * engine) up to gpu_push_limit(); beyond it,
  * peers_read says whether peers read a buffer of this rank (the root's input of a broadcast;

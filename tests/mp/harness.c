@@ -24,7 +24,9 @@
  */
 #include "harness.h"
 
+#include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -987,6 +989,19 @@ uint64_t mp_env_bytes(mp_ctx_t *ctx, const char *name, uint64_t dflt)
     if (weft_parse_bytes(s, &v) != 0)
         mp_fatal(ctx, "%s=%s is not a byte size", name, s);
     return v;
+}
+
+int mp_env_int(mp_ctx_t *ctx, const char *name, int dflt)
+{
+    const char *s = getenv(name);
+    if (s == NULL || s[0] == '\0')
+        return dflt;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (*end != '\0' || errno != 0 || v < INT_MIN || v > INT_MAX)
+        mp_fatal(ctx, "%s=%s is not an integer", name, s);
+    return (int)v;
 }
 
 int mp_expect_twoshot(mp_ctx_t *ctx, size_t bytes, int inplace)

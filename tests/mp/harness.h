@@ -258,6 +258,10 @@ void mp_check_path_expect(mp_ctx_t *ctx, const weft_stats_t *before, const weft_
  * (mp_fatal). */
 uint64_t mp_env_bytes(mp_ctx_t *ctx, const char *name, uint64_t dflt);
 
+/* An integer from the environment, read as the library reads its integer variables (a whole
+ * decimal int): dflt when name is unset or empty; anything else ends the test (mp_fatal). */
+int mp_env_int(mp_ctx_t *ctx, const char *name, int dflt);
+
 /* Whether an all-reduce of bytes takes the two-shot form (op/select.c) under the thresholds in the
  * environment (WEFT_ALLREDUCE_TWOSHOT_BYTES, WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES), else their
  * defaults (docs/config.md), which depend on ctx->spans_gpus. */
