@@ -321,18 +321,11 @@ static void gather(bench_t *b, const double mine[NVALS])
 /* Rank 0: fold one repetition's gathered values into the row. */
 static void accumulate(const bench_t *b, row_t *row, int rep)
 {
-    double first = 0, steady = 0, after = 0, wait = 0, host[3] = {0, 0, 0}, launch[2] = {0, 0};
+    double most[NVALS] = {0}; /* each value's maximum over ranks (all are >= 0) */
     for (int r = 0; r < b->nranks; r++) {
         const double *v = b->h_all + (size_t)r * NVALS;
-        for (int h = 0; h < 3; h++)
-            host[h] = v[V_FIRST_HOST_NS + h] > host[h] ? v[V_FIRST_HOST_NS + h] : host[h];
-        for (int l = 0; l < 2; l++)
-            launch[l] =
-                v[V_LAUNCH_STEADY_NS + l] > launch[l] ? v[V_LAUNCH_STEADY_NS + l] : launch[l];
-        first = v[V_FIRST_NS] > first ? v[V_FIRST_NS] : first;
-        steady = v[V_STEADY_NS] > steady ? v[V_STEADY_NS] : steady;
-        after = v[V_AFTER_GAP_NS] > after ? v[V_AFTER_GAP_NS] : after;
-        wait = v[V_WAIT_NS] > wait ? v[V_WAIT_NS] : wait;
+        for (int i = 0; i < NVALS; i++)
+            most[i] = v[i] > most[i] ? v[i] : most[i];
         row->regs += (uint64_t)v[V_REGS];
         row->waits += (uint64_t)v[V_WAITS];
         row->later_waits += (uint64_t)v[V_LATER_WAITS];
@@ -340,14 +333,14 @@ static void accumulate(const bench_t *b, row_t *row, int rep)
         row->ranks_registered += v[V_REGS] > 0;
         row->registered_waited += v[V_REGS] > 0 && v[V_WAITS] > 0;
     }
-    row->first_us[rep] = first / 1e3;
-    row->steady_us[rep] = steady / 1e3;
-    row->after_gap_us[rep] = after / 1e3;
-    row->wait_us[rep] = wait / 1e3;
+    row->first_us[rep] = most[V_FIRST_NS] / 1e3;
+    row->steady_us[rep] = most[V_STEADY_NS] / 1e3;
+    row->after_gap_us[rep] = most[V_AFTER_GAP_NS] / 1e3;
+    row->wait_us[rep] = most[V_WAIT_NS] / 1e3;
     for (int h = 0; h < 3; h++)
-        row->host_us[h][rep] = host[h] / 1e3;
+        row->host_us[h][rep] = most[V_FIRST_HOST_NS + h] / 1e3;
     for (int l = 0; l < 2; l++)
-        row->launch_us[l][rep] = launch[l] / 1e3;
+        row->launch_us[l][rep] = most[V_LAUNCH_STEADY_NS + l] / 1e3;
 }
 
 typedef struct setup {
