@@ -528,10 +528,10 @@ def case_moe(ctx, dtype):
 def case_registered_memory(ctx, _):
     """Collectives on weft memory (and on interior views of it) are zero-copy; on other memory
     they are staged. Payloads are past the host's inline limit (256 bytes) and the CUDA push
-    path's (WEFT_CUDA_PUSH_BYTES: 64 KiB by default, 256 KiB for two ranks on two GPUs), which
-    read no user buffer remotely."""
+    path's for all-reduce (WEFT_CUDA_PUSH_BYTES: 64 KiB by default, 512 KiB for two ranks on two
+    GPUs), which read no user buffer remotely."""
     k, comm, n = ctx.kind, ctx.comm, ctx.n
-    count = 65539
+    count = 131075
     big = k.weft_empty(comm, (3 * count,), "float32")
     vals = [gen_values(ctx.rng(r), count, "float32", "sum") for r in range(n)]
     view = big[count:2 * count]  # interior: neither the start nor the end of the allocation

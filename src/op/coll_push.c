@@ -1,6 +1,7 @@
 /*
  * coll_push.c - the push path of the CUDA backend: collectives whose payload per pair of ranks
- * is at most weft_cuda_push_bytes (WEFT_CUDA_PUSH_BYTES).
+ * is at most weft_cuda_push_bytes (WEFT_CUDA_PUSH_BYTES; all-reduce:
+ * weft_cuda_push_allreduce_bytes).
  *
  * The device counterpart of the host's flag path (coll_inline.c), on NCCL's LL protocol. The
  * host handshake stays (it carries no pointer, only the call, so that mismatches return
@@ -16,10 +17,11 @@
  */
 #include "op/op.h"
 
-int weft_push_fits(const struct weft_comm *comm, size_t pair_bytes)
+int weft_push_fits(const struct weft_comm *comm, weft_coll_t coll, size_t pair_bytes)
 {
-    return comm->backend == WEFT_BACKEND_CUDA && comm->nranks > 1 &&
-           pair_bytes <= weft_cuda_push_bytes(comm);
+    size_t limit = coll == WEFT_COLL_ALL_REDUCE ? weft_cuda_push_allreduce_bytes(comm)
+                                                : weft_cuda_push_bytes(comm);
+    return comm->backend == WEFT_BACKEND_CUDA && comm->nranks > 1 && pair_bytes <= limit;
 }
 
 /* Every peer of this rank, as a bit mask. */
