@@ -116,9 +116,9 @@ def case_first_use(ctx, _):
 @case("global_allocator", kinds=("torch-cuda-global",))
 def case_global_allocator(ctx, _):
     """With use_weft_allocator every tensor is weft memory: plain torch tensors and their
-    interior views take the zero-copy path (payloads past the push path's all-reduce limit, 64
-    KiB by default and 512 KiB for two ranks on two GPUs, which reads no user buffer remotely);
-    freeing them works; a second switch is refused with a clear error."""
+    interior views take the zero-copy path (payloads past the push path's limit, 64 KiB by
+    default and 512 KiB for two ranks on two GPUs, which reads no user buffer remotely); freeing
+    them works; a second switch is refused with a clear error."""
     k, comm, n, me = ctx.kind, ctx.comm, ctx.n, ctx.rank
     torch = k.torch
     count = 131075

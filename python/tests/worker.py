@@ -528,8 +528,8 @@ def case_moe(ctx, dtype):
 def case_registered_memory(ctx, _):
     """Collectives on weft memory (and on interior views of it) are zero-copy; on other memory
     they are staged. Payloads are past the host's inline limit (256 bytes) and the CUDA push
-    path's for all-reduce (WEFT_CUDA_PUSH_BYTES: 64 KiB by default, 512 KiB for two ranks on two
-    GPUs), which read no user buffer remotely."""
+    path's (WEFT_CUDA_PUSH_BYTES: 64 KiB by default, 512 KiB for two ranks on two GPUs), which
+    read no user buffer remotely."""
     k, comm, n = ctx.kind, ctx.comm, ctx.n
     count = 131075
     big = k.weft_empty(comm, (3 * count,), "float32")

@@ -26,19 +26,18 @@ struct weft_cuda_state {
     int nblocks;    /* blocks per launch at most */
     int moe_blocks; /* blocks of the MoE data kernels (weft_cuda_moe_blocks) */
     weft_cuda_ctl_t *ctl[WEFT_CUDA_MAX_RANKS];
-    volatile int32_t *words;       /* mapped pinned host memory: [0] status, [16] abort, then
-                                      the MoE report area at byte 128 */
-    int32_t *dev_words;            /* the same, as a device pointer */
-    weft_cuda_params_t params;     /* scratch for launches */
-    weft_cost_model_t model;       /* the GPU's partitioning parameters */
-    int copy_engine;               /* weft_copy_engine_t (WEFT_CUDA_COPY_ENGINE) */
-    uint64_t copy_engine_bytes;    /* its "auto" threshold: bytes a call copies */
-    int spans_gpus;                /* some rank's memory is on another GPU */
-    uint64_t fused_copy_bytes;     /* local copies up to this size run in-kernel (0: none) */
-    uint64_t push_bytes;           /* the push path's largest payload, agreed (0: no push path) */
-    uint64_t push_allreduce_bytes; /* the same for all-reduce (at most push_bytes) */
-    uint64_t push_headers;         /* bytes of its header words (exec_cuda.h) */
-    size_t ctl_bytes;              /* this rank's control block with the push path's regions */
+    volatile int32_t *words;    /* mapped pinned host memory: [0] status, [16] abort, then
+                                   the MoE report area at byte 128 */
+    int32_t *dev_words;         /* the same, as a device pointer */
+    weft_cuda_params_t params;  /* scratch for launches */
+    weft_cost_model_t model;    /* the GPU's partitioning parameters */
+    int copy_engine;            /* weft_copy_engine_t (WEFT_CUDA_COPY_ENGINE) */
+    uint64_t copy_engine_bytes; /* its "auto" threshold: bytes a call copies */
+    int spans_gpus;             /* some rank's memory is on another GPU */
+    uint64_t fused_copy_bytes;  /* local copies up to this size run in-kernel (0: none) */
+    uint64_t push_bytes;        /* the push path's largest payload, agreed (0: no push path) */
+    uint64_t push_headers;      /* bytes of its header words (exec_cuda.h) */
+    size_t ctl_bytes;           /* this rank's control block with the push path's regions */
 };
 
 #define STATUS_WORD 0
@@ -53,15 +52,13 @@ _Static_assert(sizeof(weft_moe_dev_report_t) <= REPORT_BYTES, "the MoE report ar
  * alignment), and at most PUSH_MAX_BYTES (WEFT_CUDA_PUSH_BYTES). */
 #define PUSH_ALIGN_BYTES 256u
 #define PUSH_MAX_BYTES (16u << 20)
-/* WEFT_CUDA_PUSH_BYTES=auto: 64 KiB, and for two ranks on two GPUs 1 MiB (all-reduce: 512 KiB).
- * Two H200s: pushing 128 KiB - 1 MiB per pair took as long as the mesh or up to 27% less for
- * every collective but all-reduce, whose push is faster up to 512 KiB and 2-9% slower from
- * 768 KiB; past 1 MiB the push path was equal or slower for every collective. With two ranks per
- * GPU a larger limit measured up to 14% slower (docs/results/2026-11-30-h200-s10.md, section 5,
- * and 2026-11-30-h200-s11.md, section 2). */
+/* WEFT_CUDA_PUSH_BYTES=auto: 64 KiB, and 512 KiB for two ranks on two GPUs, where pushing
+ * 128-512 KiB per pair took 6-29% less time than the mesh for every collective, and an
+ * all-reduce of 768 KiB - 1 MiB 2-9% more (two H200s; with two ranks per GPU a larger limit
+ * measured up to 14% slower: docs/results/2026-11-30-h200-s10.md, section 5, and
+ * 2026-11-30-h200-s11.md, section 2). */
 #define PUSH_AUTO_BYTES (64u << 10)
-#define PUSH_AUTO_PAIR_BYTES (1u << 20)
-#define PUSH_AUTO_PAIR_ALLREDUCE_BYTES (512u << 10)
+#define PUSH_AUTO_PAIR_BYTES (512u << 10)
 
 static weft_status_t cuda_error(cudaError_t err, const char *what)
 {
@@ -178,22 +175,17 @@ weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store)
         sharing += same_gpu;
         cs->spans_gpus |= !same_gpu;
     }
-    /* The push limits, for all-reduce and for the rest: the smallest of every rank's own (auto
-     * resolved by the topology, which every rank sees alike), each within what that rank's
-     * regions hold. */
-    int pair = comm->nranks == 2 && cs->spans_gpus;
-    uint64_t auto_bytes = pair ? PUSH_AUTO_PAIR_BYTES : PUSH_AUTO_BYTES;
-    uint64_t auto_allreduce_bytes = pair ? PUSH_AUTO_PAIR_ALLREDUCE_BYTES : PUSH_AUTO_BYTES;
-    cs->push_bytes = cs->push_allreduce_bytes = push;
+    /* The push limit: the smallest of every rank's own (auto resolved by the topology, which
+     * every rank sees alike), each within what that rank's regions hold. */
+    uint64_t auto_bytes =
+        comm->nranks == 2 && cs->spans_gpus ? PUSH_AUTO_PAIR_BYTES : PUSH_AUTO_BYTES;
+    cs->push_bytes = push;
     for (int r = 0; r < comm->nranks; r++) {
-        uint64_t limit = infos[r].push_bytes, allreduce = infos[r].push_bytes;
-        if (infos[r].push_auto) {
-            limit = limit < auto_bytes ? limit : auto_bytes;
-            allreduce = allreduce < auto_allreduce_bytes ? allreduce : auto_allreduce_bytes;
-        }
-        cs->push_bytes = limit < cs->push_bytes ? limit : cs->push_bytes;
-        cs->push_allreduce_bytes =
-            allreduce < cs->push_allreduce_bytes ? allreduce : cs->push_allreduce_bytes;
+        uint64_t limit = infos[r].push_bytes;
+        if (infos[r].push_auto && auto_bytes < limit)
+            limit = auto_bytes;
+        if (limit < cs->push_bytes)
+            cs->push_bytes = limit;
     }
     int fit = sms / (sharing > 0 ? sharing : 1);
     cs->nblocks = env->cuda_max_blocks < fit ? env->cuda_max_blocks : fit;
@@ -214,9 +206,8 @@ weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store)
         cs->model.tier[t].fanout = fanout;
     }
     WEFT_LOG_INFO("CUDA backend: device %d, %d SMs shared by %d rank(s), %d blocks per launch, "
-                  "push path up to %llu bytes (all-reduce %llu)",
-                  cs->device, sms, sharing, cs->nblocks, (unsigned long long)cs->push_bytes,
-                  (unsigned long long)cs->push_allreduce_bytes);
+                  "push path up to %llu bytes",
+                  cs->device, sms, sharing, cs->nblocks, (unsigned long long)cs->push_bytes);
 out:
     free(infos);
     return st;
@@ -386,11 +377,6 @@ weft_status_t weft_cuda_leave(struct weft_comm *comm, void *stream)
 size_t weft_cuda_push_bytes(const struct weft_comm *comm)
 {
     return comm->cuda ? (size_t)comm->cuda->push_bytes : 0;
-}
-
-size_t weft_cuda_push_allreduce_bytes(const struct weft_comm *comm)
-{
-    return comm->cuda ? (size_t)comm->cuda->push_allreduce_bytes : 0;
 }
 
 int weft_cuda_device(const struct weft_comm *comm)

@@ -77,10 +77,8 @@ typedef struct weft_cuda_push {
 } weft_cuda_push_t;
 
 /* The largest payload per pair of ranks the push path takes on this communicator (the smallest
- * WEFT_CUDA_PUSH_BYTES of its ranks, rounded down to 256 bytes; 0: no push path), and the largest
- * all-reduce it takes (auto gives all-reduce a smaller limit where it measured so; never more). */
+ * WEFT_CUDA_PUSH_BYTES of its ranks, rounded down to 256 bytes; 0: no push path). */
 size_t weft_cuda_push_bytes(const struct weft_comm *comm);
-size_t weft_cuda_push_allreduce_bytes(const struct weft_comm *comm);
 
 /* What an operation's launches held of the GPU, for weft_stats_t's copy_engine_ops and
  * sm_blocks: sm_blocks is the most blocks one of its launches moved data on (copies,

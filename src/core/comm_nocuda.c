@@ -55,11 +55,6 @@ size_t weft_cuda_push_bytes(const struct weft_comm *comm)
     return 0;
 }
 
-size_t weft_cuda_push_allreduce_bytes(const struct weft_comm *comm)
-{
-    return 0;
-}
-
 weft_status_t weft_cuda_execute(struct weft_comm *comm, const weft_work_t *work, unsigned sync,
                                 weft_status_t mine, weft_cuda_copy_t *pending,
                                 const weft_cuda_push_t *push, void *stream,

@@ -1,7 +1,6 @@
 /*
  * coll_push.c - the push path of the CUDA backend: collectives whose payload per pair of ranks
- * is at most weft_cuda_push_bytes (WEFT_CUDA_PUSH_BYTES; all-reduce:
- * weft_cuda_push_allreduce_bytes).
+ * is at most weft_cuda_push_bytes (WEFT_CUDA_PUSH_BYTES).
  *
  * The device counterpart of the host's flag path (coll_inline.c), on NCCL's LL protocol. The
  * host handshake stays (it carries no pointer, only the call, so that mismatches return
@@ -17,11 +16,10 @@
  */
 #include "op/op.h"
 
-int weft_push_fits(const struct weft_comm *comm, weft_coll_t coll, size_t pair_bytes)
+int weft_push_fits(const struct weft_comm *comm, size_t pair_bytes)
 {
-    size_t limit = coll == WEFT_COLL_ALL_REDUCE ? weft_cuda_push_allreduce_bytes(comm)
-                                                : weft_cuda_push_bytes(comm);
-    return comm->backend == WEFT_BACKEND_CUDA && comm->nranks > 1 && pair_bytes <= limit;
+    return comm->backend == WEFT_BACKEND_CUDA && comm->nranks > 1 &&
+           pair_bytes <= weft_cuda_push_bytes(comm);
 }
 
 /* Every peer of this rank, as a bit mask. */

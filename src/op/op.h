@@ -133,10 +133,8 @@ weft_status_t weft_inline_all_to_all(struct weft_comm *comm, const void *sendbuf
                                      size_t count, weft_dtype_t dtype);
 
 /* The CUDA backend's push path (coll_push.c): payloads per pair of ranks of at most
- * weft_cuda_push_bytes (an all-reduce: weft_cuda_push_allreduce_bytes) are stored into the peers'
- * LL slots. weft_push_fits says whether a collective of kind coll takes it. Arguments as the
- * public functions. */
-int weft_push_fits(const struct weft_comm *comm, weft_coll_t coll, size_t pair_bytes);
+ * weft_cuda_push_bytes are stored into the peers' LL slots. Arguments as the public functions. */
+int weft_push_fits(const struct weft_comm *comm, size_t pair_bytes);
 weft_status_t weft_push_all_reduce(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
                                    size_t count, weft_dtype_t dtype, weft_redop_t op, void *stream);
 weft_status_t weft_push_all_gather(struct weft_comm *comm, const void *sendbuf, void *recvbuf,

@@ -54,7 +54,7 @@ weft_status_t weft_select_all_reduce(struct weft_comm *comm, const void *sendbuf
     size_t bytes = count * weft_dtype_size(dtype);
     if (use_inline(comm, bytes))
         return weft_inline_all_reduce(comm, sendbuf, recvbuf, count, dtype, op);
-    if (weft_push_fits(comm, WEFT_COLL_ALL_REDUCE, bytes))
+    if (weft_push_fits(comm, bytes))
         return weft_push_all_reduce(comm, sendbuf, recvbuf, count, dtype, op, stream);
     /* In place, one-shot must first copy the input (peers read it while it is overwritten);
      * two-shot needs no copy, which pays for its second synchronisation from a smaller size on,
@@ -69,7 +69,7 @@ weft_status_t weft_select_all_gather(struct weft_comm *comm, const void *sendbuf
 {
     if (use_inline(comm, count * weft_dtype_size(dtype)))
         return weft_inline_all_gather(comm, sendbuf, recvbuf, count, dtype);
-    if (weft_push_fits(comm, WEFT_COLL_ALL_GATHER, count * weft_dtype_size(dtype)))
+    if (weft_push_fits(comm, count * weft_dtype_size(dtype)))
         return weft_push_all_gather(comm, sendbuf, recvbuf, count, dtype, stream);
     return weft_allgather_mesh(comm, sendbuf, recvbuf, count, dtype, stream);
 }
@@ -80,7 +80,7 @@ weft_status_t weft_select_reduce_scatter(struct weft_comm *comm, const void *sen
 {
     if (use_inline(comm, recvcount * weft_dtype_size(dtype)))
         return weft_inline_reduce_scatter(comm, sendbuf, recvbuf, recvcount, dtype, op);
-    if (weft_push_fits(comm, WEFT_COLL_REDUCE_SCATTER, recvcount * weft_dtype_size(dtype)))
+    if (weft_push_fits(comm, recvcount * weft_dtype_size(dtype)))
         return weft_push_reduce_scatter(comm, sendbuf, recvbuf, recvcount, dtype, op, stream);
     return weft_reduce_scatter_mesh(comm, sendbuf, recvbuf, recvcount, dtype, op, stream);
 }
@@ -90,7 +90,7 @@ weft_status_t weft_select_broadcast(struct weft_comm *comm, const void *sendbuf,
 {
     if (use_inline(comm, count * weft_dtype_size(dtype)))
         return weft_inline_broadcast(comm, sendbuf, recvbuf, count, dtype, root);
-    if (weft_push_fits(comm, WEFT_COLL_BROADCAST, count * weft_dtype_size(dtype)))
+    if (weft_push_fits(comm, count * weft_dtype_size(dtype)))
         return weft_push_broadcast(comm, sendbuf, recvbuf, count, dtype, root, stream);
     return weft_broadcast_mesh(comm, sendbuf, recvbuf, count, dtype, root, stream);
 }
@@ -100,7 +100,7 @@ weft_status_t weft_select_all_to_all(struct weft_comm *comm, const void *sendbuf
 {
     if (use_inline(comm, count * weft_dtype_size(dtype)))
         return weft_inline_all_to_all(comm, sendbuf, recvbuf, count, dtype);
-    if (weft_push_fits(comm, WEFT_COLL_ALL_TO_ALL, count * weft_dtype_size(dtype)))
+    if (weft_push_fits(comm, count * weft_dtype_size(dtype)))
         return weft_push_all_to_all(comm, sendbuf, recvbuf, count, dtype, stream);
     size_t counts[WEFT_MAX_RANKS], displs[WEFT_MAX_RANKS];
     for (int p = 0; p < comm->nranks; p++) {

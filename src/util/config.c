@@ -131,8 +131,8 @@ static const cfg_row_t rows[] = {
     {"WEFT_CUDA_PUSH_BYTES", NULL, "auto", "bytes", CFG_BYTES, OFF(cuda_push_bytes), NULL,
      "CUDA: collectives whose payload per pair of ranks is at most this size push it to the "
      "peers as flagged 8-byte words (one one-way trip, no staging); each rank's control block "
-     "grows by 5 x ranks x this; the ranks use their smallest value (auto: 64K, for two ranks "
-     "on two GPUs 1M and all-reduce 512K; 0: off, as with WEFT_CUDA_COPY_ENGINE=1; at most 16M)"},
+     "grows by 5 x ranks x this; the ranks use their smallest value (auto: 64K, 512K for two "
+     "ranks on two GPUs; 0: off, as with WEFT_CUDA_COPY_ENGINE=1; at most 16M)"},
     {"WEFT_CUDA_CHUNK_BYTES", NULL, "64M", "bytes", CFG_BYTES, OFF(cuda_chunk_bytes), NULL,
      "CUDA: device memory is registered in chunks of at least this size (doubling up to 1G)"},
     {"WEFT_RUN_GRACE_S", NULL, "30", "s", CFG_DOUBLE, OFF(run_grace_s), NULL,

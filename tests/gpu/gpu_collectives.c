@@ -126,9 +126,8 @@ static void run_all_reduce(gpu_ctx_t *g, const pool_t *pool, gpu_buf_kind_t kind
         if (!inplace)
             mp_red_check_input(ctx, "sendbuf", send.host, dt, op, ctx->rank, 0, count);
         if (count > 0) {
-            size_t push_limit = gpu_push_limit(g, 1);
-            gpu_check_path(g, &s0, &s1, kind, bytes, push_limit, 1);
-            gpu_check_stores(g, &s0, &s1, bytes, push_limit,
+            gpu_check_path(g, &s0, &s1, kind, bytes, 1);
+            gpu_check_stores(g, &s0, &s1, bytes,
                              gpu_expect_zero_copy(g, kind) &&
                                  mp_expect_twoshot(ctx, bytes, inplace));
         }
@@ -163,7 +162,7 @@ static void run_reduce_scatter(gpu_ctx_t *g, const pool_t *pool, gpu_buf_kind_t 
         if (!inplace)
             mp_red_check_input(ctx, "sendbuf", send.host, dt, op, ctx->rank, 0, n * count);
         if (count > 0)
-            gpu_check_path(g, &s0, &s1, kind, bytes, gpu_push_limit(g, 0), 1);
+            gpu_check_path(g, &s0, &s1, kind, bytes, 1);
     }
     put_all(g, &send, &recv);
 }
@@ -205,9 +204,8 @@ static void gather(gpu_ctx_t *g, const pool_t *pool, gpu_buf_kind_t send_kind,
         if (!inplace)
             mp_raw_check(ctx, "sendbuf", send.host, dt, ctx->rank, 0, count);
         if (count > 0) {
-            size_t push_limit = gpu_push_limit(g, 0);
-            gpu_check_path(g, &s0, &s1, inplace ? recv_kind : send_kind, bytes, push_limit, 1);
-            gpu_check_stores(g, &s0, &s1, bytes, push_limit, all_registered);
+            gpu_check_path(g, &s0, &s1, inplace ? recv_kind : send_kind, bytes, 1);
+            gpu_check_stores(g, &s0, &s1, bytes, all_registered);
         }
     }
     put_all(g, &send, &recv);
@@ -273,7 +271,7 @@ static void run_broadcast(gpu_ctx_t *g, const pool_t *pool, gpu_buf_kind_t kind,
         if (send.base)
             mp_raw_check(ctx, "sendbuf", send.host, dt, ctx->rank, 0, count);
         if (count > 0)
-            gpu_check_path(g, &s0, &s1, kind, bytes, gpu_push_limit(g, 0), is_root);
+            gpu_check_path(g, &s0, &s1, kind, bytes, is_root);
     }
     put_all(g, &send, &recv);
 }
@@ -300,7 +298,7 @@ static void run_all_to_all(gpu_ctx_t *g, const pool_t *pool, gpu_buf_kind_t kind
     if (ok) {
         mp_a2a_check(ctx, dt, count, send.host, recv.host);
         if (count > 0)
-            gpu_check_path(g, &s0, &s1, kind, bytes, gpu_push_limit(g, 0), 1);
+            gpu_check_path(g, &s0, &s1, kind, bytes, 1);
     }
     put_all(g, &send, &recv);
 }
@@ -334,7 +332,7 @@ static void run_all_to_allv(gpu_ctx_t *g, const pool_t *pool, gpu_buf_kind_t kin
     if (ok) {
         mp_a2av_check(ctx, &plan, dt, send.host, recv.host);
         /* Counted once; the path is not checked (a rank that sends nothing reads nothing). */
-        gpu_check_path(g, &s0, &s1, kind, 0, gpu_push_limit(g, 0), 1);
+        gpu_check_path(g, &s0, &s1, kind, 0, 1);
     }
     put_all(g, &send, &recv);
     mp_a2av_plan_destroy(&plan);
@@ -384,7 +382,7 @@ static void barrier_round(gpu_ctx_t *g, int late)
     gpu_cuda_ok(g, cudaLaunchHostFunc(g->stream, leave_cb, &stamp), "cudaLaunchHostFunc");
     gpu_sync(g, "barrier");
     if (ok)
-        gpu_check_path(g, &s0, &s1, GPU_BUF_WEFT, 0, gpu_push_limit(g, 0), 1);
+        gpu_check_path(g, &s0, &s1, GPU_BUF_WEFT, 0, 1);
 
     /* Everyone's stamps, through device memory. */
     gpu_buf_t times;

@@ -417,21 +417,19 @@ int gpu_expect_zero_copy(const gpu_ctx_t *g, gpu_buf_kind_t kind)
     return kind != GPU_BUF_CUDA && g->mp.reg != WEFT_REGISTRATION_STAGED;
 }
 
-#define WEFT_DEFAULT_PUSH_BYTES ((size_t)64 << 10)     /* WEFT_CUDA_PUSH_BYTES=auto */
-#define WEFT_DEFAULT_PAIR_PUSH_BYTES ((size_t)1 << 20) /* the same, two ranks on two GPUs */
-#define WEFT_DEFAULT_PAIR_ALLREDUCE_PUSH_BYTES ((size_t)512 << 10) /* and their all-reduce */
+#define WEFT_DEFAULT_PUSH_BYTES ((size_t)64 << 10)       /* WEFT_CUDA_PUSH_BYTES=auto */
+#define WEFT_DEFAULT_PAIR_PUSH_BYTES ((size_t)512 << 10) /* the same, two ranks on two GPUs */
 #define WEFT_MAX_PUSH_BYTES ((size_t)16 << 20)
 #define WEFT_DEFAULT_MAX_BLOCKS 32 /* WEFT_CUDA_MAX_BLOCKS's default (docs/config.md) */
 #define WEFT_MAX_BLOCKS 128        /* its cap */
 
-size_t gpu_push_limit(gpu_ctx_t *g, int all_reduce)
+size_t gpu_push_limit(gpu_ctx_t *g)
 {
     const char *ce = getenv("WEFT_CUDA_COPY_ENGINE");
     if (ce != NULL && strcmp(ce, "1") == 0)
         return 0;
-    size_t dflt = WEFT_DEFAULT_PUSH_BYTES;
-    if (g->mp.nranks == 2 && g->mp.spans_gpus)
-        dflt = all_reduce ? WEFT_DEFAULT_PAIR_ALLREDUCE_PUSH_BYTES : WEFT_DEFAULT_PAIR_PUSH_BYTES;
+    size_t dflt = g->mp.nranks == 2 && g->mp.spans_gpus ? WEFT_DEFAULT_PAIR_PUSH_BYTES
+                                                        : WEFT_DEFAULT_PUSH_BYTES;
     uint64_t v = mp_env_bytes(&g->mp, "WEFT_CUDA_PUSH_BYTES", dflt);
     if (v > WEFT_MAX_PUSH_BYTES)
         v = WEFT_MAX_PUSH_BYTES;
@@ -445,7 +443,7 @@ int gpu_block_limit(gpu_ctx_t *g)
 }
 
 void gpu_check_path(gpu_ctx_t *g, const weft_stats_t *before, const weft_stats_t *after,
-                    gpu_buf_kind_t kind, size_t pair_bytes, size_t push_limit, int peers_read)
+                    gpu_buf_kind_t kind, size_t pair_bytes, int peers_read)
 {
     mp_ctx_t *ctx = &g->mp;
     uint64_t dz = after->zero_copy_ops - before->zero_copy_ops;
@@ -465,7 +463,7 @@ void gpu_check_path(gpu_ctx_t *g, const weft_stats_t *before, const weft_stats_t
         return;
     if (ctx->nranks < 2 || pair_bytes < MP_PATH_CHECK_BYTES)
         return;
-    if (pair_bytes <= push_limit) {
+    if (pair_bytes <= gpu_push_limit(g)) {
         mp_check(
             ctx, di == 1 && dce == 0 && dblocks >= 1,
             "stats: expected the push path (%zu bytes per pair) on the SMs: zero_copy_ops +%" PRIu64
@@ -483,12 +481,13 @@ void gpu_check_path(gpu_ctx_t *g, const weft_stats_t *before, const weft_stats_t
 }
 
 void gpu_check_stores(gpu_ctx_t *g, const weft_stats_t *before, const weft_stats_t *after,
-                      size_t pair_bytes, size_t push_limit, int eligible)
+                      size_t pair_bytes, int eligible)
 {
     mp_ctx_t *ctx = &g->mp;
     const char *env = getenv("WEFT_REMOTE_STORES");
     int enabled = env == NULL || strcmp(env, "0") != 0;
-    int want = enabled && eligible && ctx->nranks > 1 && pair_bytes > 0 && pair_bytes > push_limit;
+    int want =
+        enabled && eligible && ctx->nranks > 1 && pair_bytes > 0 && pair_bytes > gpu_push_limit(g);
     uint64_t d = after->remote_store_ops - before->remote_store_ops;
     mp_check(ctx, d == (uint64_t)want,
              "stats: remote_store_ops +%" PRIu64 ", expected +%d (%zu bytes per pair, %s)", d, want,

@@ -152,13 +152,12 @@ void gpu_buf_check_guards(gpu_ctx_t *g, const gpu_buf_t *b, const char *name);
  * under the open communicator's mode (weft.h): weft and interior buffers in roa or jit mode. */
 int gpu_expect_zero_copy(const gpu_ctx_t *g, gpu_buf_kind_t kind);
 
-/* The largest payload per pair of ranks that takes weft's push path (counted in inline_ops), for
- * an all-reduce when all_reduce is non-zero, else for the other collectives: WEFT_CUDA_PUSH_BYTES
- * (a byte size, mp_env_bytes) clamped to 16 MiB and rounded down to 256 bytes; when it is unset
- * or "auto", weft's documented default (docs/config.md: 64 KiB; for two ranks on two GPUs 1 MiB,
- * and 512 KiB for all-reduce); 0 with WEFT_CUDA_COPY_ENGINE=1. Every rank has the same
+/* The largest payload per pair of ranks that takes weft's push path (counted in inline_ops):
+ * WEFT_CUDA_PUSH_BYTES (a byte size, mp_env_bytes) clamped to 16 MiB and rounded down to
+ * 256 bytes; when it is unset or "auto", weft's documented default (docs/config.md: 512 KiB for
+ * two ranks on two GPUs, else 64 KiB); 0 with WEFT_CUDA_COPY_ENGINE=1. Every rank has the same
  * environment under weftrun, so this is the communicator's agreed value. */
-size_t gpu_push_limit(gpu_ctx_t *g, int all_reduce);
+size_t gpu_push_limit(gpu_ctx_t *g);
 
 /* The most blocks one launch of an operation may have: WEFT_CUDA_MAX_BLOCKS (mp_env_int) clamped
  * to [1, 128], weft's documented default (32, docs/config.md) when it is unset. */
@@ -168,19 +167,19 @@ int gpu_block_limit(gpu_ctx_t *g);
  * zero_copy_ops, staged_ops and inline_ops, at most once in copy_engine_ops, and with at most
  * gpu_block_limit(g) blocks in sm_blocks. With 2+ ranks and a payload per pair of at least
  * MP_PATH_CHECK_BYTES, also the path: the push path (inline, on one block or more, no copy
- * engine) up to push_limit (the operation's gpu_push_limit); beyond it,
+ * engine) up to gpu_push_limit(); beyond it,
  * peers_read says whether peers read a buffer of this rank (the root's input of a broadcast;
  * every input otherwise); if they do, zero-copy or staged as gpu_expect_zero_copy says, else
  * zero-copy (this rank copied nothing for them). */
 void gpu_check_path(gpu_ctx_t *g, const weft_stats_t *before, const weft_stats_t *after,
-                    gpu_buf_kind_t kind, size_t pair_bytes, size_t push_limit, int peers_read);
+                    gpu_buf_kind_t kind, size_t pair_bytes, int peers_read);
 
 /* Check that an all-gather or all-reduce of pair_bytes per pair counted in remote_store_ops
  * exactly when it should: eligible (the caller's verdict: every rank's output weft memory, and
  * no input staged for an all-gather, the two-shot form for an all-reduce), 2+ ranks, past
- * push_limit (the operation's gpu_push_limit), and WEFT_REMOTE_STORES not 0 (its default, auto,
- * stores on the CUDA backend). */
+ * gpu_push_limit(), and WEFT_REMOTE_STORES not 0 (its default, auto, stores on the CUDA
+ * backend). */
 void gpu_check_stores(gpu_ctx_t *g, const weft_stats_t *before, const weft_stats_t *after,
-                      size_t pair_bytes, size_t push_limit, int eligible);
+                      size_t pair_bytes, int eligible);
 
 #endif /* WEFT_TESTS_GPU_HARNESS_H */

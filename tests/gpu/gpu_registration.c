@@ -252,7 +252,7 @@ static void alloc_then_use(gpu_ctx_t *g)
             gpu_sync(g, "all_reduce");
             if (ok) {
                 mp_red_check_result(ctx, "recvbuf", recv.host, dt, op, 0, count);
-                gpu_check_path(g, &s0, &s1, kind, bytes, gpu_push_limit(g, 1), 1);
+                gpu_check_path(g, &s0, &s1, kind, bytes, 1);
             }
             gpu_buf_check_guards(g, &recv, "recvbuf");
             gpu_buf_put(g, &send);
@@ -400,7 +400,7 @@ static void counters(gpu_ctx_t *g)
     mp_check_registration_invariants(ctx, &s2, "after first use");
     mp_check_use_registered(ctx, &s0, &s2, agreed, 2 * use_count * 4);
     if (ok)
-        gpu_check_path(g, &s1, &s2, GPU_BUF_WEFT, use_count * 4, gpu_push_limit(g, 1), 1);
+        gpu_check_path(g, &s1, &s2, GPU_BUF_WEFT, use_count * 4, 1);
     mp_ok(ctx, weft_free(ctx->comm, buf), "weft_free");
 }
 
