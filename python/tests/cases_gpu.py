@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from worker import case, gen_values
+from worker import PAST_PUSH_COUNT, case, gen_values
 
 CUDA_KINDS = ("torch-cuda", "torch-cuda-pool", "torch-cuda-global")
 REPLAYS = 20
@@ -116,12 +116,12 @@ def case_first_use(ctx, _):
 @case("global_allocator", kinds=("torch-cuda-global",))
 def case_global_allocator(ctx, _):
     """With use_weft_allocator every tensor is weft memory: plain torch tensors and their
-    interior views take the zero-copy path (payloads past the push path's limit, 64 KiB by
-    default and 512 KiB for two ranks on two GPUs, which reads no user buffer remotely); freeing
-    them works; a second switch is refused with a clear error."""
+    interior views take the zero-copy path (payloads past the push path, which reads no user
+    buffer remotely: PAST_PUSH_COUNT); freeing them works; a second switch is refused with a
+    clear error."""
     k, comm, n, me = ctx.kind, ctx.comm, ctx.n, ctx.rank
     torch = k.torch
-    count = 131075
+    count = PAST_PUSH_COUNT
     vals = [gen_values(ctx.rng(r), count, "float32", "sum") for r in range(n)]
     big = torch.zeros(3 * count, device="cuda")
     view = big[count:2 * count]

@@ -35,6 +35,10 @@ POISON = 0xA5
 GUARD = 16  # elements of poison on each side of an output
 OPS = ("sum", "prod", "min", "max", "avg")
 INT_DTYPES = ("int8", "uint8", "int32", "uint32", "int64", "uint64")
+# float32 elements of a payload past the host's inline limit (256 bytes) and the CUDA push path's
+# largest automatic limit (WEFT_CUDA_PUSH_BYTES: 64 KiB, 512 KiB for two ranks on two GPUs): an
+# all_reduce of it reads user buffers remotely, so it is zero-copy or staged.
+PAST_PUSH_COUNT = 131075
 
 
 # -- kinds of buffers -------------------------------------------------------------------------
@@ -527,11 +531,10 @@ def case_moe(ctx, dtype):
 @case("registered_memory", kinds=("numpy", "torch-cuda-pool"))
 def case_registered_memory(ctx, _):
     """Collectives on weft memory (and on interior views of it) are zero-copy; on other memory
-    they are staged. Payloads are past the host's inline limit (256 bytes) and the CUDA push
-    path's (WEFT_CUDA_PUSH_BYTES: 64 KiB by default, 512 KiB for two ranks on two GPUs), which
-    read no user buffer remotely."""
+    they are staged. Payloads are past the paths that read no user buffer remotely (host inline,
+    CUDA push: PAST_PUSH_COUNT)."""
     k, comm, n = ctx.kind, ctx.comm, ctx.n
-    count = 131075
+    count = PAST_PUSH_COUNT
     big = k.weft_empty(comm, (3 * count,), "float32")
     vals = [gen_values(ctx.rng(r), count, "float32", "sum") for r in range(n)]
     view = big[count:2 * count]  # interior: neither the start nor the end of the allocation
