@@ -66,6 +66,7 @@ typedef struct weft_op_desc {
     uint64_t dst;       /* the sender's output, which the receiver may write; 0: it may not */
     uint64_t pair_send; /* all_to_allv: elements the sender sends to the receiver */
     uint64_t pair_recv; /* all_to_allv: elements the sender expects from the receiver */
+    uint64_t pair_max;  /* all_to_allv: the sender's largest block, sent or received, in bytes */
     /* MoE on the CUDA backend, where the counts are on the device. */
     uint64_t tokens;     /* the sender's num_tokens */
     uint64_t capacity;   /* dispatch: the sender's max_recv_tokens */

@@ -289,12 +289,9 @@ static void fill_common(struct weft_comm *comm, weft_cuda_params_t *p, unsigned 
     p->pre_dst = NULL;
     p->pre_src = NULL;
     p->pre_bytes = 0;
-    p->push_src = NULL;
-    p->push_stride = 0;
-    p->push_bytes = 0;
+    p->push_bytes = 0; /* push_send and push_recv are read only when it is not */
     p->push_slot_bytes = cs->push_bytes;
     p->push_headers_bytes = cs->push_headers;
-    p->push_send = p->push_recv = 0;
 }
 
 /* The work item's kind, types and pointers (its units are the partitioner's business). */
@@ -488,11 +485,13 @@ static weft_status_t execute_push(struct weft_comm *comm, const weft_work_t *wor
     weft_cuda_params_t *p = &cs->params;
     fill_common(comm, p, 0);
     fill_work(p, work);
-    p->push_src = push->src;
-    p->push_stride = push->stride;
     p->push_bytes = push->bytes;
-    p->push_send = push->send;
-    p->push_recv = push->recv;
+    for (int r = 0; r < comm->nranks; r++) {
+        if (r != comm->rank)
+            p->src[r] = push->to[r];
+        p->push_send[r] = push->send[r];
+        p->push_recv[r] = push->recv[r];
+    }
     uint64_t lanes = (push->bytes + 3) / 4;
     uint64_t want = (lanes + WEFT_CUDA_THREADS - 1) / WEFT_CUDA_THREADS;
     int nblocks = want < (uint64_t)cs->nblocks ? (int)want : cs->nblocks;

@@ -16,6 +16,7 @@
 #include <stddef.h>
 
 #include "core/bootstrap.h"
+#include "exec/exec_cuda.h"
 #include "exec/work.h"
 #include "weft.h"
 
@@ -65,15 +66,16 @@ typedef struct weft_cuda_copy {
 weft_status_t weft_cuda_local_copy(struct weft_comm *comm, weft_cuda_copy_t *pending, void *dst,
                                    const void *src, size_t bytes, void *stream);
 
-/* A push-path operation (exec/exec_cuda.h): the payload per pair of ranks is bytes long (at
- * most weft_cuda_push_bytes; 0: not the push path); this rank's for peer r is src + r * stride,
- * sent to the peers in the bit mask send, received from those in recv. The work says where it
- * goes: a REDUCE into dst[0] of src[rank] and the received payloads, or a COPY of each received
- * payload to dst[r] and of src[rank] (unless NULL) to dst[rank]. */
+/* A push-path operation (exec/exec_cuda.h): this rank's payload for peer r is send[r] bytes at
+ * to[r], and recv[r] bytes come from peer r (0: nothing); send[rank] is the size of this rank's
+ * own block. bytes is the largest of them (at most weft_cuda_push_bytes; 0: not the push path).
+ * The work says where it goes: a REDUCE (every payload bytes long) into dst[0] of src[rank] and
+ * the received payloads, or a COPY of each received payload to dst[r] and of src[rank] (unless
+ * NULL) to dst[rank]. */
 typedef struct weft_cuda_push {
-    const void *src;
-    size_t stride, bytes;
-    uint32_t send, recv;
+    size_t bytes;
+    const void *to[WEFT_CUDA_MAX_RANKS];
+    uint32_t send[WEFT_CUDA_MAX_RANKS], recv[WEFT_CUDA_MAX_RANKS];
 } weft_cuda_push_t;
 
 /* The largest payload per pair of ranks the push path takes on this communicator (the smallest

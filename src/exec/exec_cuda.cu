@@ -280,15 +280,15 @@ static __device__ int32_t ll_wait(const weft_cuda_params_t &p, const uint8_t *wo
     }
 }
 
-/* One push-path operation. Every block owns the payload bytes [lo, hi) (block_share) of every
- * pair of ranks: it stores them as LL words into the peers' slots, waits for the peers' words
- * of the same bytes, unpacks them (into this rank's unpacked area to reduce, or straight into
- * the destination to copy) and computes its bytes of the result, so no block waits for another
- * and no fence orders anything: every word carries its own flag (the one after the stores is
- * for their timing, see there). Block 0 also exchanges a header
- * word with every peer, so that no operation completes before every peer has started it (the
- * slot reuse rule of exec_cuda.h holds for ranks that send no payload, a broadcast's
- * receivers). */
+/* One push-path operation. Every block owns the payload bytes [lo, hi) (block_share of the
+ * largest payload) of every pair of ranks, as far as that pair's payload reaches: it stores them
+ * as LL words into the peers' slots, waits for the peers' words of the same bytes, unpacks them
+ * (into this rank's unpacked area to reduce, or straight into the destination to copy) and
+ * computes its bytes of the result, so no block waits for another and no fence orders anything:
+ * every word carries its own flag (the one after the stores is for their timing, see there).
+ * Block 0 also exchanges a header word with every peer, so that no operation completes before
+ * every peer has started it (the slot reuse rule of exec_cuda.h holds for ranks that send no
+ * payload, a broadcast's receivers). */
 static __device__ void push_collective(const weft_cuda_params_t &p, uint32_t seq)
 {
     __shared__ int32_t failed;
@@ -302,16 +302,14 @@ static __device__ void push_collective(const weft_cuda_params_t &p, uint32_t seq
         ll_store(ll_header(p, (int)tid, seq, me), 0, seq);
     uint64_t lo, hi;
     bool mine = block_share(p.push_bytes, &lo, &hi);
-    uint64_t lane_lo = lo / 4, lane_hi = (hi + 3) / 4;
+    uint64_t lane_lo = lo / 4;
     if (mine) {
         for (int i = 1; i < n; i++) {
             int r = (me + i) % n;
-            if (!(p.push_send >> r & 1))
-                continue;
-            const uint8_t *src = p.push_src + (uint64_t)r * p.push_stride;
+            uint64_t bytes = p.push_send[r], lane_hi = (weft_dev_min(hi, bytes) + 3) / 4;
             uint8_t *slot = ll_slot(p, r, seq, me);
             for (uint64_t l = lane_lo + tid; l < lane_hi; l += nthreads)
-                ll_store(slot + 8 * l, lane_get(src, l, p.push_bytes), seq);
+                ll_store(slot + 8 * l, lane_get(p.src[r], l, bytes), seq);
         }
         /* Not for ordering (every LL word carries its flag) but for time: after 50 ms or more
          * without traffic between two GPUs, stores into the peer GPU landed about 1 ms late
@@ -321,15 +319,14 @@ static __device__ void push_collective(const weft_cuda_params_t &p, uint32_t seq
         __threadfence();
         for (int i = 1; i < n && st == 0; i++) {
             int r = (me + n - i) % n;
-            if (!(p.push_recv >> r & 1))
-                continue;
+            uint64_t bytes = p.push_recv[r], lane_hi = (weft_dev_min(hi, bytes) + 3) / 4;
             const uint8_t *slot = ll_slot(p, me, seq, r);
             uint8_t *out = p.kind == WEFT_WORK_REDUCE ? ll_unpacked(p, r) : p.dst[r];
             for (uint64_t l = lane_lo + tid; l < lane_hi && st == 0; l += nthreads) {
                 uint32_t v;
                 st = ll_wait(p, slot + 8 * l, seq, &v);
                 if (st == 0)
-                    lane_put(out, l, p.push_bytes, v);
+                    lane_put(out, l, bytes, v);
             }
         }
     }
@@ -349,8 +346,9 @@ static __device__ void push_collective(const weft_cuda_params_t &p, uint32_t seq
                 srcs[r] = (r == me ? p.src[me] : ll_unpacked(p, r)) + lo;
             weft_dev_reduce(p.dst[0] + lo, srcs, n, (hi - lo) / elem_size(p.dtype), p.dtype,
                             p.redop, p.avg_divisor, tid, nthreads);
-        } else if (p.src[me] != NULL && p.src[me] != p.dst[me]) {
-            weft_dev_copy(p.dst[me] + lo, p.src[me] + lo, hi - lo, tid, nthreads);
+        } else if (p.src[me] != NULL && p.src[me] != p.dst[me] && lo < p.push_send[me]) {
+            uint64_t end = weft_dev_min(hi, (uint64_t)p.push_send[me]);
+            weft_dev_copy(p.dst[me] + lo, p.src[me] + lo, end - lo, tid, nthreads);
         }
     }
 }

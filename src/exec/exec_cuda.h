@@ -26,14 +26,16 @@
  * The push path (small payloads, NCCL's LL protocol): each rank's control block is followed by
  * push_headers_bytes of header words, per parity (seq & 1) and sender, then per parity and
  * sender an LL slot of 2 * push_slot_bytes, then one unpacked area of push_slot_bytes per
- * sender. A launch with push_bytes > 0 moves the payload per pair of ranks (push_bytes: this
- * rank's for peer r at push_src + r * push_stride, to the peers in push_send; from the peers in
- * push_recv) as 8-byte words of 4 payload bytes and seq, stored into the receiver's slot with
- * no ordering between them: a receiver polls each word until it holds seq (the storing thread
- * fences afterwards only so that the stores leave promptly). Every block owns the same bytes of
- * every pair, so it unpacks and computes them (a REDUCE into dst[0] from src[rank] and the
- * unpacked peers; a COPY unpacks into dst[r] and copies src[rank] to dst[rank]) without waiting
- * for another block; block 0 also exchanges a header word with every peer. Nobody reads this
+ * sender. A launch with push_bytes > 0 moves the payloads of every pair of ranks (this rank's
+ * for peer r: push_send[r] bytes at src[r]; from peer r: push_recv[r] bytes; 0: none; push_bytes
+ * is the largest of them and of push_send[rank]) as 8-byte words of 4 payload bytes and seq,
+ * stored into the receiver's slot with no ordering between them: a receiver polls each word
+ * until it holds seq (the storing thread fences afterwards only so that the stores leave
+ * promptly). Every block owns the same byte range of every pair, so it unpacks and computes
+ * those bytes (a REDUCE, whose payloads are all push_bytes long, into dst[0] from src[rank] and
+ * the unpacked peers; a COPY unpacks into dst[r] and copies push_send[rank] bytes of src[rank]
+ * to dst[rank]) without waiting for another block; block 0 also exchanges a header word with
+ * every peer. Nobody reads this
  * rank's buffers and there are no ready or closing flags: one one-way trip per call. Two
  * parities suffice: a sender reuses a slot two operations later, after its intermediate
  * operation received the receiver's header or ready flag, which the receiver sends only once
@@ -88,19 +90,18 @@ typedef struct weft_cuda_params {
     uint64_t timeout_ns;
     weft_cuda_ctl_t *ctl[WEFT_CUDA_MAX_RANKS]; /* every rank's control block */
     int32_t *status;                           /* mapped host word: first error, 0 while healthy */
-    const int32_t *abort; /* mapped host word: non-zero once the host gave up */
-    const uint8_t *src[WEFT_CUDA_MAX_RANKS];
+    const int32_t *abort;                    /* mapped host word: non-zero once the host gave up */
+    const uint8_t *src[WEFT_CUDA_MAX_RANKS]; /* the work's; push path: src[r] for peer r too */
     uint8_t *dst[WEFT_CUDA_MAX_RANKS];
     uint64_t off[WEFT_CUDA_MAX_RANKS];
     uint8_t *pre_dst; /* the local copy run before the ready signal (pre_bytes 0: none) */
     const uint8_t *pre_src;
     uint64_t pre_bytes;
-    const uint8_t *push_src; /* the push path: payload for peer r at push_src + r * push_stride */
-    uint64_t push_stride;
-    uint64_t push_bytes;           /* payload per pair of ranks; 0: not the push path */
-    uint64_t push_slot_bytes;      /* the communicator's largest payload (agreed by the ranks) */
-    uint64_t push_headers_bytes;   /* the header words' region */
-    uint32_t push_send, push_recv; /* bit r: send to / receive from rank r */
+    uint64_t push_bytes;         /* the push path's largest payload of a pair; 0: not the path */
+    uint64_t push_slot_bytes;    /* the communicator's largest payload (agreed by the ranks) */
+    uint64_t push_headers_bytes; /* the header words' region */
+    uint32_t push_send[WEFT_CUDA_MAX_RANKS]; /* bytes to rank r, from src[r] (own block: rank) */
+    uint32_t push_recv[WEFT_CUDA_MAX_RANKS]; /* bytes from rank r */
     uint16_t block_begin[WEFT_CUDA_MAX_BLOCKS + 1]; /* units of block b: [begin[b], begin[b+1]) */
     weft_cuda_unit_t units[WEFT_CUDA_MAX_UNITS];
 } weft_cuda_params_t;

@@ -6,6 +6,12 @@
  * Each pair checks its counts at the handshake (what p sends to r against what r expects from
  * p). Only the two ranks of a pair can see such a mismatch, so the operation still completes,
  * without moving data on those ranks, and the closing signal carries the verdict to everyone.
+ *
+ * An all_to_allv whose blocks are all within the CUDA push path's limit takes that path
+ * instead (coll_push.c; an all_to_all chose it before calling here). Only the handshake tells a
+ * rank the other ranks' blocks, so every rank posts its largest and all decide alike after it;
+ * the input was made readable for the mesh by then (registered, or a private copy, which the
+ * push path then drops).
  */
 #include "op/op.h"
 #include "util/log.h"
@@ -37,16 +43,30 @@ weft_status_t weft_alltoallv_mesh(struct weft_comm *comm, const void *sendbuf,
             return weft_op_end(&op, st, 0);
     }
     uint64_t block_src[WEFT_MAX_RANKS], pair_send[WEFT_MAX_RANKS], pair_recv[WEFT_MAX_RANKS];
+    uint64_t pair_max = 0;
     for (int p = 0; p < n; p++) {
         block_src[p] = (uint64_t)(uintptr_t)src + sdispls[p] * esize;
         pair_send[p] = sendcounts[p];
         pair_recv[p] = recvcounts[p];
+        uint64_t larger = sendcounts[p] > recvcounts[p] ? sendcounts[p] : recvcounts[p];
+        pair_max = larger * esize > pair_max ? larger * esize : pair_max;
     }
-    weft_op_desc_t desc = {.coll = coll, .dtype = dtype, .count = count};
+    weft_op_desc_t desc = {.coll = coll, .dtype = dtype, .count = count, .pair_max = pair_max};
     int pair_only;
     st = weft_op_exchange(&op, &desc, block_src, pair_send, pair_recv, NULL, 0, &pair_only);
     if (st != WEFT_SUCCESS && !pair_only)
         return weft_op_end(&op, st, 0);
+    if (st == WEFT_SUCCESS && coll == WEFT_COLL_ALL_TO_ALLV) {
+        for (int p = 0; p < n; p++) {
+            uint64_t theirs = p == me ? 0 : weft_op_peer(&op, p)->pair_max;
+            pair_max = theirs > pair_max ? theirs : pair_max;
+        }
+        if (pair_max > 0 && weft_push_fits(comm, pair_max))
+            return weft_op_end(&op,
+                               weft_push_all_to_allv(&op, sendbuf, sendcounts, sdispls, recvbuf,
+                                                     recvcounts, rdispls, esize, pair_max),
+                               1);
+    }
 
     weft_work_t work = {.kind = WEFT_WORK_COPY, .nslices = n};
     for (int p = 0; p < n; p++) {

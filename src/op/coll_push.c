@@ -12,7 +12,9 @@
  * closing flags nor ordering fences: one one-way trip per call.
  *
  * Every rank takes this path for the same calls: the payload limit is agreed at init and the
- * payload per pair follows from arguments the handshake compares.
+ * payload per pair follows from arguments the handshake compares; an all_to_allv, whose blocks
+ * differ per pair, decides after its handshake from every rank's largest block
+ * (alltoall_mesh.c).
  */
 #include "op/op.h"
 
@@ -22,10 +24,16 @@ int weft_push_fits(const struct weft_comm *comm, size_t pair_bytes)
            pair_bytes <= weft_cuda_push_bytes(comm);
 }
 
-/* Every peer of this rank, as a bit mask. */
-static uint32_t peers(const struct weft_comm *comm)
+/* The same payload size to and from every rank (this rank's own block included); this rank's
+ * payload for rank r at src + r * stride. */
+static void push_uniform(const struct weft_comm *comm, const void *src, size_t stride, size_t bytes,
+                         weft_cuda_push_t *push)
 {
-    return (((uint32_t)1 << comm->nranks) - 1) & ~((uint32_t)1 << comm->rank);
+    *push = (weft_cuda_push_t){.bytes = bytes};
+    for (int r = 0; r < comm->nranks; r++) {
+        push->to[r] = (const uint8_t *)src + (size_t)r * stride;
+        push->send[r] = push->recv[r] = (uint32_t)bytes;
+    }
 }
 
 /* The handshake (desc compared, no pointer), then one launch of work with push. */
@@ -58,10 +66,8 @@ weft_status_t weft_push_all_reduce(struct weft_comm *comm, const void *sendbuf, 
         .coll = WEFT_COLL_ALL_REDUCE, .dtype = dtype, .redop = redop, .count = count};
     weft_work_t work;
     reduce_work(comm, recvbuf, sendbuf, count, dtype, redop, &work);
-    weft_cuda_push_t push = {.src = sendbuf,
-                             .bytes = count * weft_dtype_size(dtype),
-                             .send = peers(comm),
-                             .recv = peers(comm)};
+    weft_cuda_push_t push;
+    push_uniform(comm, sendbuf, 0, count * weft_dtype_size(dtype), &push);
     return push_run(comm, "weft_all_reduce", &desc, &push, &work, stream);
 }
 
@@ -75,8 +81,8 @@ weft_status_t weft_push_reduce_scatter(struct weft_comm *comm, const void *sendb
     weft_work_t work;
     reduce_work(comm, recvbuf, (const uint8_t *)sendbuf + (size_t)comm->rank * block, recvcount,
                 dtype, redop, &work);
-    weft_cuda_push_t push = {
-        .src = sendbuf, .stride = block, .bytes = block, .send = peers(comm), .recv = peers(comm)};
+    weft_cuda_push_t push;
+    push_uniform(comm, sendbuf, block, block, &push);
     return push_run(comm, "weft_reduce_scatter", &desc, &push, &work, stream);
 }
 
@@ -97,8 +103,8 @@ weft_status_t weft_push_all_gather(struct weft_comm *comm, const void *sendbuf, 
     size_t bytes = count * weft_dtype_size(dtype);
     weft_work_t work;
     gather_work(comm, recvbuf, sendbuf, bytes, &work);
-    weft_cuda_push_t push = {
-        .src = sendbuf, .bytes = bytes, .send = peers(comm), .recv = peers(comm)};
+    weft_cuda_push_t push;
+    push_uniform(comm, sendbuf, 0, bytes, &push);
     return push_run(comm, "weft_all_gather", &desc, &push, &work, stream);
 }
 
@@ -109,8 +115,8 @@ weft_status_t weft_push_all_to_all(struct weft_comm *comm, const void *sendbuf, 
     size_t bytes = count * weft_dtype_size(dtype);
     weft_work_t work;
     gather_work(comm, recvbuf, (const uint8_t *)sendbuf + (size_t)comm->rank * bytes, bytes, &work);
-    weft_cuda_push_t push = {
-        .src = sendbuf, .stride = bytes, .bytes = bytes, .send = peers(comm), .recv = peers(comm)};
+    weft_cuda_push_t push;
+    push_uniform(comm, sendbuf, bytes, bytes, &push);
     return push_run(comm, "weft_all_to_all", &desc, &push, &work, stream);
 }
 
@@ -125,9 +131,36 @@ weft_status_t weft_push_broadcast(struct weft_comm *comm, const void *sendbuf, v
     weft_work_t work = {.kind = WEFT_WORK_COPY, .nslices = comm->nranks};
     work.dst[root] = recvbuf;
     work.src[comm->rank] = is_root ? sendbuf : NULL;
-    weft_cuda_push_t push = {.src = sendbuf,
-                             .bytes = count * weft_dtype_size(dtype),
-                             .send = is_root ? peers(comm) : 0,
-                             .recv = is_root ? 0 : (uint32_t)1 << root};
+    size_t bytes = count * weft_dtype_size(dtype);
+    weft_cuda_push_t push = {.bytes = bytes};
+    for (int r = 0; r < comm->nranks; r++) {
+        push.to[r] = sendbuf;
+        push.send[r] = is_root ? (uint32_t)bytes : 0;
+    }
+    if (!is_root)
+        push.recv[root] = (uint32_t)bytes;
     return push_run(comm, "weft_broadcast", &desc, &push, &work, stream);
+}
+
+weft_status_t weft_push_all_to_allv(weft_op_t *op, const void *sendbuf, const size_t *sendcounts,
+                                    const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                                    const size_t *rdispls, size_t esize, size_t largest)
+{
+    const struct weft_comm *comm = op->comm;
+    int me = comm->rank;
+    weft_cuda_push_t *push = &op->push;
+    /* Every rank launches, with the same largest block: also one whose own blocks are all empty
+     * (it still exchanges the header words). */
+    *push = (weft_cuda_push_t){.bytes = largest};
+    weft_work_t work = {.kind = WEFT_WORK_COPY, .nslices = comm->nranks};
+    for (int r = 0; r < comm->nranks; r++) {
+        push->to[r] = (const uint8_t *)sendbuf + sdispls[r] * esize;
+        push->send[r] = (uint32_t)(sendcounts[r] * esize);
+        push->recv[r] = (uint32_t)(recvcounts[r] * esize);
+        work.dst[r] = (uint8_t *)recvbuf + rdispls[r] * esize;
+    }
+    work.src[me] = push->to[me];
+    /* The mesh's private copy of the input, made before the path was known: nobody reads it. */
+    op->pending = (weft_cuda_copy_t){0};
+    return weft_op_execute(op, &work, 0, WEFT_SUCCESS);
 }

@@ -147,6 +147,14 @@ weft_status_t weft_push_broadcast(struct weft_comm *comm, const void *sendbuf, v
 weft_status_t weft_push_all_to_all(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
                                    size_t count, weft_dtype_t dtype, void *stream);
 
+/* The push path of an all_to_allv whose handshake (op) found every rank's largest block within
+ * the push limit (every rank decides alike from the descriptors' pair_max): launches it, largest
+ * (> 0) being the largest block of all ranks. A private copy of the input that the mesh would
+ * have read (op's pending copy) is dropped. */
+weft_status_t weft_push_all_to_allv(weft_op_t *op, const void *sendbuf, const size_t *sendcounts,
+                                    const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                                    const size_t *rdispls, size_t esize, size_t largest);
+
 /* Mesh algorithms, on both backends (stream: see weft_op_t). */
 weft_status_t weft_allreduce_oneshot(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
                                      size_t count, weft_dtype_t dtype, weft_redop_t op,

@@ -331,8 +331,11 @@ static void run_all_to_allv(gpu_ctx_t *g, const pool_t *pool, gpu_buf_kind_t kin
     pull_all(g, "all_to_allv", &send, &recv);
     if (ok) {
         mp_a2av_check(ctx, &plan, dt, send.host, recv.host);
-        /* Counted once; the path is not checked (a rank that sends nothing reads nothing). */
-        gpu_check_path(g, &s0, &s1, kind, 0, 1);
+        /* Counted once; the push path when every rank's blocks fit it (all ranks decide alike,
+         * from every rank's largest block); the mesh's path is not checked (a rank that sends
+         * nothing reads nothing). */
+        size_t largest = plan.largest * es;
+        gpu_check_path(g, &s0, &s1, kind, largest <= gpu_push_limit(g) ? largest : 0, 1);
     }
     put_all(g, &send, &recv);
     mp_a2av_plan_destroy(&plan);

@@ -446,6 +446,13 @@ void mp_a2av_plan_create(mp_ctx_t *ctx, mp_a2av_pattern_t pattern, mp_a2av_plan_
         plan->sendcounts[p] = a2av_count(ctx, pattern, me, p);
         plan->recvcounts[p] = a2av_count(ctx, pattern, p, me);
     }
+    plan->largest = 0;
+    for (int s = 0; s < n; s++) {
+        for (int d = 0; d < n; d++) {
+            size_t c = a2av_count(ctx, pattern, s, d);
+            plan->largest = c > plan->largest ? c : plan->largest;
+        }
+    }
     plan->slen = a2av_layout(ctx, 0, plan->sendcounts, plan->sdispls);
     plan->rlen = a2av_layout(ctx, 1, plan->recvcounts, plan->rdispls);
 }

@@ -112,6 +112,7 @@ typedef struct mp_a2av_plan {
     size_t *sendcounts, *sdispls; /* nranks each, in elements */
     size_t *recvcounts, *rdispls;
     size_t slen, rlen; /* elements of the send and receive buffers */
+    size_t largest;    /* the largest count of the whole matrix, every rank's blocks */
 } mp_a2av_plan_t;
 
 /* Draw the plan of the current case (from ctx->seed and ctx->case_id: call after mp_case; the
