@@ -60,6 +60,12 @@ _Static_assert(sizeof(weft_moe_dev_report_t) <= REPORT_BYTES, "the MoE report ar
 #define PUSH_AUTO_BYTES (64u << 10)
 #define PUSH_AUTO_PAIR_BYTES (512u << 10)
 
+/* WEFT_CUDA_PUSH_BYTES=auto for nranks ranks that span GPUs or not. */
+static uint64_t push_auto_bytes(int nranks, int spans_gpus)
+{
+    return nranks == 2 && spans_gpus ? PUSH_AUTO_PAIR_BYTES : PUSH_AUTO_BYTES;
+}
+
 static weft_status_t cuda_error(cudaError_t err, const char *what)
 {
     return weft_error(WEFT_ERR_CUDA, "%s: %s: %s", what, cudaGetErrorName(err),
@@ -139,9 +145,9 @@ weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store)
      * it starts zeroed: a word is valid only once it holds the operation's number (>= 1).
      * WEFT_CUDA_COPY_ENGINE=1 keeps every copy on the engines: no push path then. The regions
      * are sized before the ranks know whether they share a GPU: with auto, for the largest
-     * value auto may pick. */
+     * value auto may pick (as if they spanned GPUs). */
     int push_auto = env->cuda_push_bytes == WEFT_CONFIG_AUTO;
-    uint64_t push = push_auto ? (comm->nranks == 2 ? PUSH_AUTO_PAIR_BYTES : PUSH_AUTO_BYTES)
+    uint64_t push = push_auto                               ? push_auto_bytes(comm->nranks, 1)
                     : env->cuda_push_bytes < PUSH_MAX_BYTES ? env->cuda_push_bytes
                                                             : PUSH_MAX_BYTES;
     push = push / PUSH_ALIGN_BYTES * PUSH_ALIGN_BYTES;
@@ -177,8 +183,7 @@ weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store)
     }
     /* The push limit: the smallest of every rank's own (auto resolved by the topology, which
      * every rank sees alike), each within what that rank's regions hold. */
-    uint64_t auto_bytes =
-        comm->nranks == 2 && cs->spans_gpus ? PUSH_AUTO_PAIR_BYTES : PUSH_AUTO_BYTES;
+    uint64_t auto_bytes = push_auto_bytes(comm->nranks, cs->spans_gpus);
     cs->push_bytes = push;
     for (int r = 0; r < comm->nranks; r++) {
         uint64_t limit = infos[r].push_bytes;
