@@ -188,11 +188,12 @@ static __device__ void run_units(const weft_cuda_params_t &p)
     }
 }
 
-/* Whether the launch's blocks store into peers' memory (a fan-out, a reduction with several
- * destinations): the closing signal must then order their stores at system scope. */
+/* Whether the launch's blocks store into peers' memory (a store form: an all-gather's fan-out,
+ * a two-shot all-reduce's reduction with several destinations, an all-to-all's copies): the
+ * closing signal must then order their stores at system scope. */
 static __device__ __forceinline__ bool stores_to_peers(const weft_cuda_params_t &p)
 {
-    return p.kind == WEFT_WORK_FANOUT || (p.kind == WEFT_WORK_REDUCE && p.ndsts > 1);
+    return (p.sync & WEFT_SYNC_STORES) != 0;
 }
 
 /* ---- the push path (exec_cuda.h): LL words {4 payload bytes, seq} ------------------------ */

@@ -52,8 +52,11 @@ enum {
                                     (host; the CUDA backend waits as for WEFT_SYNC_DONE) */
     WEFT_SYNC_CONTINUE = 0x8,    /* second step of an operation whose first step's phase signal
                                     already synchronised: no device-side entry wait */
-    WEFT_SYNC_KEEP_SEQ = 0x10    /* CUDA: the operation goes on after this launch (its entry
+    WEFT_SYNC_KEEP_SEQ = 0x10,   /* CUDA: the operation goes on after this launch (its entry
                                     step before copy-engine copies): keep the counter */
+    WEFT_SYNC_STORES = 0x20      /* the work writes into peers' memory (a store form): the CUDA
+                                    closing signal orders every block's writes at system scope
+                                    (set by weft_op_execute) */
 };
 
 /* Set up a REDUCE over count elements: dst[0] = dst (ndsts 1), src[r] = srcs[r] for r < nsrcs, the

@@ -1,7 +1,18 @@
 /*
- * alltoall_mesh.c - all-to-all(v) over the full mesh: rank r copies, from every rank p, the
- * block p addressed to r straight into its own output, in one step, the copies split over the
- * workers by the partitioner (uneven blocks are where the cost model matters).
+ * alltoall_mesh.c - all-to-all(v) over the full mesh, in one step, the copies split over the
+ * workers by the partitioner (uneven blocks are where the cost model matters). Two forms, every
+ * rank taking the same one (decided from every rank's descriptor):
+ *
+ * - loads: rank r copies, from every rank p, the block p addressed to r straight into its own
+ *   output. Only the inputs are read remotely (an unregistered input is staged first).
+ * - stores, for all_to_all when every rank allows it (WEFT_REMOTE_STORES; by default on the
+ *   CUDA backend), every rank's output is registered and no rank's input was staged: rank r
+ *   writes its block for p into block r of p's output. All reads are local, and on NVLink the
+ *   writes are posted stores with no round trip. An all_to_allv keeps the loads: its peers'
+ *   displacements are not in the descriptors.
+ *
+ * Both end with the closing signal: for loads, nobody still reads our input; for stores, every
+ * peer's writes into our output have landed.
  *
  * Each pair checks its counts at the handshake (what p sends to r against what r expects from
  * p). Only the two ranks of a pair can see such a mismatch, so the operation still completes,
@@ -37,11 +48,14 @@ weft_status_t weft_alltoallv_mesh(struct weft_comm *comm, const void *sendbuf,
             extent = end;
     }
     const void *src = sendbuf;
-    if (extent > 0) {
+    if (extent > 0)
         st = weft_op_source(&op, sendbuf, extent, 0, &src);
-        if (st != WEFT_SUCCESS)
-            return weft_op_end(&op, st, 0);
-    }
+    int out_ready = 0;
+    if (st == WEFT_SUCCESS && coll == WEFT_COLL_ALL_TO_ALL && comm->remote_stores && !op.staged &&
+        count > 0)
+        st = weft_op_acquire(&op, recvbuf, (size_t)n * count * esize, &out_ready);
+    if (st != WEFT_SUCCESS)
+        return weft_op_end(&op, st, 0);
     uint64_t block_src[WEFT_MAX_RANKS], pair_send[WEFT_MAX_RANKS], pair_recv[WEFT_MAX_RANKS];
     uint64_t pair_max = 0;
     for (int p = 0; p < n; p++) {
@@ -51,7 +65,11 @@ weft_status_t weft_alltoallv_mesh(struct weft_comm *comm, const void *sendbuf,
         uint64_t larger = sendcounts[p] > recvcounts[p] ? sendcounts[p] : recvcounts[p];
         pair_max = larger * esize > pair_max ? larger * esize : pair_max;
     }
-    weft_op_desc_t desc = {.coll = coll, .dtype = dtype, .count = count, .pair_max = pair_max};
+    weft_op_desc_t desc = {.coll = coll,
+                           .dtype = dtype,
+                           .count = count,
+                           .pair_max = pair_max,
+                           .dst = out_ready ? (uint64_t)(uintptr_t)recvbuf : 0};
     int pair_only;
     st = weft_op_exchange(&op, &desc, block_src, pair_send, pair_recv, NULL, 0, &pair_only);
     if (st != WEFT_SUCCESS && !pair_only)
@@ -69,10 +87,17 @@ weft_status_t weft_alltoallv_mesh(struct weft_comm *comm, const void *sendbuf,
     }
 
     weft_work_t work = {.kind = WEFT_WORK_COPY, .nslices = n};
+    int stores = st == WEFT_SUCCESS && weft_op_store_form(&op, &desc);
     for (int p = 0; p < n; p++) {
-        work.dst[p] = (uint8_t *)recvbuf + rdispls[p] * esize;
-        work.src[p] = p == me ? (const uint8_t *)sendbuf + sdispls[p] * esize
-                              : (const uint8_t *)(uintptr_t)weft_op_peer(&op, p)->src;
+        if (stores) { /* all_to_all: our block for p into block me of p's output */
+            uint8_t *out = p == me ? recvbuf : (uint8_t *)(uintptr_t)weft_op_peer(&op, p)->dst;
+            work.dst[p] = out + (size_t)me * count * esize;
+            work.src[p] = (const uint8_t *)sendbuf + sdispls[p] * esize;
+        } else {
+            work.dst[p] = (uint8_t *)recvbuf + rdispls[p] * esize;
+            work.src[p] = p == me ? (const uint8_t *)sendbuf + sdispls[p] * esize
+                                  : (const uint8_t *)(uintptr_t)weft_op_peer(&op, p)->src;
+        }
         work.slices[p] = (weft_slice_t){
             .peer = p, .tier = comm->peer_tier[p], .bytes = (uint64_t)recvcounts[p] * esize};
     }

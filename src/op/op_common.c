@@ -233,6 +233,8 @@ weft_status_t weft_op_execute(weft_op_t *op, const weft_work_t *work, unsigned s
                               weft_status_t mine)
 {
     struct weft_comm *comm = op->comm;
+    if (op->remote_stores)
+        sync |= WEFT_SYNC_STORES;
     if (comm->backend == WEFT_BACKEND_CUDA)
         return weft_cuda_execute(comm, work, sync, mine, &op->pending, &op->push, op->stream,
                                  &op->usage);

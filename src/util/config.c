@@ -79,10 +79,10 @@ static const cfg_row_t rows[] = {
      "in-place all-reduce uses the two-shot form (no input copy) from this size up; auto: the "
      "measured crossover, 1M (CUDA with ranks on several GPUs: 128K)"},
     {"WEFT_REMOTE_STORES", NULL, "auto", "", CFG_ENUM, OFF(remote_stores), switch_names,
-     "all-gather and two-shot all-reduce write their results into every rank's output instead "
-     "of each rank reading them from its peers, when every rank's output is weft memory (for "
-     "all-gather: and no input is staged): 0 never, 1 always, auto on the CUDA backend (on the "
-     "host, reading measured faster)"},
+     "all-gather, all-to-all and two-shot all-reduce write their results into every rank's "
+     "output instead of each rank reading them from its peers, when every rank's output is weft "
+     "memory (for all-gather and all-to-all: and no input is staged): 0 never, 1 always, auto on "
+     "the CUDA backend (on the host, reading measured faster)"},
     {"WEFT_WAIT_SPIN_NS", NULL, "20000", "ns", CFG_BYTES, OFF(wait_spin_ns), NULL,
      "a wait polls this long before it yields the CPU (0 when threads outnumber cores)"},
     {"WEFT_WAIT_YIELD_NS", NULL, "200000", "ns", CFG_BYTES, OFF(wait_yield_ns), NULL,

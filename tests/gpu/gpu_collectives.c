@@ -27,9 +27,9 @@
  * out-of-place calls must be unchanged, guards intact. weft_get_stats around each call: the
  * operation counted exactly once, and for payloads of 4 KiB and more on the path weft.h
  * documents (zero-copy for weft memory in roa/jit mode, staged otherwise; a broadcast's
- * non-roots copy nothing for their peers), and whether an all-gather stored into its peers'
- * outputs (remote_store_ops). In roa mode, all-gathers where one rank's buffer is cudaMalloc'd
- * and the others' are weft memory.
+ * non-roots copy nothing for their peers), and whether an all-gather or all-to-all stored into
+ * its peers' outputs (remote_store_ops). In roa mode, all-gathers and all-to-alls where one
+ * rank's buffer is cudaMalloc'd and the others' are weft memory.
  *
  * Small cases reuse buffers carved from slabs allocated once per mode (registration is not what
  * this program measures; gpu_registration is), large cases allocate fresh ones.
@@ -276,17 +276,17 @@ static void run_broadcast(gpu_ctx_t *g, const pool_t *pool, gpu_buf_kind_t kind,
     put_all(g, &send, &recv);
 }
 
-/* count elements per peer. Block p of rank r's input holds elements (r, p * count + i); block
- * p of its result must hold rank p's elements (p, r * count + i). */
-static void run_all_to_all(gpu_ctx_t *g, const pool_t *pool, gpu_buf_kind_t kind, size_t count,
-                           weft_dtype_t dt)
+/* count elements per peer, this rank's input and output of the given kinds. Block p of rank r's
+ * input holds elements (r, p * count + i); block p of its result must hold rank p's elements
+ * (p, r * count + i). all_registered: every rank's buffers are weft memory (the store form). */
+static void a2a(gpu_ctx_t *g, const pool_t *pool, gpu_buf_kind_t send_kind,
+                gpu_buf_kind_t recv_kind, size_t count, weft_dtype_t dt, int all_registered)
 {
     mp_ctx_t *ctx = &g->mp;
     size_t es = mp_dtype_bytes(dt), n = (size_t)ctx->nranks, bytes = count * es;
-    mp_case(ctx, "all_to_all %s count=%zu %s", gpu_buf_kind_name(kind), count, mp_dtype_name(dt));
     gpu_buf_t send, recv;
-    gpu_buf_get(g, &send, slab(pool, kind, 0), kind, n * bytes, es);
-    gpu_buf_get(g, &recv, slab(pool, kind, 1), kind, n * bytes, es);
+    gpu_buf_get(g, &send, slab(pool, send_kind, 0), send_kind, n * bytes, es);
+    gpu_buf_get(g, &recv, slab(pool, recv_kind, 1), recv_kind, n * bytes, es);
     mp_raw_fill(ctx, dt, ctx->rank, 0, n * count, send.host);
     gpu_buf_push(g, &send, 0, n * bytes);
     weft_stats_t s0, s1;
@@ -297,10 +297,35 @@ static void run_all_to_all(gpu_ctx_t *g, const pool_t *pool, gpu_buf_kind_t kind
     pull_all(g, "all_to_all", &send, &recv);
     if (ok) {
         mp_a2a_check(ctx, dt, count, send.host, recv.host);
-        if (count > 0)
-            gpu_check_path(g, &s0, &s1, kind, bytes, 1);
+        if (count > 0) {
+            gpu_check_path(g, &s0, &s1, send_kind, bytes, 1);
+            gpu_check_stores(g, &s0, &s1, bytes, all_registered);
+        }
     }
     put_all(g, &send, &recv);
+}
+
+static void run_all_to_all(gpu_ctx_t *g, const pool_t *pool, gpu_buf_kind_t kind, size_t count,
+                           weft_dtype_t dt)
+{
+    mp_case(&g->mp, "all_to_all %s count=%zu %s", gpu_buf_kind_name(kind), count,
+            mp_dtype_name(dt));
+    a2a(g, pool, kind, kind, count, dt, gpu_expect_zero_copy(g, kind));
+}
+
+/* As run_all_gather_mixed, for all_to_all (1M+3 elements per peer). */
+static void run_all_to_all_mixed(gpu_ctx_t *g)
+{
+    mp_ctx_t *ctx = &g->mp;
+    const gpu_buf_kind_t W = GPU_BUF_WEFT, C = GPU_BUF_CUDA;
+    int last = ctx->nranks - 1;
+    size_t count = MP_LARGE_COUNT;
+    mp_case(ctx, "all_to_all mixed: rank 0's output cudaMalloc'd");
+    a2a(g, NULL, W, ctx->rank == 0 ? C : W, count, WEFT_UINT32, 0);
+    mp_case(ctx, "all_to_all mixed: rank %d's input cudaMalloc'd", last);
+    a2a(g, NULL, ctx->rank == last ? C : W, W, count, WEFT_FLOAT16, 0);
+    mp_case(ctx, "all_to_all mixed: every buffer weft memory");
+    a2a(g, NULL, W, W, count, WEFT_UINT32, 1);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -583,8 +608,10 @@ static void run_mode(gpu_ctx_t *g, weft_registration_t reg)
         int dt = (int)(reg * 3 + 2) % WEFT_NUM_DTYPES;
         run_all_to_allv(g, NULL, (gpu_buf_kind_t)((reg + 1) % GPU_NUM_BUF_KINDS), MP_A2AV_HUGE,
                         (weft_dtype_t)dt);
-        if (reg == WEFT_REGISTRATION_ROA)
+        if (reg == WEFT_REGISTRATION_ROA) {
             run_all_gather_mixed(g);
+            run_all_to_all_mixed(g);
+        }
     }
     /* A kernel failure would be reported by the next call: end the mode with one. */
     mp_case(ctx, "final barrier reg=%s", mp_reg_name(reg));

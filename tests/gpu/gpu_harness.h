@@ -174,11 +174,11 @@ int gpu_block_limit(gpu_ctx_t *g);
 void gpu_check_path(gpu_ctx_t *g, const weft_stats_t *before, const weft_stats_t *after,
                     gpu_buf_kind_t kind, size_t pair_bytes, int peers_read);
 
-/* Check that an all-gather or all-reduce of pair_bytes per pair counted in remote_store_ops
- * exactly when it should: eligible (the caller's verdict: every rank's output weft memory, and
- * no input staged for an all-gather, the two-shot form for an all-reduce), 2+ ranks, past
- * gpu_push_limit(), and WEFT_REMOTE_STORES not 0 (its default, auto, stores on the CUDA
- * backend). */
+/* Check that an all-gather, all-to-all or all-reduce of pair_bytes per pair counted in
+ * remote_store_ops exactly when it should: eligible (the caller's verdict: every rank's output
+ * weft memory, and no input staged for an all-gather or all-to-all, the two-shot form for an
+ * all-reduce), 2+ ranks, past gpu_push_limit(), and WEFT_REMOTE_STORES not 0 (its default,
+ * auto, stores on the CUDA backend). */
 void gpu_check_stores(gpu_ctx_t *g, const weft_stats_t *before, const weft_stats_t *after,
                       size_t pair_bytes, int eligible);
 

@@ -4,7 +4,9 @@
  * all_to_all: every dtype over the small counts (count per peer), with registered, interior and
  * unregistered buffers, under each registration mode, plus the 1M+3 count once per mode. Block p
  * of rank r's input holds elements (r, p * count + i); block p of its result must hold rank p's
- * elements (p, r * count + i).
+ * elements (p, r * count + i). Each case also checks whether the remote-store form ran
+ * (remote_store_ops; only with WEFT_REMOTE_STORES=1, which CTest runs as mp_all_to_all.stores);
+ * last, mixed cases where one rank's buffer is unregistered and the others' registered.
  *
  * all_to_allv: random count matrices shared by all ranks (drawn from the seed), with zeros
  * (about a quarter of the blocks, a rank that sends nothing, a rank that receives nothing, an
@@ -22,14 +24,16 @@
 /* ---------------------------------------------------------------------------------------------
  * all_to_all
  * ------------------------------------------------------------------------------------------- */
-static void run_a2a(mp_ctx_t *ctx, mp_buf_kind_t kind, size_t count, weft_dtype_t dt)
+/* One all_to_all with this rank's input and output of the given kinds; want_stores: every
+ * rank's output registered and no rank's input unregistered (the store form may run). */
+static void a2a(mp_ctx_t *ctx, mp_buf_kind_t send_kind, mp_buf_kind_t recv_kind, size_t count,
+                weft_dtype_t dt, int want_stores)
 {
     size_t es = mp_dtype_bytes(dt), n = (size_t)ctx->nranks;
     size_t bytes = count * es;
-    mp_case(ctx, "all_to_all %s count=%zu %s", mp_buf_kind_name(kind), count, mp_dtype_name(dt));
     mp_buf_t send, recv;
-    mp_buf_alloc(ctx, &send, kind, n * bytes);
-    mp_buf_alloc(ctx, &recv, kind, n * bytes);
+    mp_buf_alloc(ctx, &send, send_kind, n * bytes);
+    mp_buf_alloc(ctx, &recv, recv_kind, n * bytes);
     mp_raw_fill(ctx, dt, ctx->rank, 0, n * count, send.ptr);
     weft_stats_t s0, s1;
     mp_stats(ctx, &s0);
@@ -37,10 +41,34 @@ static void run_a2a(mp_ctx_t *ctx, mp_buf_kind_t kind, size_t count, weft_dtype_
     mp_stats(ctx, &s1);
     if (mp_ok(ctx, st, "weft_all_to_all")) {
         mp_a2a_check(ctx, dt, count, send.ptr, recv.ptr);
-        mp_check_path(ctx, &s0, &s1, kind, bytes);
+        mp_check_path(ctx, &s0, &s1, send_kind, bytes);
+        mp_check_remote_stores(ctx, &s0, &s1, want_stores, bytes);
     }
     mp_buf_free(ctx, &send, "sendbuf");
     mp_buf_free(ctx, &recv, "recvbuf");
+}
+
+static void run_a2a(mp_ctx_t *ctx, mp_buf_kind_t kind, size_t count, weft_dtype_t dt)
+{
+    mp_case(ctx, "all_to_all %s count=%zu %s", mp_buf_kind_name(kind), count, mp_dtype_name(dt));
+    a2a(ctx, kind, kind, count, dt, mp_expect_zero_copy(ctx, kind));
+}
+
+/* Ranks whose buffers differ in kind (roa): one rank's unregistered output, or one rank's
+ * staged input, makes every rank take the load form, with exact results. */
+static void run_a2a_mixed(mp_ctx_t *ctx)
+{
+    const size_t count = 4099;
+    const mp_buf_kind_t R = MP_BUF_REGISTERED, U = MP_BUF_UNREGISTERED;
+    int last = ctx->nranks - 1;
+    mp_comm_open(ctx, WEFT_REGISTRATION_ROA);
+    mp_case(ctx, "all_to_all mixed: rank 0's output unregistered");
+    a2a(ctx, R, ctx->rank == 0 ? U : R, count, WEFT_UINT32, 0);
+    mp_case(ctx, "all_to_all mixed: rank %d's input unregistered", last);
+    a2a(ctx, ctx->rank == last ? U : R, R, count, WEFT_FLOAT16, 0);
+    mp_case(ctx, "all_to_all mixed: every buffer registered");
+    a2a(ctx, R, R, count, WEFT_UINT32, 1);
+    mp_comm_close(ctx);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -93,5 +121,6 @@ int main(void)
                                : WEFT_BFLOAT16);
         mp_comm_close(&ctx);
     }
+    run_a2a_mixed(&ctx);
     return mp_finish(&ctx);
 }
