@@ -458,12 +458,13 @@ static weft_status_t execute_copy_engine(struct weft_comm *comm, const weft_work
  * SM kernel from 128 MiB per rank up, within 5% at 64 MiB, 12-57% more up to 32 MiB). Counting the
  * rank's own block too makes the ranks of one call agree (a broadcast's root copies only its own
  * block while the peers read it over NVLink); the paths may differ between ranks all the same, as
- * both post the same signals. A store form (sync & WEFT_SYNC_STORES) with a destination in this
- * rank's own memory stays on the SMs, which store to every destination at once where the engines
- * copy to one after the other (two H200s, all-gather out of place: SMs 1-14% faster from 64 MiB
- * to 1 GiB per call; the engines' copies on separate streams were no faster,
- * docs/results/2026-11-30-h200-s12.md, section 6). */
-static int use_copy_engine(const struct weft_comm *comm, const weft_work_t *work, unsigned sync)
+ * both post the same signals. A fan-out with a destination in this rank's own memory stays on the
+ * SMs, which store to every destination at once where the engines would copy to one after the
+ * other (two H200s, all-gather out of place: SMs 1-14% faster from 64 MiB to 1 GiB per call). The
+ * all-to-all's store form copies a different block to each destination, and takes the engines by
+ * size as the loads do (two H200s, 1 GiB: 1687 us against 1905 on the SMs, level at 64 MiB;
+ * docs/results/2026-11-30-h200-s13.md). */
+static int use_copy_engine(const struct weft_comm *comm, const weft_work_t *work)
 {
     const struct weft_cuda_state *cs = comm->cuda;
     if (!work || work->kind == WEFT_WORK_REDUCE || cs->copy_engine == WEFT_COPY_ENGINE_NEVER)
@@ -472,14 +473,13 @@ static int use_copy_engine(const struct weft_comm *comm, const weft_work_t *work
         return 1;
     if (!cs->spans_gpus)
         return 0;
-    int fanout = work->kind == WEFT_WORK_FANOUT;
-    if (sync & WEFT_SYNC_STORES) {
-        for (int d = 0; d < (fanout ? work->ndsts : work->nslices); d++)
-            if (weft_window_owner(&comm->window, (uintptr_t)work->dst[d]) == comm->rank &&
-                (fanout || work->slices[d].bytes > 0))
+    uint64_t copies = 1;
+    if (work->kind == WEFT_WORK_FANOUT) {
+        for (int d = 0; d < work->ndsts; d++)
+            if (weft_window_owner(&comm->window, (uintptr_t)work->dst[d]) == comm->rank)
                 return 0;
+        copies = (uint64_t)work->ndsts;
     }
-    uint64_t copies = fanout ? (uint64_t)work->ndsts : 1;
     return work_bytes(work) * copies >= cs->copy_engine_bytes;
 }
 
@@ -528,7 +528,7 @@ weft_status_t weft_cuda_execute(struct weft_comm *comm, const weft_work_t *work,
                               push->bytes, (unsigned long long)cs->push_bytes);
         return execute_push(comm, work, push, stream, usage);
     }
-    if (use_copy_engine(comm, work, sync))
+    if (use_copy_engine(comm, work))
         return execute_copy_engine(comm, work, sync, pending, stream, usage);
     weft_cuda_params_t *p = &cs->params;
     fill_common(comm, p, sync);
