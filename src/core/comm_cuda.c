@@ -38,6 +38,12 @@ struct weft_cuda_state {
     uint64_t push_bytes;        /* the push path's largest payload, agreed (0: no push path) */
     uint64_t push_headers;      /* bytes of its header words (exec_cuda.h) */
     size_t ctl_bytes;           /* this rank's control block with the push path's regions */
+    /* The copy engines' side streams (execute_copy_engine; none with WEFT_CUDA_COPY_ENGINE=0):
+     * a call's copies after the first run on side[0 ..], which wait for the event fork recorded
+     * on the caller's stream and which the caller's stream waits for through join[j]. */
+    int nside;
+    cudaStream_t side[WEFT_CUDA_MAX_RANKS - 1];
+    cudaEvent_t fork, join[WEFT_CUDA_MAX_RANKS - 1];
 };
 
 #define STATUS_WORD 0
@@ -101,6 +107,27 @@ typedef struct cuda_rank_info {
      * (CUDA_VISIBLE_DEVICES set per rank makes every rank's GPU device 0). */
     unsigned char uuid[16];
 } cuda_rank_info_t;
+
+/* count side streams for the copy engines, with their events (cs->nside counts those made:
+ * weft_cuda_comm_teardown releases them, also after a failure here). */
+static weft_status_t create_side_streams(struct weft_cuda_state *cs, int count)
+{
+    cudaError_t err = cudaEventCreateWithFlags(&cs->fork, cudaEventDisableTiming);
+    if (err != cudaSuccess)
+        return cuda_error(err, "weft_comm_init: cudaEventCreateWithFlags");
+    for (; cs->nside < count; cs->nside++) {
+        int j = cs->nside;
+        err = cudaStreamCreateWithFlags(&cs->side[j], cudaStreamNonBlocking);
+        if (err != cudaSuccess)
+            return cuda_error(err, "weft_comm_init: cudaStreamCreateWithFlags");
+        err = cudaEventCreateWithFlags(&cs->join[j], cudaEventDisableTiming);
+        if (err != cudaSuccess) {
+            cudaStreamDestroy(cs->side[j]);
+            return cuda_error(err, "weft_comm_init: cudaEventCreateWithFlags");
+        }
+    }
+    return WEFT_SUCCESS;
+}
 
 weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store)
 {
@@ -201,6 +228,11 @@ weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store)
     cs->moe_blocks = env->cuda_moe_blocks > 0 ? env->cuda_moe_blocks : 2 * (fit > 0 ? fit : 1);
     cs->copy_engine = env->cuda_copy_engine;
     cs->copy_engine_bytes = env->cuda_copy_engine_bytes;
+    if (cs->copy_engine != WEFT_COPY_ENGINE_NEVER) {
+        st = create_side_streams(cs, comm->nranks - 1);
+        if (st != WEFT_SUCCESS)
+            goto out;
+    }
     cs->fused_copy_bytes =
         cs->copy_engine == WEFT_COPY_ENGINE_ALWAYS ? 0 : env->cuda_fused_copy_bytes;
     uint64_t unit = env->cuda_unit_bytes ? env->cuda_unit_bytes : (1u << 20);
@@ -225,6 +257,12 @@ void weft_cuda_comm_teardown(struct weft_comm *comm)
         return;
     if (cs->words)
         cudaFreeHost((void *)cs->words);
+    for (int j = 0; j < cs->nside; j++) {
+        cudaStreamDestroy(cs->side[j]);
+        cudaEventDestroy(cs->join[j]);
+    }
+    if (cs->fork)
+        cudaEventDestroy(cs->fork);
     free(cs);
     comm->cuda = NULL;
 }
@@ -437,46 +475,83 @@ static int copy_is_remote(const struct weft_comm *comm, const void *dst, const v
 
 /* Copies on the copy engines: a one-block kernel waits for the peers' ready flags, the
  * engines copy every slice (a fan-out: the whole range to every destination), a second
- * one-block kernel runs the closing signal. The copies to or from peers go first and the local
- * ones last, so that every rank's NVLink copies run at the same time (two H200s, all-to-all of
- * 1 GiB: 1663 us against 1685 with the own block first). The engines run one copy at a time
- * here, on separate streams too (docs/results/2026-11-30-h200-s13.md). */
+ * one-block kernel runs the closing signal. The first copy runs on the caller's stream, every
+ * other one on a side stream of its own, forked from the caller's stream after the entry step
+ * and joined before the closing step (events, so that a CUDA graph captures them): the engines
+ * then run the copies at once, where one stream runs them one after the other. The copies to or
+ * from peers are issued first, so that every rank starts its NVLink copies at once. Two H200s,
+ * all-to-all of 1 GiB (the peer's block over NVLink, the own block locally, 512 MiB each): 1419 us
+ * against 1662 on one stream (docs/results/2026-11-30-h200-s13.md). */
 static weft_status_t execute_copy_engine(struct weft_comm *comm, const weft_work_t *work,
                                          unsigned sync, weft_cuda_copy_t *pending, void *stream,
                                          weft_cuda_usage_t *usage)
 {
+    struct weft_cuda_state *cs = comm->cuda;
     weft_status_t st = launch_enter(comm, sync, pending, stream, usage);
+    if (st != WEFT_SUCCESS)
+        return st;
     usage->copy_engine = 1;
+    cudaStream_t caller = (cudaStream_t)stream;
     int fanout = work->kind == WEFT_WORK_FANOUT;
     int ncopies = fanout ? work->ndsts : work->nslices;
-    for (int local = 0; local < 2; local++) {
-        for (int i = 0; st == WEFT_SUCCESS && i < ncopies; i++) {
+    int nonempty = 0;
+    for (int i = 0; i < ncopies; i++)
+        nonempty += (fanout ? work_bytes(work) : work->slices[i].bytes) > 0;
+    int issued = 0, forked = 0; /* copies issued; side streams forked (side[0 .. forked-1]) */
+    const char *what = "forking a copy-engine side stream";
+    cudaError_t err = cudaSuccess;
+    if (nonempty > 1 && cs->nside > 0)
+        err = cudaEventRecord(cs->fork, caller); /* before any copy: the side streams start now */
+    if (err == cudaSuccess)
+        what = "cudaMemcpyAsync (copy engine)";
+    for (int local = 0; local < 2 && err == cudaSuccess; local++) {
+        for (int i = 0; i < ncopies && err == cudaSuccess; i++) {
             const void *src = work->src[fanout ? 0 : i];
             uint64_t bytes = fanout ? work_bytes(work) : work->slices[i].bytes;
             if (bytes == 0 || copy_is_remote(comm, work->dst[i], src) == local)
                 continue;
-            cudaError_t err =
-                cudaMemcpyAsync(work->dst[i], src, bytes, cudaMemcpyDefault, (cudaStream_t)stream);
-            if (err != cudaSuccess)
-                st = cuda_error(err, "cudaMemcpyAsync (copy engine)");
+            cudaStream_t s = caller;
+            if (issued > 0 && issued - 1 < cs->nside) {
+                int j = issued - 1; /* side streams are taken in order */
+                err = cudaStreamWaitEvent(cs->side[j], cs->fork, 0);
+                if (err != cudaSuccess) {
+                    what = "forking a copy-engine side stream";
+                    break;
+                }
+                forked++;
+                s = cs->side[j];
+            }
+            err = cudaMemcpyAsync(work->dst[i], src, bytes, cudaMemcpyDefault, s);
+            issued++;
         }
     }
-    if (st != WEFT_SUCCESS)
-        return st;
+    /* Join every forked stream, also after an error: a capture must not be left forked. */
+    for (int j = 0; j < forked; j++) {
+        cudaError_t e = cudaEventRecord(cs->join[j], cs->side[j]);
+        if (e == cudaSuccess)
+            e = cudaStreamWaitEvent(caller, cs->join[j], 0);
+        if (e != cudaSuccess && err == cudaSuccess) {
+            err = e;
+            what = "joining a copy-engine side stream";
+        }
+    }
+    if (err != cudaSuccess)
+        return cuda_error(err, what);
     return launch_leave(comm, sync, stream);
 }
 
 /* Whether a work item runs on the copy engines (WEFT_CUDA_COPY_ENGINE): pure copies only; with
  * "auto", when the communicator spans GPUs and this rank copies at least
- * WEFT_CUDA_COPY_ENGINE_BYTES (two H200s over NVLink: the engines take 3-23% less time than the
- * SM kernel from 128 MiB per rank up, within 5% at 64 MiB, 12-57% more up to 32 MiB). Counting the
- * rank's own block too makes the ranks of one call agree (a broadcast's root copies only its own
- * block while the peers read it over NVLink); the paths may differ between ranks all the same, as
- * both post the same signals. A fan-out with a destination in this rank's own memory stays on the
- * SMs, which store to every destination at once where the engines would copy to one after the
- * other (two H200s, all-gather out of place: SMs 1-14% faster from 64 MiB to 1 GiB per call). The
- * all-to-all's store form copies a different block to each destination, and takes the engines by
- * size as the loads do (two H200s, 1 GiB: 1687 us against 1905 on the SMs, level at 64 MiB;
+ * WEFT_CUDA_COPY_ENGINE_BYTES (two H200s over NVLink, the engines' copies on one stream: 3-23%
+ * less time than the SM kernel from 128 MiB per rank up, within 5% at 64 MiB, 12-57% more up to
+ * 32 MiB; not measured again since the side streams). Counting the rank's own block too makes
+ * the ranks of one call agree (a broadcast's root copies only its own block while the peers read
+ * it over NVLink); the paths may differ between ranks all the same, as both post the same
+ * signals. A fan-out with a destination in this rank's own memory stays on the SMs, which load
+ * the source once for every destination (two H200s, all-gather out of place: SMs 1-14% faster
+ * from 64 MiB to 1 GiB per call, against the engines on one stream). The all-to-all's store form
+ * copies a different block to each destination and takes the engines by size, as the loads do
+ * (two H200s, 1 GiB: 1419 us on the engines, 1905 on the SMs;
  * docs/results/2026-11-30-h200-s13.md). */
 static int use_copy_engine(const struct weft_comm *comm, const weft_work_t *work)
 {
