@@ -12,13 +12,13 @@
 #    counted are those CUDA_VISIBLE_DEVICES names, when it is set.
 # 3. Runs gpu_collectives, gpu_graph, gpu_registration, gpu_invalid, gpu_moe and gpu_fault
 #    (through gpu_fault.sh) with 2, 4 and 8 ranks (GPU_TEST_RANKS), then gpu_fault --inflight
-#    with the same rank counts, gpu_graph at the first rank count with every pure copy on the
-#    copy engines (WEFT_CUDA_COPY_ENGINE=1: the engines' copies captured and replayed), and
-#    gpu_collectives three times more at the first rank count: with every pure copy on the copy
-#    engines (WEFT_CUDA_COPY_ENGINE=1), with the push path off (WEFT_CUDA_PUSH_BYTES=0: small
-#    payloads take the mesh as large ones do), and with 3 blocks per launch
-#    (WEFT_CUDA_MAX_BLOCKS=3: the partitioner's slices on few blocks; the harness checks that no
-#    operation launched more).
+#    with the same rank counts, gpu_collectives and gpu_graph at the first and the last rank
+#    count with every pure copy on the copy engines (WEFT_CUDA_COPY_ENGINE=1: a call's copies
+#    on the caller's stream and on side streams, captured and replayed; with more ranks, more
+#    side streams per call), and gpu_collectives twice more at the first rank count: with the
+#    push path off (WEFT_CUDA_PUSH_BYTES=0: small payloads take the mesh as large ones do), and
+#    with 3 blocks per launch (WEFT_CUDA_MAX_BLOCKS=3: the partitioner's slices on few blocks;
+#    the harness checks that no operation launched more).
 #    Every run: WEFT_BACKEND=cuda NCCL_NVLS_ENABLE=0 WEFT_TIMEOUT_S=30 (5 for gpu_fault).
 # 4. Runs gpu_collectives and gpu_moe with 2 ranks and a small grid (GPU_TEST_QUICK=1), each rank
 #    under its own `compute-sanitizer --tool memcheck` (weftrun starts the sanitizers, so a
@@ -250,12 +250,14 @@ done
 # the mesh for the small payloads that take the push path by default.
 if [ -z "$only" ]; then
     first=${ranks%% *}
-    run_one "gpu_collectives (copy engine)" gpu_collectives "$first" "$first" 300 \
-        env WEFT_TIMEOUT_S=30 WEFT_CUDA_COPY_ENGINE=1 "$(chunks gpu_collectives)" "$weftrun" \
-        --grace 15 -n "$first" -- "$bin/gpu_collectives"
-    run_one "gpu_graph (copy engine)" gpu_graph "$first" "$first" 300 \
-        env WEFT_TIMEOUT_S=30 WEFT_CUDA_COPY_ENGINE=1 "$(chunks gpu_graph)" "$weftrun" \
-        --grace 15 -n "$first" -- "$bin/gpu_graph"
+    last=${ranks##* }
+    for n in $(printf '%s\n' "$first" "$last" | uniq); do
+        for p in gpu_collectives gpu_graph; do
+            run_one "$p (copy engine)" "$p" "$n" "$n" 300 \
+                env WEFT_TIMEOUT_S=30 WEFT_CUDA_COPY_ENGINE=1 "$(chunks "$p")" "$weftrun" \
+                --grace 15 -n "$n" -- "$bin/$p"
+        done
+    done
     run_one "gpu_collectives (no push)" gpu_collectives "$first" "$first" 300 \
         env WEFT_TIMEOUT_S=30 WEFT_CUDA_PUSH_BYTES=0 "$(chunks gpu_collectives)" "$weftrun" \
         --grace 15 -n "$first" -- "$bin/gpu_collectives"
