@@ -494,20 +494,23 @@ static weft_status_t execute_copy_engine(struct weft_comm *comm, const weft_work
     cudaStream_t caller = (cudaStream_t)stream;
     int fanout = work->kind == WEFT_WORK_FANOUT;
     int ncopies = fanout ? work->ndsts : work->nslices;
+    uint64_t fanout_bytes = fanout ? work_bytes(work) : 0;
     int nonempty = 0;
     for (int i = 0; i < ncopies; i++)
-        nonempty += (fanout ? work_bytes(work) : work->slices[i].bytes) > 0;
-    int issued = 0, forked = 0; /* copies issued; side streams forked (side[0 .. forked-1]) */
-    const char *what = "forking a copy-engine side stream";
+        nonempty += (fanout ? fanout_bytes : work->slices[i].bytes) > 0;
     cudaError_t err = cudaSuccess;
-    if (nonempty > 1 && cs->nside > 0)
-        err = cudaEventRecord(cs->fork, caller); /* before any copy: the side streams start now */
-    if (err == cudaSuccess)
-        what = "cudaMemcpyAsync (copy engine)";
+    if (nonempty > 1 && cs->nside > 0) { /* before any copy: the side streams start here */
+        err = cudaEventRecord(cs->fork, caller);
+        if (err != cudaSuccess)
+            return cuda_error(err, "forking a copy-engine side stream");
+    }
+    int issued = 0, forked = 0; /* copies issued; side streams forked (side[0 .. forked-1]) */
+    const char *what = "cudaMemcpyAsync (copy engine)";
+    /* Pass 0 issues the copies to or from peers, pass 1 the local ones. */
     for (int local = 0; local < 2 && err == cudaSuccess; local++) {
         for (int i = 0; i < ncopies && err == cudaSuccess; i++) {
             const void *src = work->src[fanout ? 0 : i];
-            uint64_t bytes = fanout ? work_bytes(work) : work->slices[i].bytes;
+            uint64_t bytes = fanout ? fanout_bytes : work->slices[i].bytes;
             if (bytes == 0 || copy_is_remote(comm, work->dst[i], src) == local)
                 continue;
             cudaStream_t s = caller;
