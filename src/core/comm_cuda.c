@@ -545,17 +545,13 @@ static weft_status_t execute_copy_engine(struct weft_comm *comm, const weft_work
 
 /* Whether a work item runs on the copy engines (WEFT_CUDA_COPY_ENGINE): pure copies only; with
  * "auto", when the communicator spans GPUs and this rank copies at least
- * WEFT_CUDA_COPY_ENGINE_BYTES (two H200s over NVLink, the engines' copies on one stream: 3-23%
- * less time than the SM kernel from 128 MiB per rank up, within 5% at 64 MiB, 12-57% more up to
- * 32 MiB; not measured again since the side streams). Counting the rank's own block too makes
- * the ranks of one call agree (a broadcast's root copies only its own block while the peers read
- * it over NVLink); the paths may differ between ranks all the same, as both post the same
- * signals. A fan-out with a destination in this rank's own memory stays on the SMs, which load
- * the source once for every destination (two H200s, all-gather out of place: SMs 1-14% faster
- * from 64 MiB to 1 GiB per call, against the engines on one stream). The all-to-all's store form
- * copies a different block to each destination and takes the engines by size, as the loads do
- * (two H200s, 1 GiB: 1419 us on the engines, 1905 on the SMs;
- * docs/results/2026-11-30-h200-s13.md). */
+ * WEFT_CUDA_COPY_ENGINE_BYTES. Counting the rank's own block too makes the ranks of one call
+ * agree (a broadcast's root copies only its own block while the peers read it over NVLink); the
+ * paths may differ between ranks all the same, as both post the same signals. Two H200s over
+ * NVLink, the engines' copies on side streams against the SM kernel, per call: all-gather out of
+ * place 2-4% slower at 64 MiB, 11-12% faster at 256 MiB and 14-15% at 1 GiB; all-to-all 8%, 22%
+ * and 26% faster; broadcast within 3% at 64 MiB, 1-6% faster from 256 MiB; 12-30% slower at
+ * 16 MiB (docs/results/2026-11-30-h200-s14.md). */
 static int use_copy_engine(const struct weft_comm *comm, const weft_work_t *work)
 {
     const struct weft_cuda_state *cs = comm->cuda;
@@ -565,13 +561,7 @@ static int use_copy_engine(const struct weft_comm *comm, const weft_work_t *work
         return 1;
     if (!cs->spans_gpus)
         return 0;
-    uint64_t copies = 1;
-    if (work->kind == WEFT_WORK_FANOUT) {
-        for (int d = 0; d < work->ndsts; d++)
-            if (weft_window_owner(&comm->window, (uintptr_t)work->dst[d]) == comm->rank)
-                return 0;
-        copies = (uint64_t)work->ndsts;
-    }
+    uint64_t copies = work->kind == WEFT_WORK_FANOUT ? (uint64_t)work->ndsts : 1;
     return work_bytes(work) * copies >= cs->copy_engine_bytes;
 }
 
