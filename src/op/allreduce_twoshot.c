@@ -6,8 +6,9 @@
  * Phase 2: after a phase signal, rank r copies chunk p from rank p's reduced chunk, for every p.
  * Cost per rank: 2 (n - 1) S / n bytes read remotely instead of (n - 1) S for one-shot.
  *
- * Store form, when every rank allows it (WEFT_REMOTE_STORES; by default on the CUDA backend)
- * and every rank's output is registered: phase 1 also writes each unit of the reduced chunk r
+ * Store form, when every rank allows it (WEFT_REMOTE_STORES; by default on the CUDA backend),
+ * every rank's output is registered and, across GPUs, the call is smaller than
+ * STORE_FORM_MAX_BYTES_GPUS: phase 1 also writes each unit of the reduced chunk r
  * into chunk r of every peer's output, straight after reducing it (a REDUCE work item with n
  * destinations), and there is no phase 2 and no phase signal: the closing signal then means
  * that every chunk has landed. Every rank takes the same form, from every rank's descriptor.
@@ -20,6 +21,14 @@
 #include "op/op.h"
 
 #define CHUNK_GRANULE WEFT_WORK_GRANULE
+
+/* Across GPUs, the store form pays up to this size per call and the loads from it: two H200s
+ * over NVLink, 2 ranks in place, the stores take 23% less time at 4 MiB, 9% at 64 MiB, 2% at
+ * 128 MiB, the loads 5% less at 256 MiB and 9% from 512 MiB; 4 ranks (two per GPU), stores 7-12%
+ * less to 64 MiB, even at 256 MiB, loads 8% less at 1 GiB (docs/results/2026-11-30-h200-s14.md).
+ * Ranks sharing one GPU keep the stores at every size (one H200, 4 ranks: 10-32% less time from
+ * 2 to 128 MiB, docs/results/2026-11-29-h200-s6.md; not measured above). */
+#define STORE_FORM_MAX_BYTES_GPUS ((uint64_t)256 << 20)
 
 /* Byte range of rank r's chunk out of bytes: ceil(bytes / nranks) rounded up to the granule,
  * so the chunks cover every byte (the last ones may be short or empty). */
@@ -66,14 +75,15 @@ weft_status_t weft_allreduce_twoshot(struct weft_comm *comm, const void *sendbuf
         if (!out_ready)
             mychunk = stage;
     }
+    int stores = comm->remote_stores && out_ready &&
+                 (bytes < STORE_FORM_MAX_BYTES_GPUS || !weft_cuda_spans_gpus(comm));
     weft_op_desc_t desc = {.coll = WEFT_COLL_ALL_REDUCE,
                            .dtype = dtype,
                            .redop = redop,
                            .count = count,
                            .src = (uint64_t)(uintptr_t)src,
                            .aux = (uint64_t)(uintptr_t)mychunk,
-                           .dst =
-                               comm->remote_stores && out_ready ? (uint64_t)(uintptr_t)recvbuf : 0};
+                           .dst = stores ? (uint64_t)(uintptr_t)recvbuf : 0};
     st = weft_op_exchange(&op, &desc, NULL, NULL, NULL, NULL, 0, NULL);
     if (st != WEFT_SUCCESS)
         return weft_op_end(&op, st, 0);

@@ -7,10 +7,11 @@
  * H200s: 3-6 us faster than the mesh for small payloads, docs/results/2026-11-29-h200-s5.md).
  * Otherwise everything but all-reduce has one mesh algorithm. All-reduce: two-shot reads
  * 2(n-1)S/n bytes remotely per rank against (n-1)S for one-shot, at the price of a second
- * synchronisation; with two ranks both read S, so one-shot always wins there out of place. From
- * three ranks up two-shot takes over at WEFT_ALLREDUCE_TWOSHOT_BYTES, in place (where one-shot
- * must first copy its input) at WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES; see twoshot_from for their
- * defaults. Arguments were checked by the API layer.
+ * synchronisation. With two ranks both read S: out of place one-shot wins, except on two GPUs,
+ * where two-shot's fewer bytes through each GPU's own memory pay from a few MiB. Two-shot takes
+ * over at WEFT_ALLREDUCE_TWOSHOT_BYTES, in place (where one-shot must first copy its input) at
+ * WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES; see twoshot_from for their defaults. Arguments were
+ * checked by the API layer.
  */
 #include "core/comm_cuda.h"
 #include "op/op.h"
@@ -27,17 +28,23 @@
 #define INPLACE_TWOSHOT_BYTES ((size_t)1 << 20)
 #define TWOSHOT_BYTES_GPUS ((size_t)512 << 10)
 #define INPLACE_TWOSHOT_BYTES_GPUS ((size_t)128 << 10)
+/* Two ranks on two GPUs, out of place, where both forms read S bytes remotely: two-shot within
+ * 1% of one-shot at 4 MiB, 1-4% faster from 8 MiB to 1 GiB but for 1% slower at 128 MiB, as it
+ * moves fewer bytes through each GPU's own memory (docs/results/2026-11-30-h200-s14.md). */
+#define PAIR_TWOSHOT_BYTES_GPUS ((size_t)4 << 20)
 
 /* The size from which an all-reduce takes the two-shot form (SIZE_MAX: never). */
 static size_t twoshot_from(const struct weft_comm *comm, int inplace)
 {
-    if (!inplace && comm->nranks <= 2)
-        return SIZE_MAX;
     uint64_t set = inplace ? comm->allreduce_inplace_twoshot_bytes : comm->allreduce_twoshot_bytes;
     if (set != WEFT_CONFIG_AUTO)
         return set < SIZE_MAX ? (size_t)set : SIZE_MAX;
     if (weft_cuda_spans_gpus(comm))
-        return inplace ? INPLACE_TWOSHOT_BYTES_GPUS : TWOSHOT_BYTES_GPUS;
+        return inplace             ? INPLACE_TWOSHOT_BYTES_GPUS
+               : comm->nranks <= 2 ? PAIR_TWOSHOT_BYTES_GPUS
+                                   : TWOSHOT_BYTES_GPUS;
+    if (!inplace && comm->nranks <= 2)
+        return SIZE_MAX;
     return inplace ? INPLACE_TWOSHOT_BYTES : TWOSHOT_BYTES;
 }
 

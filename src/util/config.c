@@ -72,8 +72,9 @@ static const cfg_row_t rows[] = {
      "payloads up to this size travel inside the handshake slot (at most 256)"},
     {"WEFT_ALLREDUCE_TWOSHOT_BYTES", NULL, "auto", "bytes", CFG_BYTES,
      OFF(allreduce_twoshot_bytes), NULL,
-     "all-reduce of 3+ ranks uses the two-shot form from this size up (2 ranks: one-shot); auto: "
-     "the measured crossover, 2M (CUDA with ranks on several GPUs: 512K)"},
+     "out-of-place all-reduce uses the two-shot form from this size up; auto: the measured "
+     "crossover, 2M from 3 ranks, never with 2 (CUDA with ranks on several GPUs: 512K, 2 ranks "
+     "4M)"},
     {"WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES", NULL, "auto", "bytes", CFG_BYTES,
      OFF(allreduce_inplace_twoshot_bytes), NULL,
      "in-place all-reduce uses the two-shot form (no input copy) from this size up; auto: the "

@@ -1006,14 +1006,18 @@ int mp_env_int(mp_ctx_t *ctx, const char *name, int dflt)
 
 int mp_expect_twoshot(mp_ctx_t *ctx, size_t bytes, int inplace)
 {
-    if (ctx->nranks < 2 || (!inplace && ctx->nranks == 2))
+    if (ctx->nranks < 2)
         return 0;
-    /* The defaults (docs/config.md) depend on whether the ranks span GPUs. */
-    uint64_t from = inplace ? mp_env_bytes(ctx, "WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES",
-                                           ctx->spans_gpus ? 128u << 10 : 1u << 20)
-                            : mp_env_bytes(ctx, "WEFT_ALLREDUCE_TWOSHOT_BYTES",
-                                           ctx->spans_gpus ? 512u << 10 : 2u << 20);
-    return bytes >= from;
+    /* The defaults (docs/config.md) depend on whether the ranks span GPUs; out of place, two
+     * ranks on one GPU (or host) keep one-shot at every size. */
+    uint64_t dflt = inplace            ? (ctx->spans_gpus ? 128u << 10 : 1u << 20)
+                    : ctx->nranks == 2 ? (ctx->spans_gpus ? 4u << 20 : UINT64_MAX)
+                    : ctx->spans_gpus  ? 512u << 10
+                                       : 2u << 20;
+    return bytes >= mp_env_bytes(ctx,
+                                 inplace ? "WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES"
+                                         : "WEFT_ALLREDUCE_TWOSHOT_BYTES",
+                                 dflt);
 }
 
 int mp_remote_stores_enabled(void)
