@@ -127,11 +127,9 @@ static void run_all_reduce(gpu_ctx_t *g, const pool_t *pool, gpu_buf_kind_t kind
             mp_red_check_input(ctx, "sendbuf", send.host, dt, op, ctx->rank, 0, count);
         if (count > 0) {
             gpu_check_path(g, &s0, &s1, kind, bytes, 1);
-            /* Across GPUs, two-shot reads from 256 MiB (allreduce_twoshot.c). */
             gpu_check_stores(g, &s0, &s1, bytes,
                              gpu_expect_zero_copy(g, kind) &&
-                                 mp_expect_twoshot(ctx, bytes, inplace) &&
-                                 (!ctx->spans_gpus || bytes < (256u << 20)));
+                                 mp_expect_twoshot_stores(ctx, bytes, inplace));
         }
     }
     put_all(g, &send, &recv);

@@ -1020,6 +1020,11 @@ int mp_expect_twoshot(mp_ctx_t *ctx, size_t bytes, int inplace)
                                  dflt);
 }
 
+int mp_expect_twoshot_stores(mp_ctx_t *ctx, size_t bytes, int inplace)
+{
+    return mp_expect_twoshot(ctx, bytes, inplace) && (!ctx->spans_gpus || bytes < (256u << 20));
+}
+
 int mp_remote_stores_enabled(void)
 {
     const char *v = getenv("WEFT_REMOTE_STORES");

@@ -267,6 +267,11 @@ int mp_env_int(mp_ctx_t *ctx, const char *name, int dflt);
  * defaults (docs/config.md), which depend on ctx->spans_gpus. */
 int mp_expect_twoshot(mp_ctx_t *ctx, size_t bytes, int inplace);
 
+/* Whether that all-reduce's two-shot form may take its store form (src/op/allreduce_twoshot.c):
+ * two-shot, and across GPUs below 256 MiB. Whether stores are enabled and the output registered
+ * is the caller's to add. */
+int mp_expect_twoshot_stores(mp_ctx_t *ctx, size_t bytes, int inplace);
+
 /* Whether collectives may take their store form: WEFT_REMOTE_STORES=1 (on the host backend the
  * default, auto, means never). */
 int mp_remote_stores_enabled(void);

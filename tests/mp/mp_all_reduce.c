@@ -48,8 +48,8 @@ static void reduce(mp_ctx_t *ctx, mp_buf_kind_t send_kind, mp_buf_kind_t recv_ki
         int zero = mp_expect_zero_copy(ctx, inplace ? recv_kind : send_kind) &&
                    (!mp_expect_twoshot(ctx, bytes, inplace) || mp_expect_zero_copy(ctx, recv_kind));
         mp_check_path_expect(ctx, &s0, &s1, zero, inplace ? recv_kind : send_kind, bytes);
-        mp_check_remote_stores(ctx, &s0, &s1, want_stores && mp_expect_twoshot(ctx, bytes, inplace),
-                               bytes);
+        mp_check_remote_stores(ctx, &s0, &s1,
+                               want_stores && mp_expect_twoshot_stores(ctx, bytes, inplace), bytes);
     }
     mp_buf_free(ctx, &send, "sendbuf");
     mp_buf_free(ctx, &recv, "recvbuf");
