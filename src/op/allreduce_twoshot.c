@@ -27,7 +27,8 @@
  * 128 MiB, the loads 5% less at 256 MiB and 9% from 512 MiB; 4 ranks (two per GPU), stores 7-12%
  * less to 64 MiB, even at 256 MiB, loads 8% less at 1 GiB (docs/results/2026-11-30-h200-s14.md).
  * Ranks sharing one GPU keep the stores at every size (one H200, 4 ranks: 10-32% less time from
- * 2 to 128 MiB, docs/results/2026-11-29-h200-s6.md; not measured above). */
+ * 2 to 128 MiB, docs/results/2026-11-29-h200-s6.md; 4 and 8 ranks 9-14% less from 128 MiB to
+ * 1 GiB, 2 ranks 1-5%, docs/results/2026-11-30-h200-s15.md). */
 #define STORE_FORM_MAX_BYTES_GPUS ((uint64_t)256 << 20)
 
 /* Byte range of rank r's chunk out of bytes: ceil(bytes / nranks) rounded up to the granule,
