@@ -150,7 +150,7 @@ static weft_status_t block_extent(const char *call, const char *what, const size
     for (int p = 0; p < n; p++) {
         if (counts[p] == 0)
             continue;
-        if (displs[p] > SIZE_MAX / esize - counts[p])
+        if (counts[p] > SIZE_MAX / esize || displs[p] > SIZE_MAX / esize - counts[p])
             return INVALID("%s: %s block %d (displacement %zu, count %zu) overflows", call, what, p,
                            displs[p], counts[p]);
         size_t end = (displs[p] + counts[p]) * esize;

@@ -75,6 +75,7 @@ typedef enum {
     ROW_RS_OVERFLOW,
     ROW_BC_OVERFLOW,
     ROW_A2A_OVERFLOW,
+    ROW_A2AV_OVERFLOW,
     ROW_A2A_OVERLAP,
     ROW_FREE_FOREIGN_0, /* weft_free of f->foreign[0], if the caller supplied it */
     ROW_FREE_FOREIGN_1, /* weft_free of f->foreign[1], likewise */
@@ -143,6 +144,7 @@ static const row_info_t rows[NUM_ROWS] = {
     [ROW_RS_OVERFLOW] = {"reduce_scatter recvcount * 8 overflows size_t", "weft_reduce_scatter"},
     [ROW_BC_OVERFLOW] = {"broadcast count * 8 overflows size_t", "weft_broadcast"},
     [ROW_A2A_OVERFLOW] = {"all_to_all count * 8 overflows size_t", "weft_all_to_all"},
+    [ROW_A2AV_OVERFLOW] = {"all_to_allv counts * 8 overflow size_t", "weft_all_to_allv"},
     [ROW_A2A_OVERLAP] = {"all_to_all with sendbuf == recvbuf", "weft_all_to_all"},
     [ROW_FREE_FOREIGN_0] = {NULL, "weft_free"},
     [ROW_FREE_FOREIGN_1] = {NULL, "weft_free"},
@@ -279,6 +281,8 @@ static weft_status_t bad_call(const mp_ctx_t *ctx, const mp_args_fixture_t *f, r
         return weft_broadcast(c, a, b, OVERFLOW_COUNT, d, 0, s);
     case ROW_A2A_OVERFLOW:
         return weft_all_to_all(c, a, b, OVERFLOW_COUNT, d, s);
+    case ROW_A2AV_OVERFLOW:
+        return weft_all_to_allv(c, a, f->huge, f->displs, b, f->huge, f->displs, d, s);
     case ROW_A2A_OVERLAP:
         return weft_all_to_all(c, a, a, 1, d, s);
     case ROW_FREE_FOREIGN_0:
@@ -304,15 +308,17 @@ void mp_args_fixture_create(mp_ctx_t *ctx, mp_args_fixture_t *f, void *stream, v
     mp_ok(ctx, weft_malloc(ctx->comm, &f->reg, bytes), "weft_malloc");
     mp_ok(ctx, weft_malloc(ctx->comm, &f->reg2, bytes), "weft_malloc");
     f->plain = malloc(MP_ARGS_ELEMS * 8);
-    size_t *arrays = calloc(3 * (size_t)n, sizeof *arrays);
+    size_t *arrays = calloc(4 * (size_t)n, sizeof *arrays);
     if (!f->reg || !f->reg2 || !f->plain || !arrays)
         mp_fatal(ctx, "fixture allocation failed");
     f->ones = arrays;
     f->zeros = arrays + n;
     f->displs = arrays + 2 * n;
+    f->huge = arrays + 3 * n;
     for (int p = 0; p < n; p++) {
         f->ones[p] = 1;
         f->displs[p] = (size_t)p;
+        f->huge[p] = OVERFLOW_COUNT;
     }
 }
 
@@ -321,7 +327,7 @@ void mp_args_fixture_destroy(mp_ctx_t *ctx, mp_args_fixture_t *f)
     mp_ok(ctx, weft_free(ctx->comm, f->reg), "weft_free");
     mp_ok(ctx, weft_free(ctx->comm, f->reg2), "weft_free");
     free(f->plain);
-    free(f->ones); /* the start of the three count arrays */
+    free(f->ones); /* the start of the four count arrays */
     *f = (mp_args_fixture_t){0};
 }
 
