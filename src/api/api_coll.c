@@ -15,13 +15,17 @@
 
 #define INVALID(...) weft_error(WEFT_ERR_INVALID_ARGUMENT, __VA_ARGS__)
 
-/* Checks every collective shares: comm, stream, dtype, and count * esize * blocks fitting. */
+/* Checks every collective shares: comm (and that it is usable), stream, dtype, and
+ * count * esize * blocks fitting. */
 static weft_status_t check_common(const char *call, weft_comm_t comm, void *stream,
                                   weft_dtype_t dtype, size_t count, size_t blocks)
 {
     weft_error_clear();
     if (!comm)
         return INVALID("%s: comm is NULL", call);
+    weft_status_t st = weft_comm_usable(comm, call); /* a count of 0 too */
+    if (st != WEFT_SUCCESS)
+        return st;
     if (stream != NULL && comm->backend == WEFT_BACKEND_HOST)
         return INVALID("%s: stream must be NULL on the host backend", call);
     if (!weft_dtype_valid(dtype))

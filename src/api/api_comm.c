@@ -71,6 +71,9 @@ weft_status_t weft_malloc(weft_comm_t comm, void **ptr, size_t bytes)
         return weft_error(WEFT_ERR_INVALID_ARGUMENT, "weft_malloc: comm is NULL");
     if (!ptr)
         return weft_error(WEFT_ERR_INVALID_ARGUMENT, "weft_malloc: ptr is NULL");
+    weft_status_t st = weft_comm_usable(comm, "weft_malloc");
+    if (st != WEFT_SUCCESS)
+        return st;
     if (bytes == 0) {
         *ptr = NULL;
         return WEFT_SUCCESS;

@@ -25,12 +25,15 @@ static int is_float_dtype(weft_dtype_t dtype)
     return dtype == WEFT_FLOAT32 || dtype == WEFT_FLOAT16 || dtype == WEFT_BFLOAT16;
 }
 
-/* Checks shared by both calls: comm, stream. */
+/* Checks shared by both calls: comm (and that it is usable), stream. */
 static weft_status_t check_comm(const char *call, weft_comm_t comm, void *stream)
 {
     weft_error_clear();
     if (!comm)
         return INVALID("%s: comm is NULL", call);
+    weft_status_t st = weft_comm_usable(comm, call);
+    if (st != WEFT_SUCCESS)
+        return st;
     if (stream != NULL && comm->backend == WEFT_BACKEND_HOST)
         return INVALID("%s: stream must be NULL on the host backend", call);
     return WEFT_SUCCESS;
@@ -47,8 +50,8 @@ static weft_status_t check_reuse(const char *call, weft_comm_t comm, weft_moe_ha
     if (h->comm != comm)
         return INVALID("%s: *handle comes from a dispatch on another communicator", call);
     if (num_tokens != h->num_tokens)
-        return INVALID("%s: num_tokens %zu differs from the reused layout's %zu", call,
-                       num_tokens, h->num_tokens);
+        return INVALID("%s: num_tokens %zu differs from the reused layout's %zu", call, num_tokens,
+                       h->num_tokens);
     if (hidden != h->hidden)
         return INVALID("%s: hidden %zu differs from the reused layout's %zu", call, hidden,
                        h->hidden);

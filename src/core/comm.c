@@ -39,6 +39,17 @@ void weft_comm_set_async_error(struct weft_comm *comm, weft_status_t status)
     weft_cuda_abort(comm); /* kernels waiting on a dead peer give up at once */
 }
 
+weft_status_t weft_comm_usable(const struct weft_comm *comm, const char *call)
+{
+    if (atomic_load_explicit(&comm->aborted, memory_order_relaxed))
+        return weft_error(WEFT_ERR_ABORTED, "%s: the communicator was aborted", call);
+    int err = atomic_load_explicit(&comm->async_error, memory_order_relaxed);
+    if (err != WEFT_SUCCESS)
+        return weft_error((weft_status_t)err, "%s: the communicator failed earlier: %s", call,
+                          weft_status_string((weft_status_t)err));
+    return WEFT_SUCCESS;
+}
+
 weft_status_t weft_comm_check(void *arg)
 {
     weft_wait_ctx_t *ctx = arg;

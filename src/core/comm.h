@@ -166,6 +166,10 @@ void weft_comm_model_from_config(weft_cost_model_t *m, const weft_env_t *cfg);
 /* Record the first background error (later ones are dropped). Thread-safe, never blocks. */
 void weft_comm_set_async_error(struct weft_comm *comm, weft_status_t status);
 
+/* WEFT_SUCCESS, or the status every call but weft_comm_abort and weft_comm_destroy returns
+ * after an abort or a fatal error (API.md), with a message naming call. Thread-safe. */
+weft_status_t weft_comm_usable(const struct weft_comm *comm, const char *call);
+
 /* Deadline-and-health check passed to every wait of an operation. */
 typedef struct weft_wait_ctx {
     struct weft_comm *comm;

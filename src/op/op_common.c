@@ -13,17 +13,11 @@
 
 weft_status_t weft_op_begin(struct weft_comm *comm, const char *call, void *stream, weft_op_t *op)
 {
-    if (atomic_load_explicit(&comm->aborted, memory_order_relaxed))
-        return weft_error(WEFT_ERR_ABORTED, "%s: the communicator was aborted", call);
-    int err = atomic_load_explicit(&comm->async_error, memory_order_relaxed);
-    if (err != WEFT_SUCCESS)
-        return weft_error((weft_status_t)err, "%s: the communicator failed earlier: %s", call,
-                          weft_status_string((weft_status_t)err));
-    if (comm->backend == WEFT_BACKEND_CUDA) {
-        weft_status_t st = weft_cuda_check(comm, call);
-        if (st != WEFT_SUCCESS)
-            return st;
-    }
+    weft_status_t st = weft_comm_usable(comm, call);
+    if (st == WEFT_SUCCESS && comm->backend == WEFT_BACKEND_CUDA)
+        st = weft_cuda_check(comm, call);
+    if (st != WEFT_SUCCESS)
+        return st;
     *op = (weft_op_t){.comm = comm, .seq = ++comm->seq, .call = call, .stream = stream};
     op->wait = weft_comm_wait_ctx(comm, call);
     return WEFT_SUCCESS;

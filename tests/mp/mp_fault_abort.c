@@ -4,7 +4,8 @@
  * After a barrier rank 0 waits 100 ms (the others are then inside an all_reduce) and calls
  * weft_comm_abort, which must return at once (< 100 ms); its own next operations must return
  * WEFT_ERR_ABORTED. Every other rank's pending all_reduce and next operation must return
- * WEFT_ERR_PEER_LOST within 10 s (the suite runs it with WEFT_TIMEOUT_S=60). All ranks then
+ * WEFT_ERR_PEER_LOST within 10 s; on every rank an all_reduce of 0 elements and weft_malloc
+ * then return the same status (the suite runs it with WEFT_TIMEOUT_S=60). All ranks then
  * destroy the communicator and exit 0, each printing a PASS line (mp_fault.sh checks them).
  */
 #include "harness.h"
@@ -54,6 +55,13 @@ int main(void)
     t0 = mp_now_s();
     st = weft_broadcast(ctx.comm, buf, buf, COUNT, WEFT_FLOAT32, 0, NULL);
     expect_fast(&ctx, st, want, mp_now_s() - t0, limit, "broadcast");
+    /* Calls that communicate nothing report it too: a count of 0, an allocation. */
+    st = weft_all_reduce(ctx.comm, buf, buf, 0, WEFT_FLOAT32, WEFT_SUM, NULL);
+    expect_fast(&ctx, st, want, 0.0, limit, "all_reduce of 0 elements");
+    void *more = NULL;
+    st = weft_malloc(ctx.comm, &more, 4096);
+    expect_fast(&ctx, st, want, 0.0, limit, "weft_malloc");
+    mp_check(&ctx, more == NULL, "weft_malloc on an unusable communicator returned %p", more);
 
     /* weft_comm_destroy frees the weft_malloc buffer too. */
     mp_case(&ctx, "weft_comm_destroy after the abort");
