@@ -347,10 +347,10 @@ static void median_iqr(double *x, size_t n, double *median_out, double *iqr_out)
 }
 
 static weft_status_t check_samples(const char *fn, const weft_bg_sample_t *samples, size_t nsamples,
-                                   size_t min_samples, const void *out)
+                                   size_t min_samples, const void *out, const char *out_name)
 {
     if (out == NULL)
-        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "%s: fit_out is NULL", fn);
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "%s: %s is NULL", fn, out_name);
     if (samples == NULL)
         return weft_error(WEFT_ERR_INVALID_ARGUMENT, "%s: samples is NULL", fn);
     if (nsamples < min_samples)
@@ -383,7 +383,8 @@ weft_status_t weft_bg_fit_rate(const weft_bg_sample_t *samples, size_t nsamples,
                                weft_bg_rate_fit_t *fit_out)
 {
     static const char fn[] = "weft_bg_fit_rate";
-    weft_status_t status = check_samples(fn, samples, nsamples, WEFT_BG_FIT_MIN_SAMPLES, fit_out);
+    weft_status_t status =
+        check_samples(fn, samples, nsamples, WEFT_BG_FIT_MIN_SAMPLES, fit_out, "fit_out");
     if (status != WEFT_SUCCESS)
         return status;
     for (size_t i = 0; i < nsamples; i++) {
@@ -411,7 +412,8 @@ weft_status_t weft_bg_fit_plateau(const weft_bg_sample_t *samples, size_t nsampl
                                   double drain_gbps, weft_bg_plateau_fit_t *fit_out)
 {
     static const char fn[] = "weft_bg_fit_plateau";
-    weft_status_t status = check_samples(fn, samples, nsamples, WEFT_BG_FIT_MIN_SAMPLES, fit_out);
+    weft_status_t status =
+        check_samples(fn, samples, nsamples, WEFT_BG_FIT_MIN_SAMPLES, fit_out, "fit_out");
     if (status == WEFT_SUCCESS)
         status = check_drain(fn, drain_gbps);
     if (status != WEFT_SUCCESS)
@@ -514,7 +516,7 @@ weft_status_t weft_bg_fit_knee(const weft_bg_sample_t *samples, size_t nsamples,
 {
     static const char fn[] = "weft_bg_fit_knee";
     weft_status_t status =
-        check_samples(fn, samples, nsamples, 2 * WEFT_BG_KNEE_MIN_PER_SIDE, fit_out);
+        check_samples(fn, samples, nsamples, 2 * WEFT_BG_KNEE_MIN_PER_SIDE, fit_out, "fit_out");
     if (status == WEFT_SUCCESS)
         status = check_drain(fn, drain_gbps);
     if (status != WEFT_SUCCESS)
@@ -638,7 +640,7 @@ weft_status_t weft_bg_fit_row(const weft_bg_sample_t *samples, size_t nsamples, 
                               int producers, const weft_bg_knee_fit_t *knee, weft_bg_row_t *row_out)
 {
     static const char fn[] = "weft_bg_fit_row";
-    weft_status_t status = check_samples(fn, samples, nsamples, 1, row_out);
+    weft_status_t status = check_samples(fn, samples, nsamples, 1, row_out, "row_out");
     if (status == WEFT_SUCCESS)
         status = check_drain(fn, drain_gbps);
     if (status != WEFT_SUCCESS)
@@ -716,6 +718,12 @@ err_free_q:
 
 /* Planner */
 
+/* ceil(a / b) for b > 0, without the overflow of (a + b - 1) / b. */
+static uint64_t ceil_div(uint64_t a, uint64_t b)
+{
+    return a / b + (a % b != 0);
+}
+
 /* The smallest d >= 1 with d * tile_us >= gap_us; false if it exceeds INT_MAX. */
 static bool tiles_for_gap(double gap_us, double tile_us, int *tiles_out)
 {
@@ -769,7 +777,7 @@ weft_status_t weft_bg_plan(const weft_bg_params_t *params, int producers, uint64
         double m_max = fit_bytes >= 1.0 ? ceil(v / fit_bytes) : v;
         m_max = fmin(m_max, (double)WEFT_BG_MAX_SUB_BURSTS);
         for (m = 2; (double)m <= m_max; m++) {
-            double part = (double)((burst_bytes + m - 1) / m);
+            double part = (double)ceil_div(burst_bytes, m);
             sub = resolve(params, lo, w, part);
             if (excess_bytes(&sub, part) <= sub.capacity_bytes)
                 break;
@@ -782,7 +790,7 @@ weft_status_t weft_bg_plan(const weft_bg_params_t *params, int producers, uint64
                               p.capacity_bytes);
     }
     plan.sub_bursts = (int)m;
-    plan.sub_burst_bytes = (burst_bytes + m - 1) / m;
+    plan.sub_burst_bytes = ceil_div(burst_bytes, m);
 
     /* Rule 2: the gap after each (sub-)burst, in whole tiles. */
     double part = (double)plan.sub_burst_bytes;

@@ -227,8 +227,8 @@ static void test_random(uint64_t seed)
               "seed %" PRIu64 " iter %d: advice %d with free %d", seed, iter, (int)plan.advice,
               plan.backpressure_free);
         uint64_t m = (uint64_t)plan.sub_bursts;
-        CHECK(plan.sub_burst_bytes == (v + m - 1) / m, "seed %" PRIu64 " iter %d: sub-burst size",
-              seed, iter);
+        CHECK(plan.sub_burst_bytes == v / m + (v % m != 0),
+              "seed %" PRIu64 " iter %d: sub-burst size", seed, iter);
         double e, gs;
         bool fits;
         weft_bg_capacity_check(&p, k, plan.sub_burst_bytes, &e, &fits);
@@ -496,6 +496,13 @@ static void test_invalid(void)
     CHECK(memcmp(&plan, &before, sizeof plan) == 0, "plan written on failure");
     CHECK(weft_bg_plan(&good, 4, 5000, 1.0, NULL) == WEFT_ERR_INVALID_ARGUMENT,
           "NULL plan accepted");
+    /* The largest volume: the sub-burst size is ceil(V / m), not a wrapped (V + m - 1) / m. */
+    if (weft_bg_plan(&good, 4, UINT64_MAX, 1.0, &plan) == WEFT_SUCCESS) {
+        uint64_t m = (uint64_t)plan.sub_bursts;
+        CHECK(m >= 1 && plan.sub_burst_bytes == UINT64_MAX / m + (UINT64_MAX % m != 0),
+              "V = UINT64_MAX: %d sub-bursts of %" PRIu64 " bytes", plan.sub_bursts,
+              plan.sub_burst_bytes);
+    }
 
     /* Fits. */
     weft_bg_sample_t s[8];
