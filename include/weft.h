@@ -288,8 +288,9 @@ typedef struct weft_stats {
     /* Operations that wrote their results into peers' outputs instead of each rank reading
      * them (WEFT_REMOTE_STORES, by default on the CUDA backend), when every rank's output is
      * weft memory: an all-gather whose inputs are not staged (each rank reads its input once
-     * and stores it into every output), a two-shot all-reduce (each rank stores its reduced
-     * chunk into every output, and peers read nothing of its output). */
+     * and stores it into every output), an all-to-all whose inputs are not staged (each rank
+     * stores its block for every peer into that peer's output), a two-shot all-reduce (each
+     * rank stores its reduced chunk into every output, and peers read nothing of its output). */
     uint64_t remote_store_ops;
     /* CUDA backend: operations whose data the copy engines moved (WEFT_CUDA_COPY_ENGINE); their
      * kernels only signal, one block each, before and after the copies. */

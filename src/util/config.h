@@ -27,8 +27,8 @@ typedef enum {
     WEFT_COPY_ENGINE_AUTO /* across GPUs, copies of at least WEFT_CUDA_COPY_ENGINE_BYTES */
 } weft_copy_engine_t;
 
-/* WEFT_REMOTE_STORES: when collectives write into the peers' outputs (all-gather, two-shot
- * all-reduce). */
+/* WEFT_REMOTE_STORES: when collectives write into the peers' outputs (all-gather, all-to-all,
+ * two-shot all-reduce). */
 typedef enum {
     WEFT_REMOTE_STORES_NEVER,
     WEFT_REMOTE_STORES_ALWAYS,

@@ -14,12 +14,6 @@ static const struct {
     [WEFT_FLOAT32] = {4, "float32"}, [WEFT_FLOAT64] = {8, "float64"},
 };
 
-static const char *const redops[WEFT_NUM_REDOPS] = {[WEFT_SUM] = "sum",
-                                                    [WEFT_PROD] = "prod",
-                                                    [WEFT_MAX] = "max",
-                                                    [WEFT_MIN] = "min",
-                                                    [WEFT_AVG] = "avg"};
-
 size_t weft_dtype_size(weft_dtype_t dtype)
 {
     return weft_dtype_valid(dtype) ? dtypes[dtype].size : 0;
@@ -28,9 +22,4 @@ size_t weft_dtype_size(weft_dtype_t dtype)
 const char *weft_dtype_name(weft_dtype_t dtype)
 {
     return weft_dtype_valid(dtype) ? dtypes[dtype].name : "?";
-}
-
-const char *weft_redop_name(weft_redop_t op)
-{
-    return weft_redop_valid(op) ? redops[op] : "?";
 }

@@ -18,8 +18,7 @@ static inline int weft_redop_valid(weft_redop_t op)
     return (unsigned)op < WEFT_NUM_REDOPS;
 }
 
-/* Short names ("float32", "sum"); "?" for invalid values. */
+/* Short names ("float32"); "?" for invalid values. */
 const char *weft_dtype_name(weft_dtype_t dtype);
-const char *weft_redop_name(weft_redop_t op);
 
 #endif /* WEFT_UTIL_DTYPE_H */
