@@ -123,6 +123,65 @@ typedef struct rank_info {
     int32_t numa;
 } rank_info_t;
 
+/* Settings that decide a protocol between the ranks: the backend, where each rank's slice of
+ * the shadow window lies, and which algorithm a call takes (ranks that picked different ones
+ * would post matching descriptors, then run different protocols against each other: wrong
+ * results, or a wait until the timeout). They come from each process's own environment, so
+ * weft_comm_init compares them and fails on every rank when they differ. */
+enum {
+    SHARED_BACKEND,
+    SHARED_WINDOW_SLICE,
+    SHARED_INLINE,
+    SHARED_TWOSHOT,
+    SHARED_INPLACE_TWOSHOT,
+    NUM_SHARED
+};
+
+static const char *const shared_names[NUM_SHARED] = {
+    [SHARED_BACKEND] = "the backend (WEFT_BACKEND or weft_config_t.backend)",
+    [SHARED_WINDOW_SLICE] = "WEFT_WINDOW_SLICE_BYTES",
+    [SHARED_INLINE] = "WEFT_INLINE_BYTES",
+    [SHARED_TWOSHOT] = "WEFT_ALLREDUCE_TWOSHOT_BYTES",
+    [SHARED_INPLACE_TWOSHOT] = "WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES",
+};
+
+static void shared_value_string(int i, uint64_t v, char *buf, size_t len)
+{
+    if (i == SHARED_BACKEND)
+        snprintf(buf, len, "%s", v == WEFT_BACKEND_CUDA ? "cuda" : "host");
+    else if (v == WEFT_CONFIG_AUTO)
+        snprintf(buf, len, "auto");
+    else
+        snprintf(buf, len, "%llu", (unsigned long long)v);
+}
+
+/* Every rank's settings against rank 0's; the same verdict (and message) on every rank. */
+static weft_status_t agree_settings(weft_store_t *store, int nranks,
+                                    const uint64_t mine[NUM_SHARED])
+{
+    uint64_t(*all)[NUM_SHARED] = calloc((size_t)nranks, sizeof *all);
+    if (!all)
+        return weft_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: calloc");
+    weft_status_t st =
+        weft_store_allgather(store, "settings", mine, sizeof(uint64_t[NUM_SHARED]), all);
+    for (int r = 1; r < nranks && st == WEFT_SUCCESS; r++) {
+        for (int i = 0; i < NUM_SHARED; i++) {
+            if (all[r][i] == all[0][i])
+                continue;
+            char v0[32], vr[32];
+            shared_value_string(i, all[0][i], v0, sizeof v0);
+            shared_value_string(i, all[r][i], vr, sizeof vr);
+            st = weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                            "weft_comm_init: %s is %s on rank 0 but %s on rank %d; every rank "
+                            "must use the same value",
+                            shared_names[i], v0, vr, r);
+            break;
+        }
+    }
+    free(all);
+    return st;
+}
+
 static weft_status_t resolve_config(const weft_config_t *cfg, weft_config_t *out)
 {
     weft_config_default(out);
@@ -216,6 +275,19 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **c
                          atomic_fetch_add(&comm_generation, 1), cfg.timeout_s, &store);
     if (st != WEFT_SUCCESS)
         goto err_free;
+    size_t slice = env->window_slice_bytes            ? env->window_slice_bytes
+                   : cfg.backend == WEFT_BACKEND_CUDA ? CUDA_SLICE_DEFAULT
+                                                      : HOST_SLICE_DEFAULT;
+    const uint64_t shared[NUM_SHARED] = {
+        [SHARED_BACKEND] = (uint64_t)cfg.backend,
+        [SHARED_WINDOW_SLICE] = slice,
+        [SHARED_INLINE] = comm->inline_bytes,
+        [SHARED_TWOSHOT] = comm->allreduce_twoshot_bytes,
+        [SHARED_INPLACE_TWOSHOT] = comm->allreduce_inplace_twoshot_bytes,
+    };
+    st = agree_settings(store, cfg.nranks, shared);
+    if (st != WEFT_SUCCESS)
+        goto err_close_store;
     uint8_t secret[WEFT_CTRL_SECRET_BYTES];
     st = job_secret(store, cfg.rank, secret);
     if (st != WEFT_SUCCESS)
@@ -237,9 +309,6 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **c
         if (st != WEFT_SUCCESS)
             goto err_unmap_blocks;
     }
-    size_t slice = env->window_slice_bytes            ? env->window_slice_bytes
-                   : cfg.backend == WEFT_BACKEND_CUDA ? CUDA_SLICE_DEFAULT
-                                                      : HOST_SLICE_DEFAULT;
     st = weft_window_reserve(store, comm->mem, cfg.nranks, slice, &comm->window);
     if (st != WEFT_SUCCESS)
         goto err_unmap_blocks;

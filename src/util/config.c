@@ -63,22 +63,23 @@ static const cfg_row_t rows[] = {
     {"WEFT_WINDOW_SLICE_BYTES", NULL, "0", "bytes", CFG_BYTES, OFF(window_slice_bytes), NULL,
      "size of each rank's slice of the shadow window (0: 64G host, 256G cuda); every rank "
      "reserves (never commits) all ranks' slices at one address, so lower it where address "
-     "space is scarce (sanitizers: make test-tsan uses 8G)"},
+     "space is scarce (sanitizers: make test-tsan uses 8G); the same on every rank"},
     {"WEFT_STAGING_BYTES", NULL, "4M", "bytes", CFG_BYTES, OFF(staging_bytes), NULL,
      "initial size of the registered staging scratch (grows on demand)"},
     {"WEFT_HOST_WORKERS", NULL, "1", "threads", CFG_INT, OFF(host_workers), NULL,
      "threads per rank that move data on the host backend (the caller is one of them)"},
     {"WEFT_INLINE_BYTES", NULL, "256", "bytes", CFG_BYTES, OFF(inline_bytes), NULL,
-     "payloads up to this size travel inside the handshake slot (at most 256)"},
+     "payloads up to this size travel inside the handshake slot (at most 256; the same on every "
+     "rank)"},
     {"WEFT_ALLREDUCE_TWOSHOT_BYTES", NULL, "auto", "bytes", CFG_BYTES,
      OFF(allreduce_twoshot_bytes), NULL,
      "out-of-place all-reduce uses the two-shot form from this size up; auto: the measured "
      "crossover, 2M from 3 ranks, never with 2 (CUDA with ranks on several GPUs: 512K, 2 ranks "
-     "4M)"},
+     "4M); the same on every rank"},
     {"WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES", NULL, "auto", "bytes", CFG_BYTES,
      OFF(allreduce_inplace_twoshot_bytes), NULL,
      "in-place all-reduce uses the two-shot form (no input copy) from this size up; auto: the "
-     "measured crossover, 1M (CUDA with ranks on several GPUs: 128K)"},
+     "measured crossover, 1M (CUDA with ranks on several GPUs: 128K); the same on every rank"},
     {"WEFT_REMOTE_STORES", NULL, "auto", "", CFG_ENUM, OFF(remote_stores), switch_names,
      "all-gather, all-to-all and two-shot all-reduce write their results into every rank's "
      "output instead of each rank reading them from its peers, when every rank's output is weft "
