@@ -156,15 +156,20 @@ static uint32_t push_job(weft_registry_t *reg, uint32_t type, uintptr_t addr, si
     uint32_t ticket = ++reg->next_ticket;
     if (ticket == 0) /* 0 means "unregistered": skip it on wrap-around */
         ticket = ++reg->next_ticket;
+    if (type == WEFT_CTRL_REG)
+        atomic_fetch_add(&reg->stats.registrations_started, 1);
+    if (reg->nranks == 1) { /* no peer: nothing to send, nothing to wait for, done now */
+        if (type == WEFT_CTRL_REG) {
+            reg->mem->destroy(&seg); /* the local mapping keeps the memory */
+            atomic_fetch_add(&reg->stats.registrations_completed, 1);
+            atomic_fetch_add(&reg->stats.bytes_registered, bytes);
+        }
+        weft_flag_set(&reg->acked_all, ticket);
+        return ticket;
+    }
     reg->jobs.data[reg->jobs.n++] =
         (job_t){.type = type, .ticket = ticket, .addr = addr, .bytes = bytes, .seg = seg};
-    if (type == WEFT_CTRL_REG) {
-        atomic_fetch_add(&reg->stats.registrations_started, 1);
-    }
-    if (reg->nranks == 1) /* no peer to wait for */
-        weft_flag_set(&reg->acked_all, ticket);
-    else
-        wake_registrar(reg);
+    wake_registrar(reg);
     return ticket;
 }
 
@@ -186,11 +191,16 @@ static void outbox_push(weft_registry_t *reg, int peer, const weft_ctrl_msg_t *m
     ob->msgs[ob->n++] = (outmsg_t){*msg, fd};
 }
 
+/* Stop talking to peer: drop what is queued for it, and shut the socket down so that the peer
+ * sees the loss too (it then fails with WEFT_ERR_PEER_LOST instead of waiting for
+ * acknowledgements that will not come). Unless it said BYE, the communicator fails with
+ * WEFT_ERR_PEER_LOST, or keeps the error recorded before. */
 static void peer_lost(weft_registry_t *reg, int peer, const char *why)
 {
     if (reg->closed[peer])
         return;
     reg->closed[peer] = 1;
+    shutdown(reg->socks[peer], SHUT_RDWR);
     outbox_t *ob = &reg->out[peer];
     for (size_t i = ob->head; i < ob->n; i++) {
         if (ob->msgs[i].fd >= 0)
@@ -236,7 +246,13 @@ static void run_job(weft_registry_t *reg, job_t *job)
         weft_status_t st = reg->mem->export_fd(&job->seg, &fd);
         reg->mem->destroy(&job->seg);
         if (st != WEFT_SUCCESS) {
+            /* No peer maps this ticket: none may acknowledge a later one either, since
+             * acknowledgements are cumulative and would make the chunk look registered. */
             weft_comm_set_async_error(reg->comm, st);
+            for (int p = 0; p < reg->nranks; p++) {
+                if (p != reg->rank)
+                    peer_lost(reg, p, "a registration could not be exported");
+            }
             return;
         }
         if (VEC_RESERVE(reg->inflight, reg->inflight.n + 1) == 0)
@@ -326,7 +342,9 @@ static void handle_reg(weft_registry_t *reg, int peer, const weft_ctrl_msg_t *ms
         st = weft_error(WEFT_ERR_NO_MEMORY, "registrar: peer mapping table");
     }
     if (st != WEFT_SUCCESS) {
+        /* Never acknowledge a later ticket of this peer: that would cover this one. */
         weft_comm_set_async_error(reg->comm, st);
+        peer_lost(reg, peer, "its registration could not be mapped here");
         return;
     }
     reg->maps.data[reg->maps.n++] = (peer_map_t){msg->addr, msg->bytes};
@@ -516,6 +534,11 @@ weft_status_t weft_registry_create(struct weft_comm *comm, const weft_window_t *
     }
     for (int p = 0; p < nranks; p++)
         reg->socks[p] = -1;
+    if (reg->gran == 0) {
+        st = weft_error(WEFT_ERR_UNSUPPORTED,
+                        "weft_comm_init: the memory provider reports no mapping granularity");
+        goto err_free;
+    }
     if (weft_heap_init(&reg->heap, weft_window_slice(win, rank), win->slice_bytes, reg->gran,
                        chunk_min_bytes, CHUNK_MAX_BYTES) != 0) {
         st = weft_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: registry free list");
@@ -694,8 +717,10 @@ weft_status_t weft_registry_alloc(weft_registry_t *reg, size_t bytes, int intern
     weft_status_t st = WEFT_SUCCESS;
     if (weft_heap_alloc(&reg->heap, size, internal, &addr, &c) != 0) {
         st = add_chunk(reg, weft_heap_next_chunk(&reg->heap, size), internal, &c);
-        if (st == WEFT_SUCCESS && weft_heap_alloc(&reg->heap, size, internal, &addr, &c) != 0)
+        if (st == WEFT_SUCCESS && weft_heap_alloc(&reg->heap, size, internal, &addr, &c) != 0) {
+            release_chunk(reg, c); /* empty: nothing else would ever release it */
             st = weft_error(WEFT_ERR_NO_MEMORY, "weft_malloc: allocation table");
+        }
     }
     pthread_mutex_unlock(&reg->mu);
     if (st == WEFT_SUCCESS)

@@ -13,8 +13,10 @@
  * answers them, and turns a socket that closes without a BYE into WEFT_ERR_PEER_LOST on the
  * communicator. It never spins.
  *
- * Lock order: registry mutex only (never held while blocking or calling into the provider's
- * slow paths other than local map/unmap).
+ * Lock order: registry mutex only. It is never held while blocking on a peer; of the
+ * provider's calls it covers only those on this rank's own memory (create, map and unmap on the
+ * allocation path, destroy), never export or import, so the registrar waits for it at most as
+ * long as one weft_malloc takes to create and map a chunk.
  */
 #ifndef WEFT_CORE_REGISTRY_H
 #define WEFT_CORE_REGISTRY_H
