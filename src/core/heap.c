@@ -217,7 +217,7 @@ int weft_heap_should_release(const weft_heap_t *h, const weft_chunk_t *chunk)
 {
     if (chunk->live > 0)
         return 0;
-    if (h->chunk_min == 0)
+    if (h->chunk_min == 0 || chunk->bytes > h->chunk_max)
         return 1;
     for (size_t i = 0; i < h->nchunks; i++) {
         const weft_chunk_t *c = h->chunks[i];

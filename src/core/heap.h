@@ -92,9 +92,10 @@ weft_chunk_t *weft_heap_find_chunk(const weft_heap_t *h, uintptr_t addr);
  * sets *chunk_out, or -1 if no allocation starts at addr. */
 int weft_heap_free(weft_heap_t *h, uintptr_t addr, weft_chunk_t **chunk_out);
 
-/* Whether an empty chunk should be released now: always without chunking; with chunking, when
- * another empty chunk of the same class is kept already (one spare per class avoids creating
- * and registering a chunk anew on every malloc/free cycle). */
+/* Whether an empty chunk should be released now: always without chunking, and a chunk larger
+ * than chunk_max (made for one allocation of its size: keeping it would hold that memory on
+ * every rank); otherwise when another empty chunk of the same class is kept already (one spare
+ * per class avoids creating and registering a chunk anew on every malloc/free cycle). */
 int weft_heap_should_release(const weft_heap_t *h, const weft_chunk_t *chunk);
 
 /* Forget a chunk (empty, or at teardown) and free its bookkeeping; returns its range. */
