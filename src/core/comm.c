@@ -39,6 +39,12 @@ void weft_comm_set_async_error(struct weft_comm *comm, weft_status_t status)
     weft_cuda_abort(comm); /* kernels waiting on a dead peer give up at once */
 }
 
+void weft_comm_fail(struct weft_comm *comm, weft_status_t status)
+{
+    weft_comm_set_async_error(comm, status);
+    weft_registry_shutdown_sockets(comm->registry);
+}
+
 weft_status_t weft_comm_usable(const struct weft_comm *comm, const char *call)
 {
     if (atomic_load_explicit(&comm->aborted, memory_order_relaxed))
@@ -364,9 +370,9 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **c
     return WEFT_SUCCESS;
 
 err_destroy_registry:
-    weft_cuda_comm_teardown(comm);
-    weft_registry_destroy(comm->registry, weft_now_ns());
+    weft_registry_destroy(comm->registry, weft_now_ns()); /* joins the registrar first */
     comm->registry = NULL;
+    weft_cuda_comm_teardown(comm);
 err_release_window:
     weft_window_release(&comm->window);
 err_unmap_blocks:
@@ -417,11 +423,12 @@ weft_status_t weft_comm_teardown(struct weft_comm *comm)
         healthy = st == WEFT_SUCCESS;
     }
     comm->exec_ops->destroy(comm->exec);
-    weft_cuda_comm_teardown(comm);
     /* Healthy peers are destroying too: give the closing BYEs a few seconds. After an error
-     * nobody is waited for. */
+     * nobody is waited for. The registrar stops first: until it is joined it may record an
+     * error, which raises the CUDA state's abort word. */
     double bye_s = comm->timeout_s < 5 ? comm->timeout_s : 5;
     weft_registry_destroy(comm->registry, healthy ? weft_deadline_after_s(bye_s) : weft_now_ns());
+    weft_cuda_comm_teardown(comm);
     weft_window_release(&comm->window);
     weft_ctrlblk_unmap(comm->blocks, comm->nranks, comm->layout.bytes);
     weft_steal_fini(&comm->steal);

@@ -166,6 +166,12 @@ void weft_comm_model_from_config(weft_cost_model_t *m, const weft_env_t *cfg);
 /* Record the first background error (later ones are dropped). Thread-safe, never blocks. */
 void weft_comm_set_async_error(struct weft_comm *comm, weft_status_t status);
 
+/* A failure after the ranks agreed to run an operation, when peers already wait for this
+ * rank's signals: records status (as weft_comm_set_async_error; the communicator is unusable
+ * from here) and closes the control connections, so that peers fail at once with
+ * WEFT_ERR_PEER_LOST instead of at their deadline. Thread-safe, never blocks. */
+void weft_comm_fail(struct weft_comm *comm, weft_status_t status);
+
 /* WEFT_SUCCESS, or the status every call but weft_comm_abort and weft_comm_destroy returns
  * after an abort or a fatal error (API.md), with a message naming call. Thread-safe. */
 weft_status_t weft_comm_usable(const struct weft_comm *comm, const char *call);
@@ -230,8 +236,6 @@ void weft_hs_signal(struct weft_comm *comm, weft_signal_kind_t kind, uint32_t se
 weft_status_t weft_hs_wait_signal(struct weft_comm *comm, weft_signal_kind_t kind, uint32_t seq,
                                   weft_wait_ctx_t *ctx, weft_status_t *peer_status_out);
 
-#endif /* WEFT_CORE_COMM_H */
-
 /* ---- communicator lifetime (comm.c) --------------------------------------------------------- */
 
 /* The collective init/destroy and the local abort behind the public functions (api checks
@@ -251,3 +255,5 @@ weft_status_t weft_comm_staging(struct weft_comm *comm, size_t bytes, weft_wait_
  * the caller must stage it. */
 weft_status_t weft_comm_acquire(struct weft_comm *comm, const void *ptr, size_t bytes,
                                 weft_wait_ctx_t *ctx, int *ready_out);
+
+#endif /* WEFT_CORE_COMM_H */

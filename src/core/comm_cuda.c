@@ -18,6 +18,7 @@
 #include "core/registry.h"
 #include "exec/exec_cuda.h"
 #include "exec/moe_cuda.h"
+#include "mem/cuda_driver.h"
 #include "util/config.h"
 #include "util/log.h"
 
@@ -96,7 +97,7 @@ weft_status_t weft_cuda_select_device(int local_rank)
         err = cudaFree(NULL); /* create the primary context now, not inside a later call */
     if (err != cudaSuccess)
         return cuda_error(err, "weft_comm_init: cudaSetDevice");
-    return WEFT_SUCCESS;
+    return weft_cuda_device_check(); /* VMM and POSIX handles, which the provider needs */
 }
 
 typedef struct cuda_rank_info {

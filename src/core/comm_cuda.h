@@ -43,7 +43,8 @@ size_t weft_cuda_ctl_bytes(const struct weft_comm *comm);
  * error message. */
 weft_status_t weft_cuda_synchronize(const char *call);
 
-/* Free the device state. NULL-safe on a communicator whose setup failed halfway. */
+/* Free the device state, after weft_registry_destroy (until the registrar is joined it may
+ * raise the abort word). NULL-safe on a communicator whose setup failed halfway. */
 void weft_cuda_comm_teardown(struct weft_comm *comm);
 
 /* The first error a kernel reported (timeout, lost peer), made sticky on the communicator:

@@ -88,8 +88,8 @@ weft_status_t weft_moe_combine_dev(struct weft_comm *comm, const struct weft_moe
     }
     if (st == WEFT_SUCCESS)
         st = weft_cuda_leave(comm, stream);
-    if (st != WEFT_SUCCESS) /* peers wait for this rank's flags: unusable from here */
-        weft_comm_set_async_error(comm, st);
+    if (st != WEFT_SUCCESS)
+        weft_comm_fail(comm, st); /* peers wait for this rank's flags */
     return weft_op_end(&op, st, 0);
 }
 

@@ -161,9 +161,7 @@ weft_status_t weft_moe_dispatch_dev(struct weft_comm *comm, const void *x, size_
     if (st == WEFT_SUCCESS)
         st = weft_cuda_leave(comm, stream);
     if (st != WEFT_SUCCESS) {
-        /* A failed launch leaves peers waiting for this rank's flags (their kernels time out):
-         * this communicator is unusable from here. */
-        weft_comm_set_async_error(comm, st);
+        weft_comm_fail(comm, st); /* peers wait for this rank's flags */
         if (!reuse)
             weft_moe_handle_free(h);
         return weft_op_end(&op, st, 0);

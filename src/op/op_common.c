@@ -229,9 +229,13 @@ weft_status_t weft_op_execute(weft_op_t *op, const weft_work_t *work, unsigned s
     struct weft_comm *comm = op->comm;
     if (op->remote_stores)
         sync |= WEFT_SYNC_STORES;
-    if (comm->backend == WEFT_BACKEND_CUDA)
-        return weft_cuda_execute(comm, work, sync, mine, &op->pending, &op->push, op->stream,
-                                 &op->usage);
+    if (comm->backend == WEFT_BACKEND_CUDA) {
+        weft_status_t st = weft_cuda_execute(comm, work, sync, mine, &op->pending, &op->push,
+                                             op->stream, &op->usage);
+        if (st != WEFT_SUCCESS && mine == WEFT_SUCCESS)
+            weft_comm_fail(comm, st); /* peers wait for this rank's signals */
+        return st;
+    }
     weft_status_t st = mine;
     if (st == WEFT_SUCCESS && work)
         st = host_move(comm, work);
