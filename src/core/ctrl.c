@@ -145,6 +145,14 @@ weft_status_t weft_ctrl_connect(weft_store_t *store, int rank, int nranks,
         }
         fds_out[p] = s;
         struct sockaddr_un pa = {.sun_family = AF_UNIX};
+        if (addrs[p].len <= sizeof(sa_family_t) || addrs[p].len > sizeof pa ||
+            addrs[p].len - sizeof(sa_family_t) > sizeof addrs[p].path) {
+            /* The store is reachable over TCP: never trust a length from it. */
+            st = weft_error(WEFT_ERR_PEER_LOST,
+                            "weft_comm_init: rank %d's control socket address has length %u", p,
+                            (unsigned)addrs[p].len);
+            goto err_close_peers;
+        }
         memcpy(pa.sun_path, addrs[p].path, addrs[p].len - sizeof(sa_family_t));
         if (connect(s, (struct sockaddr *)&pa, addrs[p].len) != 0) {
             st = weft_error_errno(WEFT_ERR_PEER_LOST, errno,

@@ -152,6 +152,9 @@ weft_status_t weft_window_reserve(weft_store_t *store, const weft_mem_ops_t *mem
                                   size_t slice_bytes, weft_window_t *win_out)
 {
     size_t gran = mem->granularity();
+    if (gran == 0)
+        return weft_error(WEFT_ERR_UNSUPPORTED,
+                          "weft_comm_init: the memory provider reports no mapping granularity");
     size_t align = gran > (2u << 20) ? gran : (2u << 20);
     slice_bytes = (slice_bytes + align - 1) / align * align;
     if (slice_bytes == 0 || slice_bytes > SIZE_MAX / (size_t)nranks)
