@@ -327,7 +327,7 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **c
         goto err_release_window;
 
     /* Staging scratch: internal, registered at once; weft_registry_destroy unmaps it. */
-    comm->staging_bytes = env->staging_bytes ? env->staging_bytes : 4096;
+    comm->staging_bytes = env->staging_bytes; /* at least 4096 (config.c) */
     st = weft_registry_alloc(comm->registry, comm->staging_bytes, 1, &comm->staging);
     if (st != WEFT_SUCCESS)
         goto err_destroy_registry;

@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@ typedef struct cfg_row {
     size_t offset;
     const char *const *choices; /* CFG_ENUM: NULL-terminated names, value = index */
     const char *help;
+    double lo, hi; /* CFG_INT, CFG_DOUBLE, CFG_BYTES: the accepted range [lo, hi] if lo < hi */
 } cfg_row_t;
 
 static const char *const backend_names[] = {"auto", "host", "cuda", NULL};
@@ -37,108 +39,120 @@ static const char *const log_names[] = {"none", "error", "warn", "info", "debug"
 static const char *const switch_names[] = {"0", "1", "auto", NULL};
 
 #define OFF(field) offsetof(weft_env_t, field)
+#define RANGE(lo, hi) (lo), (hi)
+#define NO_RANGE 0, 0
 
 /* clang-format off */
 static const cfg_row_t rows[] = {
     {"WEFT_RANK", "RANK", "-1", "", CFG_INT, OFF(rank), NULL,
-     "rank of this process in the job"},
+     "rank of this process in the job", NO_RANGE},
     {"WEFT_NRANKS", "WORLD_SIZE", "-1", "", CFG_INT, OFF(nranks), NULL,
-     "number of ranks in the job"},
+     "number of ranks in the job", NO_RANGE},
     {"WEFT_LOCAL_RANK", "LOCAL_RANK", "-1", "", CFG_INT, OFF(local_rank), NULL,
-     "rank within the node; picks the GPU on the CUDA backend (default: rank)"},
+     "rank within the node; picks the GPU on the CUDA backend (default: rank)", NO_RANGE},
     {"WEFT_MASTER_ADDR", "MASTER_ADDR", "127.0.0.1", "", CFG_STRING, OFF(master_addr), NULL,
-     "address of the rendezvous store hosted by rank 0"},
+     "address of the rendezvous store hosted by rank 0", NO_RANGE},
     {"WEFT_MASTER_PORT", "MASTER_PORT", "29500", "", CFG_INT, OFF(master_port), NULL,
-     "TCP port of the rendezvous store (under torchrun, whose store holds MASTER_PORT: it + 1)"},
+     "TCP port of the rendezvous store (under torchrun, whose store holds MASTER_PORT: it + 1)",
+     NO_RANGE},
     {"WEFT_JOB_SECRET", NULL, "", "", CFG_STRING, OFF(job_secret), NULL,
-     "per-job secret checked on every control socket (weftrun sets it; empty: rank 0 makes one)"},
+     "per-job secret checked on every control socket (weftrun sets it; empty: rank 0 makes one)",
+     NO_RANGE},
     {"WEFT_BACKEND", NULL, "auto", "", CFG_ENUM, OFF(backend), backend_names,
-     "auto|host|cuda; auto picks cuda when a GPU is present"},
+     "auto|host|cuda; auto picks cuda when a GPU is present", NO_RANGE},
     {"WEFT_REGISTRATION", NULL, "roa", "", CFG_ENUM, OFF(registration), registration_names,
-     "roa: register at allocation; jit: at first use; staged: copy through scratch"},
+     "roa: register at allocation; jit: at first use; staged: copy through scratch", NO_RANGE},
     {"WEFT_TIMEOUT_S", NULL, "300", "s", CFG_DOUBLE, OFF(timeout_s), NULL,
-     "deadline of every wait; past it an operation fails with WEFT_ERR_TIMEOUT"},
+     "deadline of every wait; past it an operation fails with WEFT_ERR_TIMEOUT", RANGE(1e-3, 1e7)},
     {"WEFT_LOG_LEVEL", NULL, "warn", "", CFG_ENUM, OFF(log_level), log_names,
-     "none|error|warn|info|debug"},
+     "none|error|warn|info|debug", NO_RANGE},
     {"WEFT_WINDOW_SLICE_BYTES", NULL, "0", "bytes", CFG_BYTES, OFF(window_slice_bytes), NULL,
      "size of each rank's slice of the shadow window (0: 64G host, 256G cuda); every rank "
      "reserves (never commits) all ranks' slices at one address, so lower it where address "
-     "space is scarce (sanitizers: make test-tsan uses 8G); the same on every rank"},
+     "space is scarce (sanitizers: make test-tsan uses 8G); the same on every rank", NO_RANGE},
     {"WEFT_STAGING_BYTES", NULL, "4M", "bytes", CFG_BYTES, OFF(staging_bytes), NULL,
-     "initial size of the registered staging scratch (grows on demand)"},
+     "initial size of the registered staging scratch (grows on demand)",
+     RANGE(4096, 0x1p40)},
     {"WEFT_HOST_WORKERS", NULL, "1", "threads", CFG_INT, OFF(host_workers), NULL,
-     "threads per rank that move data on the host backend (the caller is one of them)"},
+     "threads per rank that move data on the host backend (the caller is one of them)",
+     RANGE(1, 256)},
     {"WEFT_INLINE_BYTES", NULL, "256", "bytes", CFG_BYTES, OFF(inline_bytes), NULL,
      "payloads up to this size travel inside the handshake slot (at most 256; the same on every "
-     "rank)"},
+     "rank)", RANGE(0, 256)},
     {"WEFT_ALLREDUCE_TWOSHOT_BYTES", NULL, "auto", "bytes", CFG_BYTES,
      OFF(allreduce_twoshot_bytes), NULL,
      "out-of-place all-reduce uses the two-shot form from this size up; auto: the measured "
      "crossover, 2M from 3 ranks, never with 2 (CUDA with ranks on several GPUs: 512K, 2 ranks "
-     "4M); the same on every rank"},
+     "4M); the same on every rank", NO_RANGE},
     {"WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES", NULL, "auto", "bytes", CFG_BYTES,
      OFF(allreduce_inplace_twoshot_bytes), NULL,
      "in-place all-reduce uses the two-shot form (no input copy) from this size up; auto: the "
-     "measured crossover, 1M (CUDA with ranks on several GPUs: 128K); the same on every rank"},
+     "measured crossover, 1M (CUDA with ranks on several GPUs: 128K); the same on every rank",
+     NO_RANGE},
     {"WEFT_REMOTE_STORES", NULL, "auto", "", CFG_ENUM, OFF(remote_stores), switch_names,
      "all-gather, all-to-all and two-shot all-reduce write their results into every rank's "
      "output instead of each rank reading them from its peers, when every rank's output is weft "
      "memory (for all-gather and all-to-all: and no input is staged): 0 never, 1 always, auto on "
-     "the CUDA backend (on the host, reading measured faster)"},
+     "the CUDA backend (on the host, reading measured faster)", NO_RANGE},
     {"WEFT_WAIT_SPIN_NS", NULL, "20000", "ns", CFG_BYTES, OFF(wait_spin_ns), NULL,
-     "a wait polls this long before it yields the CPU (0 when threads outnumber cores)"},
+     "a wait polls this long before it yields the CPU (0 when threads outnumber cores)", NO_RANGE},
     {"WEFT_WAIT_YIELD_NS", NULL, "200000", "ns", CFG_BYTES, OFF(wait_yield_ns), NULL,
-     "a wait yields this long before it sleeps on a futex"},
+     "a wait yields this long before it sleeps on a futex", NO_RANGE},
     {"WEFT_TIER_SELF_LAT_US", NULL, "0.2", "us", CFG_DOUBLE, OFF(tier_self_lat_us), NULL,
-     "cost model: latency of a local copy unit"},
+     "cost model: latency of a local copy unit", RANGE(0, 1e9)},
     {"WEFT_TIER_SELF_BW_GBPS", NULL, "10", "GB/s", CFG_DOUBLE, OFF(tier_self_bw_gbps), NULL,
-     "cost model: bandwidth of a local copy"},
+     "cost model: bandwidth of a local copy", RANGE(1e-6, 1e9)},
     {"WEFT_TIER_PEER_LAT_US", NULL, "0.5", "us", CFG_DOUBLE, OFF(tier_peer_lat_us), NULL,
-     "cost model: latency of a unit read from a peer on the same NUMA node"},
+     "cost model: latency of a unit read from a peer on the same NUMA node", RANGE(0, 1e9)},
     {"WEFT_TIER_PEER_BW_GBPS", NULL, "8", "GB/s", CFG_DOUBLE, OFF(tier_peer_bw_gbps), NULL,
-     "cost model: bandwidth from a peer on the same NUMA node"},
+     "cost model: bandwidth from a peer on the same NUMA node", RANGE(1e-6, 1e9)},
     {"WEFT_TIER_REMOTE_NUMA_LAT_US", NULL, "1.0", "us", CFG_DOUBLE,
      OFF(tier_remote_numa_lat_us), NULL,
-     "cost model: latency of a unit read from a peer on another NUMA node"},
+     "cost model: latency of a unit read from a peer on another NUMA node", RANGE(0, 1e9)},
     {"WEFT_TIER_REMOTE_NUMA_BW_GBPS", NULL, "5", "GB/s", CFG_DOUBLE,
      OFF(tier_remote_numa_bw_gbps), NULL,
-     "cost model: bandwidth from a peer on another NUMA node"},
+     "cost model: bandwidth from a peer on another NUMA node", RANGE(1e-6, 1e9)},
     {"WEFT_PART_UNIT_BYTES", NULL, "256K", "bytes", CFG_BYTES, OFF(part_unit_bytes), NULL,
-     "partitioner: remote slices are cut into units of this size"},
+     "partitioner: remote slices are cut into units of this size", RANGE(1, 0x1p40)},
     {"WEFT_PART_FANOUT", NULL, "2", "workers", CFG_INT, OFF(part_fanout), NULL,
-     "partitioner: at most this many workers target one peer"},
+     "partitioner: at most this many workers target one peer", RANGE(1, 65536)},
     {"WEFT_PLAN_CACHE_ENTRIES", NULL, "8", "plans", CFG_INT, OFF(plan_cache_entries), NULL,
      "partitioner: plans of this many distinct recent call shapes are kept for reuse (0: "
-     "partition every call; at most 256)"},
+     "partition every call; at most 256)", RANGE(0, 256)},
     {"WEFT_CUDA_MAX_BLOCKS", NULL, "32", "blocks", CFG_INT, OFF(cuda_max_blocks), NULL,
-     "CUDA: thread blocks per launch and rank (also capped so every rank on a GPU co-resides)"},
+     "CUDA: thread blocks per launch and rank (also capped so every rank on a GPU co-resides)",
+     RANGE(1, 65536)},
     {"WEFT_CUDA_UNIT_BYTES", NULL, "1M", "bytes", CFG_BYTES, OFF(cuda_unit_bytes), NULL,
      "CUDA: partitioner unit size (smaller so every block gets work, larger past the launch's "
-     "unit capacity)"},
+     "unit capacity)", NO_RANGE},
     {"WEFT_CUDA_FANOUT", NULL, "0", "blocks", CFG_INT, OFF(cuda_fanout), NULL,
-     "CUDA: at most this many blocks read one peer at once (0: no cap)"},
+     "CUDA: at most this many blocks read one peer at once (0: no cap)", NO_RANGE},
     {"WEFT_CUDA_MOE_BLOCKS", NULL, "0", "blocks", CFG_INT, OFF(cuda_moe_blocks), NULL,
      "CUDA: thread blocks of the MoE gather and combine kernels, which never wait for a peer "
-     "(0: two per SM of this rank's share of the GPU)"},
+     "(0: two per SM of this rank's share of the GPU)", NO_RANGE},
     {"WEFT_CUDA_COPY_ENGINE", NULL, "auto", "", CFG_ENUM, OFF(cuda_copy_engine), switch_names,
      "CUDA: pure copies (all-gather, all-to-all(v), broadcast, the second step of a two-shot "
      "all-reduce) on the copy engines, holding no SM: 0 never, 1 always, auto when the "
-     "communicator spans GPUs and a rank copies at least WEFT_CUDA_COPY_ENGINE_BYTES"},
+     "communicator spans GPUs and a rank copies at least WEFT_CUDA_COPY_ENGINE_BYTES", NO_RANGE},
     {"WEFT_CUDA_COPY_ENGINE_BYTES", NULL, "64M", "bytes", CFG_BYTES, OFF(cuda_copy_engine_bytes),
-     NULL, "CUDA: the threshold of WEFT_CUDA_COPY_ENGINE=auto (bytes one rank copies in a call)"},
+     NULL, "CUDA: the threshold of WEFT_CUDA_COPY_ENGINE=auto (bytes one rank copies in a call)",
+     NO_RANGE},
     {"WEFT_CUDA_FUSED_COPY_BYTES", NULL, "1M", "bytes", CFG_BYTES, OFF(cuda_fused_copy_bytes),
      NULL,
      "CUDA: an operation's local copy (in-place input, staging) up to this size runs inside its "
-     "kernel; larger ones, and all with WEFT_CUDA_COPY_ENGINE=1, on a copy engine"},
+     "kernel; larger ones, and all with WEFT_CUDA_COPY_ENGINE=1, on a copy engine", NO_RANGE},
     {"WEFT_CUDA_PUSH_BYTES", NULL, "auto", "bytes", CFG_BYTES, OFF(cuda_push_bytes), NULL,
      "CUDA: collectives whose payload per pair of ranks is at most this size push it to the "
      "peers as flagged 8-byte words (one one-way trip, no staging); each rank's control block "
      "grows by 5 x ranks x this; the ranks use their smallest value (auto: 64K, 512K for two "
-     "ranks on two GPUs; 0: off, as with WEFT_CUDA_COPY_ENGINE=1; at most 16M)"},
+     "ranks on two GPUs; 0: off, as with WEFT_CUDA_COPY_ENGINE=1; at most 16M)",
+     RANGE(0, 16777216)},
     {"WEFT_CUDA_CHUNK_BYTES", NULL, "64M", "bytes", CFG_BYTES, OFF(cuda_chunk_bytes), NULL,
-     "CUDA: device memory is registered in chunks of at least this size (doubling up to 1G)"},
+     "CUDA: device memory is registered in chunks of at least this size (doubling up to 1G)",
+     NO_RANGE},
     {"WEFT_RUN_GRACE_S", NULL, "30", "s", CFG_DOUBLE, OFF(run_grace_s), NULL,
-     "weftrun: after a rank fails, how long the others get to exit before they are killed"},
+     "weftrun: after a rank fails, how long the others get to exit before they are killed",
+     RANGE(0, 1e7)},
 };
 /* clang-format on */
 
@@ -153,7 +167,14 @@ static int takes_auto(const cfg_row_t *row)
     return row->type == CFG_BYTES && strcmp(row->def, "auto") == 0;
 }
 
-/* Parse text into the row's field. Returns 0 on success, -1 if the text is malformed. */
+enum { PARSE_OK = 0, PARSE_MALFORMED = -1, PARSE_OUT_OF_RANGE = -2 };
+
+static int in_range(const cfg_row_t *row, double v)
+{
+    return !(row->lo < row->hi) || (v >= row->lo && v <= row->hi);
+}
+
+/* Parse text into the row's field: PARSE_OK, or an error with the field untouched. */
 static int parse_row(const cfg_row_t *row, const char *text)
 {
     void *field = (char *)&env + row->offset;
@@ -163,39 +184,50 @@ static int parse_row(const cfg_row_t *row, const char *text)
         errno = 0;
         long v = strtol(text, &end, 10);
         if (end == text || *end != '\0' || errno != 0 || v < INT_MIN || v > INT_MAX)
-            return -1;
+            return PARSE_MALFORMED;
+        if (!in_range(row, (double)v))
+            return PARSE_OUT_OF_RANGE;
         *(int *)field = (int)v;
-        return 0;
+        return PARSE_OK;
     }
     case CFG_DOUBLE: {
         errno = 0;
         double v = strtod(text, &end);
-        if (end == text || *end != '\0' || errno != 0 || v < 0)
-            return -1;
+        if (end == text || *end != '\0' || errno != 0 || !isfinite(v) || v < 0)
+            return PARSE_MALFORMED;
+        if (!in_range(row, v))
+            return PARSE_OUT_OF_RANGE;
         *(double *)field = v;
-        return 0;
+        return PARSE_OK;
     }
-    case CFG_BYTES:
+    case CFG_BYTES: {
         if (takes_auto(row) && strcasecmp(text, "auto") == 0) {
             *(uint64_t *)field = WEFT_CONFIG_AUTO;
-            return 0;
+            return PARSE_OK;
         }
-        return weft_parse_bytes(text, (uint64_t *)field);
+        uint64_t v;
+        if (weft_parse_bytes(text, &v) != 0)
+            return PARSE_MALFORMED;
+        if (!in_range(row, (double)v))
+            return PARSE_OUT_OF_RANGE;
+        *(uint64_t *)field = v;
+        return PARSE_OK;
+    }
     case CFG_STRING:
         if (strlen(text) >= WEFT_CONFIG_STR_BYTES)
-            return -1;
+            return PARSE_MALFORMED;
         strcpy((char *)field, text);
-        return 0;
+        return PARSE_OK;
     case CFG_ENUM:
         for (int i = 0; row->choices[i]; i++) {
             if (strcasecmp(text, row->choices[i]) == 0) {
                 *(int *)field = i;
-                return 0;
+                return PARSE_OK;
             }
         }
-        return -1;
+        return PARSE_MALFORMED;
     }
-    return -1;
+    return PARSE_MALFORMED;
 }
 
 /* The environment's text for a row (its own name first, then its fallback), or NULL. */
@@ -220,11 +252,14 @@ static void parse_all(void)
         (void)parse_row(&rows[i], rows[i].def); /* defaults are valid by construction */
     for (size_t i = 0; i < NROWS; i++) {
         const char *v = row_env(&rows[i]);
-        if (v && parse_row(&rows[i], v) != 0) {
-            (void)parse_row(&rows[i], rows[i].def);
+        int parsed = v ? parse_row(&rows[i], v) : PARSE_OK;
+        if (parsed == PARSE_MALFORMED)
             fprintf(stderr, "weft WARN: %s=\"%s\" is malformed; using the default \"%s\"\n",
                     rows[i].name, v, rows[i].def);
-        }
+        else if (parsed == PARSE_OUT_OF_RANGE)
+            fprintf(stderr,
+                    "weft WARN: %s=\"%s\" is outside [%.15g, %.15g]; using the default \"%s\"\n",
+                    rows[i].name, v, rows[i].lo, rows[i].hi, rows[i].def);
     }
     /* torchrun (it sets TORCHELASTIC_RUN_ID) keeps its own store listening on MASTER_PORT for
      * the whole job: weft's store takes the next port, the same on every rank. */
@@ -265,6 +300,13 @@ static void format_value(const cfg_row_t *row, char *buf, size_t len)
     }
 }
 
+/* " (range: lo to hi)" for a bounded row, after its help text. */
+static void print_range(FILE *out, const cfg_row_t *row)
+{
+    if (row->lo < row->hi)
+        fprintf(out, " (range: %.15g to %.15g)", row->lo, row->hi);
+}
+
 void weft_config_print(FILE *out)
 {
     fprintf(out, "%-30s %-12s %-10s %-8s %s\n", "VARIABLE", "VALUE", "DEFAULT", "UNIT", "HELP");
@@ -275,6 +317,7 @@ void weft_config_print(FILE *out)
             snprintf(value, sizeof value, "(set)");
         fprintf(out, "%-30s %-12s %-10s %-8s %s", rows[i].name, value, rows[i].def, rows[i].unit,
                 rows[i].help);
+        print_range(out, &rows[i]);
         if (rows[i].fallback)
             fprintf(out, " (also read from %s)", rows[i].fallback);
         fputc('\n', out);
@@ -290,6 +333,7 @@ void weft_config_print_markdown(FILE *out)
     for (size_t i = 0; i < NROWS; i++) {
         fprintf(out, "| `%s` | `%s` | %s | %s", rows[i].name, rows[i].def, rows[i].unit,
                 rows[i].help);
+        print_range(out, &rows[i]);
         if (rows[i].fallback)
             fprintf(out, " (also read from `%s`)", rows[i].fallback);
         fprintf(out, " |\n");

@@ -1,0 +1,63 @@
+/*
+ * test_config_range.c - numeric variables outside their accepted range, or not finite, keep
+ * their default (with a warning) instead of reaching the library: a zero bandwidth, an infinite
+ * latency, too many workers, a push limit above 16M, a zero partition unit; values inside the
+ * range still parse. The configuration is read once per process, so this case has a process of
+ * its own.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "util/config.h"
+
+static int failures;
+
+static void expect_double(const char *what, double got, double want)
+{
+    if (got != want) {
+        printf("FAIL: %s = %g, expected %g\n", what, got, want);
+        failures++;
+    }
+}
+
+static void expect_u64(const char *what, uint64_t got, uint64_t want)
+{
+    if (got != want) {
+        printf("FAIL: %s = %llu, expected %llu\n", what, (unsigned long long)got,
+               (unsigned long long)want);
+        failures++;
+    }
+}
+
+int main(void)
+{
+    setenv("WEFT_TIER_PEER_BW_GBPS", "0", 1);          /* below 1e-6: default 8 */
+    setenv("WEFT_TIER_PEER_LAT_US", "inf", 1);         /* not finite: default 0.5 */
+    setenv("WEFT_TIER_SELF_BW_GBPS", "nan", 1);        /* not finite: default 10 */
+    setenv("WEFT_TIMEOUT_S", "0", 1);                  /* below 1e-3: default 300 */
+    setenv("WEFT_HOST_WORKERS", "1000", 1);            /* above 256: default 1 */
+    setenv("WEFT_CUDA_PUSH_BYTES", "32M", 1);          /* above 16M: default auto */
+    setenv("WEFT_PART_UNIT_BYTES", "0", 1);            /* below 1: default 256K */
+    setenv("WEFT_INLINE_BYTES", "257", 1);             /* above 256: default 256 */
+    setenv("WEFT_TIER_REMOTE_NUMA_BW_GBPS", "2.5", 1); /* in range */
+    setenv("WEFT_PLAN_CACHE_ENTRIES", "256", 1);       /* the upper end, in range */
+    setenv("WEFT_STAGING_BYTES", "4096", 1);           /* the lower end, in range */
+    const weft_env_t *env = weft_config_get();
+    expect_double("tier_peer_bw_gbps (0)", env->tier_peer_bw_gbps, 8.0);
+    expect_double("tier_peer_lat_us (inf)", env->tier_peer_lat_us, 0.5);
+    expect_double("tier_self_bw_gbps (nan)", env->tier_self_bw_gbps, 10.0);
+    expect_double("timeout_s (0)", env->timeout_s, 300.0);
+    expect_u64("host_workers (1000)", (uint64_t)env->host_workers, 1);
+    expect_u64("cuda_push_bytes (32M)", env->cuda_push_bytes, WEFT_CONFIG_AUTO);
+    expect_u64("part_unit_bytes (0)", env->part_unit_bytes, 256u << 10);
+    expect_u64("inline_bytes (257)", env->inline_bytes, 256);
+    expect_double("tier_remote_numa_bw_gbps (2.5)", env->tier_remote_numa_bw_gbps, 2.5);
+    expect_u64("plan_cache_entries (256)", (uint64_t)env->plan_cache_entries, 256);
+    expect_u64("staging_bytes (4096)", env->staging_bytes, 4096);
+    if (failures) {
+        printf("test_config_range: %d checks failed\n", failures);
+        return 1;
+    }
+    printf("test_config_range: ok\n");
+    return 0;
+}
