@@ -3,8 +3,9 @@
  * reduces it into its own output, in rank order (so every rank gets bit-identical results).
  *
  * Cost per rank: (n - 1) * S bytes read remotely, one reduction of n inputs; one handshake and
- * one closing signal. Best for small and medium sizes; the two-shot form takes over from
- * WEFT_ALLREDUCE_TWOSHOT_BYTES with three ranks or more.
+ * one closing signal. Best for small and medium sizes; the two-shot form takes over from the
+ * sizes select.c gives (twoshot_from: WEFT_ALLREDUCE_TWOSHOT_BYTES and its in-place twin, whose
+ * defaults depend on the rank count, in place and the GPUs the ranks span).
  *
  * In place, peers read our input while we overwrite it, so the input is copied first.
  */

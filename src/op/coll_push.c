@@ -9,7 +9,8 @@
  * until every peer's words arrived, and computes the result in local memory
  * (exec/exec_cuda.h). Nobody reads this rank's buffers, so they need not be registered, an
  * in-place all-reduce needs no private copy of its input, and there are neither ready nor
- * closing flags nor ordering fences: one one-way trip per call.
+ * closing flags nor fences for ordering (the one fence there is for time: exec_cuda.cu): one
+ * one-way trip per call.
  *
  * Every rank takes this path for the same calls: the payload limit is agreed at init and the
  * payload per pair follows from arguments the handshake compares; an all_to_allv, whose blocks

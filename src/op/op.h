@@ -14,9 +14,9 @@
  * Data moves mostly by loads: a rank reads peers' memory and writes only its own, so only the
  * sources of an operation need to be registered. Two exceptions store into peers' memory: the
  * CUDA backend's push path for small payloads (coll_push.c), into the peers' control blocks
- * (weft's memory, never a user buffer), and the store forms of all-gather and two-shot
- * all-reduce (allgather_mesh.c, allreduce_twoshot.c), into the peers' outputs when every rank's
- * output is registered.
+ * (weft's memory, never a user buffer), and the store forms of all-gather, all-to-all and
+ * two-shot all-reduce (allgather_mesh.c, alltoall_mesh.c, allreduce_twoshot.c), into the peers'
+ * outputs when every rank's output is registered.
  *
  * Backends: the handshake always runs on the host (it carries pointers and returns mismatches
  * as statuses). On the host backend weft_op_execute runs the work on the CPU workers and the
