@@ -623,8 +623,7 @@ weft_status_t weft_cuda_execute(struct weft_comm *comm, const weft_work_t *work,
          * work (a 2 MiB copy in 1 MiB units would run on two blocks), and grow coarser until
          * the launch holds them. */
         weft_cost_model_t model = cs->model;
-        uint64_t share = (work_bytes(work) + (uint64_t)cs->nblocks - 1) / (uint64_t)cs->nblocks;
-        share = (share + WEFT_WORK_GRANULE - 1) / WEFT_WORK_GRANULE * WEFT_WORK_GRANULE;
+        uint64_t share = weft_work_share(work_bytes(work), cs->nblocks);
         if (share < CUDA_MIN_UNIT_BYTES)
             share = CUDA_MIN_UNIT_BYTES;
         for (int t = 0; t < WEFT_NUM_TIERS; t++) {

@@ -10,9 +10,7 @@
  * distinct pseudo-peers so that the fan-out cap does not serialise them. */
 static void cut_range(weft_work_t *work, uint64_t bytes, int nslices)
 {
-    /* ceil(bytes / nslices) rounded up to the granule: at most nslices slices cover it all. */
-    uint64_t share = (bytes + (uint64_t)nslices - 1) / (uint64_t)nslices;
-    uint64_t per = (share + WEFT_WORK_GRANULE - 1) / WEFT_WORK_GRANULE * WEFT_WORK_GRANULE;
+    uint64_t per = weft_work_share(bytes, nslices); /* at most nslices slices cover it all */
     work->nslices = 0;
     for (uint64_t off = 0; off < bytes; off += per) {
         int i = work->nslices++;

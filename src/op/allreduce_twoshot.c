@@ -20,8 +20,6 @@
  */
 #include "op/op.h"
 
-#define CHUNK_GRANULE WEFT_WORK_GRANULE
-
 /* Across GPUs, the store form pays up to this size per call and the loads from it: two H200s
  * over NVLink, 2 ranks in place, the stores take 23% less time at 4 MiB, 9% at 64 MiB, 2% at
  * 128 MiB, the loads 5% less at 256 MiB and 9% from 512 MiB; 4 ranks (two per GPU), stores 7-12%
@@ -31,12 +29,11 @@
  * 1 GiB, 2 ranks 1-5%, docs/results/2026-11-30-h200-s15.md). */
 #define STORE_FORM_MAX_BYTES_GPUS ((uint64_t)256 << 20)
 
-/* Byte range of rank r's chunk out of bytes: ceil(bytes / nranks) rounded up to the granule,
- * so the chunks cover every byte (the last ones may be short or empty). */
+/* Byte range of rank r's chunk out of bytes: the chunks cover every byte (the last ones may
+ * be short or empty). */
 static void chunk_of(uint64_t bytes, int nranks, int r, uint64_t *lo, uint64_t *hi)
 {
-    uint64_t share = (bytes + (uint64_t)nranks - 1) / (uint64_t)nranks;
-    uint64_t per = (share + CHUNK_GRANULE - 1) / CHUNK_GRANULE * CHUNK_GRANULE;
+    uint64_t per = weft_work_share(bytes, nranks);
     *lo = (uint64_t)r * per < bytes ? (uint64_t)r * per : bytes;
     *hi = *lo + per < bytes ? *lo + per : bytes;
 }
