@@ -157,6 +157,7 @@ struct weft_comm {
     _Atomic int async_error; /* first fatal error (weft_status_t): of a background thread, or a
                                 timeout or internal error of an operation */
     _Atomic int aborted;
+    _Atomic int in_op; /* an operation is between weft_op_begin and weft_op_end (op/op.h) */
     weft_comm_stats_t stats;
 };
 

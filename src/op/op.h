@@ -50,12 +50,14 @@ typedef struct weft_op {
 } weft_op_t;
 
 /* Start an operation: fails with the stored status if an earlier error made the communicator
- * unusable (aborted, a peer lost, a timeout, an internal error). */
+ * unusable (aborted, a peer lost, a timeout, an internal error), and with
+ * WEFT_ERR_INVALID_ARGUMENT if another thread is inside an operation on it. On success the
+ * caller must reach weft_op_end on every path. */
 weft_status_t weft_op_begin(struct weft_comm *comm, const char *call, void *stream, weft_op_t *op);
 
 /* Finish: count the operation (zero-copy, staged or inline; on CUDA also its usage); on
  * WEFT_ERR_PEER_LOST / TIMEOUT / ABORTED / INTERNAL store the status so every later call returns
- * it. Returns st. */
+ * it; let the next operation begin. Returns st. */
 weft_status_t weft_op_end(weft_op_t *op, weft_status_t st, int inline_payload);
 
 /* Whether [ptr, ptr + bytes) is registered memory readable by every peer at the same address

@@ -18,6 +18,13 @@ weft_status_t weft_op_begin(struct weft_comm *comm, const char *call, void *stre
         st = weft_cuda_check(comm, call);
     if (st != WEFT_SUCCESS)
         return st;
+    /* Two threads in operations at once would interleave their handshakes: both would wait
+     * until the timeout and leave the communicator dead. Refuse the second instead. */
+    if (atomic_exchange_explicit(&comm->in_op, 1, memory_order_acquire))
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                          "%s: comm is in an operation on another thread (a communicator serves "
+                          "one thread at a time)",
+                          call);
     *op = (weft_op_t){.comm = comm, .seq = ++comm->seq, .call = call, .stream = stream};
     op->wait = weft_comm_wait_ctx(comm, call);
     return WEFT_SUCCESS;
@@ -27,6 +34,7 @@ weft_status_t weft_op_end(weft_op_t *op, weft_status_t st, int inline_payload)
 {
     struct weft_comm *comm = op->comm;
     weft_registry_reads_done(comm->registry);
+    atomic_store_explicit(&comm->in_op, 0, memory_order_release);
     if (st == WEFT_SUCCESS && op->pending.bytes > 0)
         st = weft_error(WEFT_ERR_INTERNAL, "%s: a local copy was never issued", op->call);
     switch (st) {
