@@ -12,6 +12,10 @@
  *             factors are bounded so that their product is exact;
  *   MAX, MIN  full-range integers, and random finite non-zero floating-point bit patterns
  *             (subnormals included; zeros excluded because max(-0, +0) is not specified).
+ * Those are the MP_RED_SMALL inputs. Under MP_RED_SPREAD, float16 and bfloat16 SUM and AVG take
+ * significands of the dtype's full width spread over exponents (harness.h has the bounds): every
+ * partial sum of any subset of ranks is exact in float32 but not in 16 bits, which the small
+ * integers (all partial sums exact in 16 bits) cannot tell from a reduction in 16 bits.
  * Expected AVG: integer types truncate the exact sum toward zero; float16, bfloat16 and float32
  * divide the float32 sum by nranks in float32 and round once to the dtype (nearest even);
  * float64 divides in double. The float16/bfloat16 conversions are written here (not taken from
@@ -419,6 +423,10 @@ void mp_case(mp_ctx_t *ctx, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(ctx->where, sizeof ctx->where, fmt, ap);
     va_end(ap);
+    if (ctx->red_data == MP_RED_SPREAD) {
+        size_t len = strlen(ctx->where);
+        snprintf(ctx->where + len, sizeof ctx->where - len, " spread");
+    }
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -566,6 +574,31 @@ int mp_selected(const mp_ctx_t *ctx, unsigned combo, mp_buf_kind_t kind)
     return ctx->quick ? combo % 6 == 2 * slot : combo % 3 == slot;
 }
 
+/* The large spread case of mp_run_grid (one: a large reduce-scatter of 8 ranks costs seconds). */
+static const mp_large_case_t spread_large = {WEFT_REGISTRATION_ROA, MP_BUF_REGISTERED, 0,
+                                             WEFT_FLOAT16, WEFT_AVG};
+
+/* The spread cases of one registration mode (mp_run_grid): the non-zero small counts, then
+ * outside quick mode spread_large if it is of this mode. */
+static void run_spread(mp_ctx_t *ctx, mp_grid_fn run, const size_t *counts, size_t ncounts)
+{
+    ctx->red_data = MP_RED_SPREAD;
+    for (int dt = 0; dt < WEFT_NUM_DTYPES; dt++)
+        for (int op = 0; op < WEFT_NUM_REDOPS; op++) {
+            if (!mp_red_spread_applies((weft_dtype_t)dt, (weft_redop_t)op))
+                continue;
+            for (int kind = 0; kind < MP_NUM_BUF_KINDS; kind++)
+                for (size_t c = 0; c < ncounts; c++)
+                    for (int inplace = 0; counts[c] > 0 && inplace < 2; inplace++)
+                        run(ctx, (mp_buf_kind_t)kind, counts[c], (weft_dtype_t)dt, (weft_redop_t)op,
+                            inplace);
+        }
+    const mp_large_case_t *lc = &spread_large;
+    if (!ctx->quick && ctx->reg == lc->reg)
+        run(ctx, lc->kind, MP_LARGE_COUNT, lc->dt, lc->op, lc->inplace);
+    ctx->red_data = MP_RED_SMALL;
+}
+
 void mp_run_grid(mp_ctx_t *ctx, int with_ops, mp_grid_fn run, const mp_large_case_t *large,
                  size_t nlarge)
 {
@@ -589,6 +622,8 @@ void mp_run_grid(mp_ctx_t *ctx, int with_ops, mp_grid_fn run, const mp_large_cas
             if (lc->reg == (weft_registration_t)reg)
                 run(ctx, lc->kind, MP_LARGE_COUNT, lc->dt, lc->op, lc->inplace);
         }
+        if (with_ops)
+            run_spread(ctx, run, counts, ncounts);
         mp_comm_close(ctx);
     }
 }
@@ -772,9 +807,37 @@ static void bounded(const dtype_info_t *di, uint64_t h, uint64_t b, num_t *v)
     v->f = (double)x;
 }
 
-/* Input element idx of rank r. */
-static void red_input(uint64_t salt, int nranks, weft_dtype_t dt, weft_redop_t op, int r,
-                      uint64_t idx, num_t *v)
+int mp_red_spread_applies(weft_dtype_t dt, weft_redop_t op)
+{
+    return (dt == WEFT_FLOAT16 || dt == WEFT_BFLOAT16) && (op == WEFT_SUM || op == WEFT_AVG);
+}
+
+/* A spread input (MP_RED_SPREAD in harness.h) of a 16-bit float: +-m * 2^(b + e) with m of the
+ * full significand width p (m in [2^(p-1), 2^p)), b drawn per element from hb (the same on every
+ * rank), e in [0, w] from h (this rank's). Returns 0, and sets nothing, when nranks is too large
+ * for a float32-exact window (w < 0: more than 2^13 ranks for float16, 2^16 for bfloat16). */
+static int spread_input(weft_dtype_t dt, int nranks, uint64_t h, uint64_t hb, num_t *v)
+{
+    int p = dt == WEFT_FLOAT16 ? 11 : 8;
+    int lg = 0;
+    while (lg < 31 && (1L << lg) < (long)nranks)
+        lg++;
+    int w = 24 - p - lg;
+    if (w < 0)
+        return 0;
+    /* float16: b in [-24, -10], so inputs are multiples of 2^-24 (exact, subnormals included) and
+     * sums stay below 2^(b + 24) <= 2^14 (finite). bfloat16: b in [-20, 20], normal values. */
+    int b = dt == WEFT_FLOAT16 ? -24 + (int)(hb % 15) : -20 + (int)(hb % 41);
+    int e = (int)((h >> 8) % (uint64_t)(w + 1));
+    uint64_t half = (uint64_t)1 << (p - 1);
+    double m = (double)(half + ((h >> 32) % half));
+    v->f = ldexp((h >> 63) ? -m : m, b + e);
+    return 1;
+}
+
+/* Input element idx of rank r, of kind data. */
+static void red_input(uint64_t salt, mp_red_data_t data, int nranks, weft_dtype_t dt,
+                      weft_redop_t op, int r, uint64_t idx, num_t *v)
 {
     const dtype_info_t *di = &dtype_table[dt];
     uint64_t h = mp_hash(salt, (uint64_t)r, idx, 0);
@@ -782,6 +845,9 @@ static void red_input(uint64_t salt, int nranks, weft_dtype_t dt, weft_redop_t o
     switch (op) {
     case WEFT_SUM:
     case WEFT_AVG:
+        if (data == MP_RED_SPREAD && mp_red_spread_applies(dt, op) &&
+            spread_input(dt, nranks, h, mp_hash(salt, UINT64_MAX, idx, 3), v))
+            break;
         bounded(di, h, di->sum_limit / (uint64_t)nranks, v);
         break;
     case WEFT_PROD: {
@@ -813,20 +879,20 @@ static void red_input(uint64_t salt, int nranks, weft_dtype_t dt, weft_redop_t o
 }
 
 /* The expected result element idx: the reduction over all ranks of their inputs. */
-static void red_expected(uint64_t salt, int nranks, weft_dtype_t dt, weft_redop_t op, uint64_t idx,
-                         num_t *acc)
+static void red_expected(uint64_t salt, mp_red_data_t data, int nranks, weft_dtype_t dt,
+                         weft_redop_t op, uint64_t idx, num_t *acc)
 {
     const dtype_info_t *di = &dtype_table[dt];
-    red_input(salt, nranks, dt, op, 0, idx, acc);
+    red_input(salt, data, nranks, dt, op, 0, idx, acc);
     for (int r = 1; r < nranks; r++) {
         num_t v;
-        red_input(salt, nranks, dt, op, r, idx, &v);
+        red_input(salt, data, nranks, dt, op, r, idx, &v);
         switch (op) {
         case WEFT_SUM:
         case WEFT_AVG:
             acc->i += v.i;
             acc->u += v.u;
-            acc->f += v.f;
+            acc->f += v.f; /* exact: the float sums are exact in float32 (spread ones included) */
             break;
         case WEFT_PROD:
             acc->i *= v.i;
@@ -867,7 +933,7 @@ void mp_red_fill(const mp_ctx_t *ctx, weft_dtype_t dt, weft_redop_t op, int rank
     unsigned char *out = dst;
     for (size_t i = 0; i < count; i++) {
         num_t v;
-        red_input(salt, ctx->nranks, dt, op, rank, first + i, &v);
+        red_input(salt, ctx->red_data, ctx->nranks, dt, op, rank, first + i, &v);
         encode(dt, &v, out + i * es);
     }
 }
@@ -897,7 +963,7 @@ void mp_red_check_result(mp_ctx_t *ctx, const char *what, const void *got, weft_
         size_t k = count - pos < CHECK_CHUNK_ELEMS ? count - pos : CHECK_CHUNK_ELEMS;
         for (size_t j = 0; j < k; j++) {
             num_t v;
-            red_expected(salt, ctx->nranks, dt, op, first + pos + j, &v);
+            red_expected(salt, ctx->red_data, ctx->nranks, dt, op, first + pos + j, &v);
             encode(dt, &v, expected + j * es);
         }
         compare_chunk(&cs, dt, (const unsigned char *)got + pos * es, expected, pos, k);

@@ -9,9 +9,11 @@
  *
  * Inputs are "verifiable" (the nccl-tests idea): small integers for SUM/PROD/AVG, chosen so that
  * every partial result is exact in every dtype (float16 and bfloat16 included), and random
- * finite values of the full range for MAX/MIN. Results are compared bit for bit, outputs are
- * poisoned (0xA5) before every call and every buffer carries guard zones (0x5A) that are checked
- * afterwards.
+ * finite values of the full range for MAX/MIN. Float16/bfloat16 SUM and AVG also run with
+ * "spread" inputs (mp_red_data_t), whose partial sums are exact in float32 but not in 16 bits,
+ * so that a collective that rounds to 16 bits before the end fails. Results are compared bit
+ * for bit, outputs are poisoned (0xA5) before every call and every buffer carries guard zones
+ * (0x5A) that are checked afterwards.
  *
  * Buffers come in three kinds: registered (the pointer weft_malloc returned), interior (a
  * non-zero, element-aligned offset inside a larger weft_malloc allocation) and unregistered
@@ -49,6 +51,24 @@
 typedef enum { MP_BUF_REGISTERED, MP_BUF_INTERIOR, MP_BUF_UNREGISTERED } mp_buf_kind_t;
 #define MP_NUM_BUF_KINDS 3
 
+/* Inputs of the reductions (mp_ctx_t.red_data). */
+typedef enum {
+    /* Small integers (see mp_red_fill): every partial result is exact in every dtype. */
+    MP_RED_SMALL,
+    /* For float16 and bfloat16 SUM and AVG (mp_red_spread_applies; other pairs take the small
+     * inputs): +-m * 2^(b + e), m a random significand of the dtype's full width (11 or 8 bits),
+     * b a random base per element (the same on every rank), e random in [0, w] per rank with
+     * w = 24 - width - ceil(log2 nranks). Every input is exact in the dtype, every partial sum
+     * of any subset of ranks is a multiple of 2^b below 2^(b + 24), so exact in float32, and the
+     * sum of all ranks is finite in the dtype (float16: b <= -10); but partial sums need up to 24
+     * bits, so a collective that rounds a partial result to 16 bits loses them. The expected
+     * value is the exact sum (AVG: divided by nranks in float32) rounded once to nearest even,
+     * whatever order or tree the library combines ranks in. With 2 ranks a reduction makes one
+     * addition, so rounding it early changes nothing; from 3 ranks, rounding after each addition
+     * gives a different result for about 15-50% of the elements. */
+    MP_RED_SPREAD
+} mp_red_data_t;
+
 typedef struct mp_ctx {
     const char *test;        /* program name: the first word of every message */
     weft_comm_t comm;        /* the open communicator, NULL when none is open */
@@ -63,6 +83,9 @@ typedef struct mp_ctx {
     unsigned fail_lines; /* FAIL lines printed (printing stops after a limit) */
     double start_s;      /* mp_now_s() at mp_init */
     int spans_gpus;      /* 1: the ranks are on several GPUs (set by the GPU harness) */
+    /* Inputs of mp_red_fill / mp_red_check_*: MP_RED_SMALL (mp_init), or MP_RED_SPREAD while a
+     * caller runs its spread cases; mp_case then adds " spread" to the case's description. */
+    mp_red_data_t red_data;
 } mp_ctx_t;
 
 /* A buffer with guard zones. ptr is what the test hands to weft; bytes is its usable size. */
@@ -99,7 +122,8 @@ void mp_comm_close(mp_ctx_t *ctx);
  * process exit status (0 when nothing failed). */
 int mp_finish(mp_ctx_t *ctx);
 
-/* Begin a case: increment ctx->case_id (data of the case derive from it) and describe it. */
+/* Begin a case: increment ctx->case_id (data of the case derive from it) and describe it (with
+ * " spread" appended when ctx->red_data is MP_RED_SPREAD). */
 void mp_case(mp_ctx_t *ctx, const char *fmt, ...) MP_PRINTF(2, 3);
 
 /* Count a check; if cond is false count a failure and print the message. Returns cond. */
@@ -179,7 +203,10 @@ typedef struct mp_large_case {
  * communicator each, opened and closed here): every buffer kind x small count (mp_counts) x dtype
  * (x reduction, with with_ops) that mp_selected keeps, the combo being dt * WEFT_NUM_REDOPS + op
  * (with_ops) or dt, in place and out of place; then, outside quick mode, the nlarge large cases
- * of that mode. */
+ * of that mode. With with_ops, each mode then runs the spread cases (ctx->red_data =
+ * MP_RED_SPREAD, reset to MP_RED_SMALL after): every buffer kind x non-zero small count x the
+ * (dtype, reduction) pairs of mp_red_spread_applies, in place and out of place; and outside quick
+ * mode, in roa mode, float16 AVG at MP_LARGE_COUNT (registered, out of place). */
 void mp_run_grid(mp_ctx_t *ctx, int with_ops, mp_grid_fn run, const mp_large_case_t *large,
                  size_t nlarge);
 
@@ -208,7 +235,11 @@ void mp_check_poison(mp_ctx_t *ctx, const char *what, const void *p, size_t byte
  * Data: reductions. Element i of rank r's input is a function of (seed, case, dtype, op, r, i).
  * ------------------------------------------------------------------------------------------- */
 
-/* Write rank's input elements first .. first+count-1 to dst. */
+/* Whether ctx->red_data == MP_RED_SPREAD gives (dt, op) other inputs than MP_RED_SMALL:
+ * float16 and bfloat16 SUM and AVG. */
+int mp_red_spread_applies(weft_dtype_t dt, weft_redop_t op);
+
+/* Write rank's input elements first .. first+count-1 to dst (inputs of kind ctx->red_data). */
 void mp_red_fill(const mp_ctx_t *ctx, weft_dtype_t dt, weft_redop_t op, int rank, size_t first,
                  size_t count, void *dst);
 
