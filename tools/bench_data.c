@@ -10,6 +10,14 @@
  *   exact limit (dtypes[].limit): SUM adds values below limit/nranks + 1; PROD multiplies +-1
  *   and a single 2; MAX/MIN need no headroom; AVG pairs ranks with +1/-1 around a common base,
  *   so that the sum is exactly nranks * base and the division is exact.
+ * - Except float16 and bfloat16 SUM and AVG, which must add in float32 and round once (weft.h):
+ *   values exact in 16 bits whose partial sums are not, so that a reduction rounding partial sums
+ *   to 16 bits is caught. Integers +-m * 2^e, m of the full significand width p (11 bits for
+ *   half, 8 for bfloat16: m in [2^(p-1), 2^p)), e in [0, w], and any sum of nranks of them below
+ *   2^15 for half (finite) or 2^24 for bfloat16: every partial sum in any order is then exact in
+ *   float32, and the expected value is the exact sum (AVG: divided by nranks in float32) rounded
+ *   once to nearest even. From 3 ranks, rounding after each addition changes 15-50% of the
+ *   elements; with 2 there is one addition, and rounding it early changes nothing.
  * - The expected value of an element is recomputed from every rank's input formula, so checking
  *   needs no communication; a rank counts its own wrong elements.
  *
@@ -122,18 +130,62 @@ void encode(weft_dtype_t dtype, int64_t v, void *dst)
  * Input values and exact results
  * ------------------------------------------------------------------------------------------- */
 
+/* float32 value f as one element of a 16-bit float dtype at dst. */
+static void encode_f32_as_16(weft_dtype_t dtype, float f, void *dst)
+{
+    uint16_t h = dtype == WEFT_FLOAT16 ? half_from_float(f) : bf16_from_float(f);
+    memcpy(dst, &h, sizeof h);
+}
+
 int64_t copy_value(const data_spec_t *spec, int r, size_t i)
 {
     int64_t v = (int64_t)(((size_t)r % COPY_MODULUS) * 31 + (i % COPY_MODULUS) * 7) % COPY_MODULUS;
     return dtypes[spec->dtype].is_signed ? v - COPY_MODULUS / 2 : v;
 }
 
+/* Whether spec's reduction takes the spread 16-bit inputs (see the file comment). */
+static bool spread16(const data_spec_t *spec)
+{
+    return (spec->dtype == WEFT_FLOAT16 || spec->dtype == WEFT_BFLOAT16) &&
+           (spec->op == WEFT_SUM || spec->op == WEFT_AVG);
+}
+
+/* 64-bit mix (splitmix64's finaliser): the spread inputs' pseudo-random choices. */
+static uint64_t mix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+/* Element i of rank r's spread input: +-m * 2^e with n * 2^p * 2^w <= 2^bits (the file comment);
+ * past 16 ranks (half) or 2^16 (bfloat16) m narrows to keep the bound. */
+static int64_t spread_input(const data_spec_t *spec, int r, size_t i)
+{
+    int p = spec->dtype == WEFT_FLOAT16 ? 11 : 8, bits = spec->dtype == WEFT_FLOAT16 ? 15 : 24;
+    int lg = 0;
+    while (lg < 30 && (1L << lg) < (long)spec->nranks)
+        lg++;
+    int q = bits - lg < p ? bits - lg : p; /* width of m */
+    if (q < 1)
+        q = 1;
+    int w = bits - lg - q > 0 ? bits - lg - q : 0;
+    uint64_t h = mix64(mix64((uint64_t)r) ^ (uint64_t)i);
+    int64_t half = (int64_t)1 << (q - 1);
+    int64_t m = half + (int64_t)((h >> 32) % (uint64_t)half);
+    int64_t v = m << (int)((h >> 8) % (uint64_t)(w + 1));
+    return (h & 1) ? -v : v;
+}
+
 /* Element i of rank r's input to a reduction: every partial result of any order stays within
- * the dtype's exact limit (see the file comment). */
+ * the dtype's exact limit, or for spread16 within float32's (see the file comment). */
 static int64_t reduce_input(const data_spec_t *spec, int r, size_t i)
 {
     const dtype_info_t *dt = &dtypes[spec->dtype];
     int64_t n = spec->nranks, lim = dt->limit;
+    if (spread16(spec))
+        return spread_input(spec, r, i);
     switch (spec->op) {
     case WEFT_SUM: {
         int64_t m = lim / n + 1 < REDUCE_MODULUS ? lim / n + 1 : REDUCE_MODULUS;
@@ -158,7 +210,7 @@ static int64_t reduce_input(const data_spec_t *spec, int r, size_t i)
     return 0;
 }
 
-/* The exact reduction over all ranks of element i. */
+/* The exact reduction over all ranks of element i (spread16 AVG: the exact sum, undivided). */
 static int64_t reduce_expected(const data_spec_t *spec, size_t i)
 {
     int64_t acc = reduce_input(spec, 0, i);
@@ -180,7 +232,19 @@ static int64_t reduce_expected(const data_spec_t *spec, size_t i)
             break;
         }
     }
+    if (spread16(spec))
+        return acc;
     return spec->op == WEFT_AVG ? acc / spec->nranks : acc; /* divisible by construction */
+}
+
+/* The expected element i of a reduction's result, written at dst. */
+static void reduce_expected_elem(const data_spec_t *spec, size_t i, void *dst)
+{
+    int64_t acc = reduce_expected(spec, i);
+    if (spread16(spec) && spec->op == WEFT_AVG) /* the float32 sum (exact) / n, in float32 */
+        encode_f32_as_16(spec->dtype, (float)acc / (float)spec->nranks, dst);
+    else
+        encode(spec->dtype, acc, dst);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -282,38 +346,37 @@ uint64_t verify(const data_spec_t *spec, coll_t coll, size_t total, bool inplace
     }
     uint64_t wrong = 0;
     for (size_t k = 0; k < out_count; k++) {
-        int64_t want = 0;
+        unsigned char want[8];
         switch (coll) {
         case COLL_ALL_REDUCE:
-            want = reduce_expected(spec, k);
+            reduce_expected_elem(spec, k, want);
             break;
         case COLL_REDUCE_SCATTER:
-            want = reduce_expected(spec, (size_t)me * per + k);
+            reduce_expected_elem(spec, (size_t)me * per + k, want);
             break;
         case COLL_ALL_GATHER:
-            want = copy_value(spec, (int)(k / per), k % per);
+            encode(spec->dtype, copy_value(spec, (int)(k / per), k % per), want);
             break;
         case COLL_BROADCAST:
-            want = copy_value(spec, spec->root, k);
+            encode(spec->dtype, copy_value(spec, spec->root, k), want);
             break;
         case COLL_ALL_TO_ALL:
-            want = copy_value(spec, (int)(k / per), (size_t)me * per + k % per);
+            encode(spec->dtype, copy_value(spec, (int)(k / per), (size_t)me * per + k % per), want);
             break;
         case COLL_ALL_TO_ALLV: {
             int p = 0;
             while (p + 1 < n && layout->rdispls[p + 1] <= k)
                 p++;
             size_t j = k - layout->rdispls[p];
-            want = copy_value(spec, p, a2av_sdispl(per, n, p, me) + j);
+            encode(spec->dtype, copy_value(spec, p, a2av_sdispl(per, n, p, me) + j), want);
             break;
         }
         case COLL_BARRIER:
         case NUM_COLLS:
+            encode(spec->dtype, 0, want);
             break;
         }
-        unsigned char bytes[8];
-        encode(spec->dtype, want, bytes);
-        if (memcmp(out + k * es, bytes, es) != 0)
+        if (memcmp(out + k * es, want, es) != 0)
             wrong++;
     }
     return wrong;

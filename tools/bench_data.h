@@ -2,9 +2,11 @@
  * bench_data.h - weft-bench's exactly verifiable data: what each rank's inputs are, and what the
  * right answer of each collective is.
  *
- * Every value is a small integer, stored exactly in every dtype (16-bit floats included), and
- * chosen so that every partial result of a reduction, in any order of combination, stays exact:
- * a verified call can then be compared with its expected result bit for bit. Nothing here calls
+ * Every value is an integer, stored exactly in every dtype (16-bit floats included), and chosen
+ * so that every partial result of a reduction, in any order of combination, stays exact in the
+ * type the reduction computes in (float32 for the 16-bit floats, whose SUM and AVG inputs are
+ * chosen so that their partial sums are not exact in 16 bits): a verified call can then be
+ * compared with its expected result bit for bit. Nothing here calls
  * weft or touches a device; the buffers are host memory. Pure computation: thread-safe.
  */
 #ifndef WEFT_TOOLS_BENCH_DATA_H
