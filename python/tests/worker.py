@@ -11,7 +11,8 @@ weft.torch.use_weft_allocator), torch-cuda-hostcomm (host backend with CUDA tens
 cases that expect that to be refused). GPU-only cases live in cases_gpu.py.
 
 Inputs are exact in every dtype (small integers, or multiples of 1/8 for min/max), so results
-are compared exactly; every rank generates every rank's inputs from (seed, case, rank) and so
+are compared exactly (float16/bfloat16 sum and avg: exact in float32, which they add in, but not
+in 16 bits; see spread16); every rank generates every rank's inputs from (seed, case, rank) and so
 knows the expected output. Outputs are poisoned first and framed by guard regions that must
 keep their poison. A failed check is recorded and the case goes on, so that every rank still
 makes the same sequence of calls.
@@ -219,9 +220,30 @@ class Ctx:
 # -- inputs and expected values ---------------------------------------------------------------
 
 
+# float16 and bfloat16 sum and avg add in float32 and round once (weft.h), which small integers
+# cannot tell from adding in 16 bits. Their inputs are +-m * 2^e, m of the full significand width
+# p (m in [2^(p-1), 2^p)), e in [0, w], w such that a sum of up to 8 of them stays below 2^15
+# (float16: finite) or 2^24 (bfloat16): every partial sum, in any order, is exact in float32 but
+# needs more than p bits, so from 3 ranks a reduction that rounds partial sums to 16 bits gets
+# 15-50% of the elements wrong (2 ranks add once: rounding early changes nothing). dtype: (p, w).
+SPREAD16 = {"float16": (11, 1), "bfloat16": (8, 13)}
+
+
+def spread16(rng, count, dtype):
+    """count spread inputs of a 16-bit float dtype (see SPREAD16), as float64."""
+    p, w = SPREAD16[dtype]
+    m = rng.integers(1 << (p - 1), 1 << p, size=count)
+    e = rng.integers(0, w + 1, size=count)
+    sign = rng.choice(np.array([-1, 1]), size=count)
+    return (sign * m * 2.0**e).astype(np.float64)
+
+
 def gen_values(rng, count, dtype, op):
-    """count values exact in dtype whose reduction by op over up to 8 ranks is exact too."""
+    """count values exact in dtype whose reduction by op over up to 8 ranks is exact too (in
+    float32 for float16/bfloat16 sum and avg, which reduce in float32)."""
     unsigned = dtype.startswith("uint")
+    if op in ("sum", "avg") and dtype in SPREAD16:
+        return spread16(rng, count, dtype)
     if op in ("sum", "avg"):
         lo = 0 if unsigned else -3
         return rng.integers(lo, 4, size=count).astype(np.float64)
