@@ -5,7 +5,9 @@
  * interior and cuda (cudaMalloc: the staged path) buffers:
  *   all_reduce, reduce_scatter  every dtype x reduction (the buffer kinds of a mode share out
  *                               the 50 combinations, so each kind and each mode sees all of
- *                               them), in place and out of place;
+ *                               them), in place and out of place; then float16 and bfloat16
+ *                               SUM and AVG again with spread inputs (harness.h: partial sums
+ *                               exact in float32, not in 16 bits) on every kind;
  *   all_gather, all_to_all      every dtype (shared out likewise), all_gather in place too;
  *   broadcast                   every root, in place and out of place (non-roots pass NULL as
  *                               sendbuf in every other case);
@@ -19,7 +21,8 @@
  *                               no rank's stream may leave before the last one entered; then
  *                               barriers back to back.
  * at counts {0, 1, n+1, 4099}, then a subset at 1M+3 and 64M/esize+5 elements (fresh
- * allocations; two-shot all-reduce from 3 ranks; staging scratch growth).
+ * allocations; two-shot all-reduce from 3 ranks; staging scratch growth), spread 16-bit sums
+ * among them.
  *
  * Every call goes to one non-blocking stream; its output is poisoned (cudaMemsetAsync 0xA5)
  * first, its buffers carry guard zones, and after cudaStreamSynchronize the whole region comes
@@ -504,6 +507,13 @@ static const large_case_t large_cases[] = {
     {WEFT_REGISTRATION_STAGED, L_ALL_TO_ALL, GPU_BUF_INTERIOR, 0, WEFT_BFLOAT16, WEFT_SUM, 0, 0},
 };
 
+/* Large float16/bfloat16 SUM and AVG cases with spread inputs (MP_RED_SPREAD), one per mode. */
+static const large_case_t spread_large_cases[] = {
+    {WEFT_REGISTRATION_ROA, L_ALL_REDUCE, GPU_BUF_WEFT, 0, WEFT_FLOAT16, WEFT_SUM, 0, 0},
+    {WEFT_REGISTRATION_JIT, L_REDUCE_SCATTER, GPU_BUF_INTERIOR, 1, WEFT_BFLOAT16, WEFT_AVG, 0, 0},
+    {WEFT_REGISTRATION_STAGED, L_ALL_REDUCE, GPU_BUF_CUDA, 1, WEFT_BFLOAT16, WEFT_SUM, 0, 0},
+};
+
 static void run_large(gpu_ctx_t *g, const large_case_t *lc)
 {
     int n = g->mp.nranks;
@@ -550,6 +560,31 @@ static size_t small_counts(const mp_ctx_t *ctx, size_t *out)
 static int place_selected(const mp_ctx_t *ctx, int inplace, unsigned salt)
 {
     return !ctx->quick || inplace == (int)(salt % 2);
+}
+
+/* The pairs of mp_red_spread_applies (float16/bfloat16 SUM and AVG) with spread inputs: every
+ * kind, the non-zero small counts, all_reduce and reduce_scatter in both placements (quick:
+ * one, alternating). */
+static void run_spread(gpu_ctx_t *g, const pool_t *pool, const size_t *counts, size_t ncounts)
+{
+    mp_ctx_t *ctx = &g->mp;
+    ctx->red_data = MP_RED_SPREAD;
+    for (int kind = 0; kind < GPU_NUM_BUF_KINDS; kind++)
+        for (size_t c = 0; c < ncounts; c++)
+            for (int dt = 0; counts[c] > 0 && dt < WEFT_NUM_DTYPES; dt++)
+                for (int op = 0; op < WEFT_NUM_REDOPS; op++) {
+                    if (!mp_red_spread_applies((weft_dtype_t)dt, (weft_redop_t)op))
+                        continue;
+                    for (int ip = 0; ip < 2; ip++) {
+                        if (!place_selected(ctx, ip, (unsigned)(dt + op + kind + (int)c)))
+                            continue;
+                        run_all_reduce(g, pool, (gpu_buf_kind_t)kind, counts[c], (weft_dtype_t)dt,
+                                       (weft_redop_t)op, ip);
+                        run_reduce_scatter(g, pool, (gpu_buf_kind_t)kind, counts[c],
+                                           (weft_dtype_t)dt, (weft_redop_t)op, ip);
+                    }
+                }
+    ctx->red_data = MP_RED_SMALL;
 }
 
 static void run_mode(gpu_ctx_t *g, weft_registration_t reg)
@@ -599,12 +634,18 @@ static void run_mode(gpu_ctx_t *g, weft_registration_t reg)
             run_all_to_allv(g, &pool, k, (mp_a2av_pattern_t)pat, (weft_dtype_t)dt);
         }
     }
+    run_spread(g, &pool, counts, ncounts);
     barriers(g);
     pool_destroy(g, &pool);
     if (!ctx->quick) {
         for (size_t i = 0; i < sizeof large_cases / sizeof large_cases[0]; i++)
             if (large_cases[i].reg == reg)
                 run_large(g, &large_cases[i]);
+        ctx->red_data = MP_RED_SPREAD;
+        for (size_t i = 0; i < sizeof spread_large_cases / sizeof spread_large_cases[0]; i++)
+            if (spread_large_cases[i].reg == reg)
+                run_large(g, &spread_large_cases[i]);
+        ctx->red_data = MP_RED_SMALL;
         int dt = (int)(reg * 3 + 2) % WEFT_NUM_DTYPES;
         run_all_to_allv(g, NULL, (gpu_buf_kind_t)((reg + 1) % GPU_NUM_BUF_KINDS), MP_A2AV_HUGE,
                         (weft_dtype_t)dt);
