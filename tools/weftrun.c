@@ -23,9 +23,12 @@
  * those too. Each rank also has PR_SET_PDEATHSIG = SIGKILL, so no rank outlives weftrun even if
  * weftrun itself is killed with SIGKILL.
  *
- * Exit status: 0 when every rank exits 0; otherwise the first failure's: a rank's exit code, or
- * 128 + the signal that killed it, or 128 + the signal weftrun received if that came first.
- * 2 for a usage error, 1 if the job could not be started.
+ * Exit status: 0 when every rank exits 0; 77 (skipped, as CTest reads it) only when every rank
+ * exits 77; otherwise the first failure's, a skip (exit 77) not counting as one: a rank's exit
+ * code, or 128 + the signal that killed it, or 128 + the signal weftrun received if that came
+ * first; 137 for a rank killed after the grace period that followed another rank's skip; 1 when
+ * some ranks skipped and the others exited 0 (a partial skip is no skip). 2 for a usage error,
+ * 1 if the job could not be started.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -53,6 +56,8 @@
 #define WEFTRUN_SECRET_BYTES 16
 #define WEFTRUN_EXIT_USAGE 2
 #define WEFTRUN_EXIT_START 1
+#define WEFTRUN_EXIT_SKIP 77 /* a rank that skipped its test (CTest's SKIP_RETURN_CODE) */
+#define WEFTRUN_EXIT_PARTIAL_SKIP 1
 
 typedef struct rank_proc {
     pid_t pid;
@@ -67,7 +72,8 @@ typedef struct job {
     double grace_s;
     uint64_t kill_at_ns; /* UINT64_MAX: no grace period is running */
     int killed;          /* SIGKILL has been sent to the survivors */
-    int exit_code;       /* of the first failure; 0 while there is none */
+    int exit_code;       /* of the first failure (a skip is none); 0 while there is none */
+    int skipped;         /* ranks that exited WEFTRUN_EXIT_SKIP */
     int signals;         /* termination signals received */
 } job_t;
 
@@ -93,8 +99,9 @@ static void print_help(void)
            "  -h, --help   print this help\n"
            "\n"
            "SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every rank; a second one\n"
-           "kills them. Exit status: 0 if every rank exits 0, else the first failing rank's\n"
-           "exit code or 128+signal; 2 for a usage error.\n",
+           "kills them. Exit status: 0 if every rank exits 0; 77 (skipped) if every rank\n"
+           "exits 77; else the first failing rank's exit code or 128+signal, a rank's 77 not\n"
+           "counting as a failure (1 if the others exited 0); 2 for a usage error.\n",
            WEFTRUN_MAX_RANKS, weft_config_get()->run_grace_s);
 }
 
@@ -290,14 +297,26 @@ static void reap(job_t *job)
             code = WEXITSTATUS(status);
             if (code == 0)
                 continue;
+            if (code == WEFTRUN_EXIT_SKIP) {
+                /* Not a failure by itself; the others may wait for this rank, so the grace
+                 * period starts as for a failure. */
+                fprintf(stderr, "weftrun: rank %d (pid %d) skipped (exit code %d)\n", r, (int)pid,
+                        code);
+                job->skipped++;
+                start_grace(job);
+                continue;
+            }
             fprintf(stderr, "weftrun: rank %d (pid %d) exited with code %d\n", r, (int)pid, code);
         } else {
             int sig = WTERMSIG(status);
             code = 128 + sig;
-            if (job->killed && sig == SIGKILL)
-                continue; /* killed by weftrun */
-            fprintf(stderr, "weftrun: rank %d (pid %d) was killed by signal %d (%s)\n", r, (int)pid,
-                    sig, strsignal(sig));
+            /* Killed by weftrun: after a failure, which decides the exit status, or after a
+             * skip, when this rank did not skip and so fails the job. */
+            if (job->killed && sig == SIGKILL && job->exit_code != 0)
+                continue;
+            fprintf(stderr, "weftrun: rank %d (pid %d) was killed by signal %d (%s)%s\n", r,
+                    (int)pid, sig, strsignal(sig),
+                    job->killed && sig == SIGKILL ? " after the grace period" : "");
         }
         if (job->exit_code == 0)
             job->exit_code = code;
@@ -361,6 +380,20 @@ static void kill_leftovers(void)
         continue;
 }
 
+/* The exit status of a job whose ranks have all been reaped (see the top of the file). */
+static int job_status(const job_t *job)
+{
+    if (job->exit_code != 0 || job->skipped == 0)
+        return job->exit_code;
+    if (job->skipped == job->nranks)
+        return WEFTRUN_EXIT_SKIP;
+    fprintf(stderr,
+            "weftrun: %d of %d rank(s) skipped (exit code %d) and the others exited 0: a partial "
+            "skip is a failure\n",
+            job->skipped, job->nranks, WEFTRUN_EXIT_SKIP);
+    return WEFTRUN_EXIT_PARTIAL_SKIP;
+}
+
 /* Wait until every rank has been reaped. */
 static int wait_job(job_t *job, int sfd)
 {
@@ -392,7 +425,7 @@ static int wait_job(job_t *job, int sfd)
         for (ssize_t i = 0; got > 0 && i < got / (ssize_t)sizeof si[0]; i++)
             on_signal(job, &si[i]);
     }
-    return job->exit_code;
+    return job_status(job);
 }
 
 int main(int argc, char **argv)

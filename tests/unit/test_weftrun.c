@@ -201,6 +201,35 @@ static void test_rank_sigkill(void)
     CHECK(dt > 0.4 && dt < 4.0, "weftrun took %.3f s with a grace of 0.5 s", dt);
 }
 
+/* Exit code 77 (a skipped test) is the job's only when every rank skipped: a rank that fails,
+ * dies of a signal or is killed after the grace period wins over another's skip, and a partial
+ * skip (the others exit 0) is a failure (1). The skipping rank exits first. */
+static void test_skip(void)
+{
+    static const struct {
+        const char *name;
+        const char *other; /* what rank 1 does */
+        int want;
+    } cases[] = {
+        {"every rank skips", "exit 77", 77},
+        {"rank 1 fails", "sleep 0.2; exit 3", 3},
+        {"rank 1 crashes", "sleep 0.2; kill -SEGV $$", 128 + SIGSEGV},
+        {"rank 1 passes", "sleep 0.2; exit 0", 1},
+        {"rank 1 hangs", "exec sleep 30", 128 + SIGKILL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char script[512];
+        snprintf(script, sizeof script, "if [ \"$WEFT_RANK\" = 0 ]; then exit 77; fi; %s",
+                 cases[i].other);
+        const char *args[] = {"--grace", "0.5", "-n", "2", "sh", "-c", script, NULL};
+        double dt;
+        int rc = run(args, &dt);
+        CHECK(rc == cases[i].want, "skip: rank 0 exits 77, %s (%s): weftrun exit %d, expected %d",
+              cases[i].name, cases[i].other, rc, cases[i].want);
+        CHECK(dt < 4.0, "skip: %s: weftrun took %.3f s", cases[i].name, dt);
+    }
+}
+
 /* Split a file of lines into fields; returns the number of lines read. */
 static int read_lines(const char *path, char lines[][80], int max)
 {
@@ -521,6 +550,7 @@ int main(void)
     test_usage();
     test_failure_grace();
     test_rank_sigkill();
+    test_skip();
     char secret1[80] = "", secret2[80] = "";
     test_env("env1", secret1);
     test_env("env2", secret2);
