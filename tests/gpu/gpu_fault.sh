@@ -5,7 +5,8 @@
 #
 # Runs `WEFTRUN --grace 20 -n NRANKS -- PROG PROG_ARGS...` with TMPDIR pointing to a fresh
 # private directory, prints its output, and exits
-#   77 when every rank skipped (no CUDA device: the ranks print "SKIP: ..." and exit 77);
+#   77 when every rank skipped (no CUDA device: the ranks print "SKIP: ..." and exit 77):
+#      weftrun exited 77 and exactly NRANKS lines start with "SKIP:";
 #   0  when weftrun exited 137 (the victim's SIGKILL), exactly NRANKS - 1 lines read
 #      "PASS <prog> rank=...", none reads "FAIL", the private TMPDIR is empty and no new entry
 #      of /tmp or /dev/shm has "weft" in its name;
@@ -37,17 +38,21 @@ rc=$?
 end=$(date +%s)
 cat "$work/out"
 
-if [ "$rc" -eq 77 ] && grep -q "^SKIP:" "$work/out"; then
-    echo "gpu_fault.sh: $what: skipped"
-    rm -rf "$work"
-    exit 77
-fi
-
 status=0
 fail() {
     echo "gpu_fault.sh: FAIL $what: $1"
     status=1
 }
+
+skips=$(grep -c "^SKIP:" "$work/out")
+if [ "$rc" -eq 77 ] && [ "$skips" -eq "$nranks" ]; then
+    echo "gpu_fault.sh: $what: skipped"
+    rm -rf "$work"
+    exit 77
+fi
+if [ "$rc" -eq 77 ] || [ "$skips" -ne 0 ]; then
+    fail "weftrun exited $rc with $skips SKIP lines: a skip needs exit 77 and one per rank ($nranks)"
+fi
 
 [ "$rc" -eq 137 ] || fail "weftrun exited $rc, expected 137 (the victim's SIGKILL)"
 want=$((nranks - 1))

@@ -194,14 +194,21 @@ void gpu_init(gpu_ctx_t *g, const char *test)
     ctx->rank = -1;
     snprintf(ctx->where, sizeof ctx->where, "set-up");
 
+    /* Skip only where there is no device to test (none, or no driver that can run this
+     * runtime); any other error of a machine that has one (a broken installation, a busy or
+     * lost device) is a failure, not a skip. */
     int ndev = 0;
     cudaError_t err = cudaGetDeviceCount(&ndev);
-    if (err != cudaSuccess || ndev < 1) {
+    if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver ||
+        (err == cudaSuccess && ndev < 1)) {
         printf("SKIP: no CUDA device (%s)\n",
                err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount found none");
         fflush(stdout);
         exit(GPU_SKIP_EXIT);
     }
+    if (err != cudaSuccess)
+        mp_fatal(ctx, "cudaGetDeviceCount: %s (%s)", cudaGetErrorName(err),
+                 cudaGetErrorString(err));
     ctx->quick = env_flag("GPU_TEST_QUICK") || env_flag("WEFT_TEST_QUICK");
     uint64_t seed_env = 0;
     int have_env = env_u64("WEFT_TEST_SEED", &seed_env);

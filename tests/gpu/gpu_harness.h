@@ -75,11 +75,12 @@ typedef struct gpu_buf {
  * Set-up, communicators, streams
  * ------------------------------------------------------------------------------------------- */
 
-/* Start a test: skip (exit 77) without a CUDA device; line-buffer stdout; read the test
- * variables; open a CUDA-backend communicator, make this thread use the device weft selected
- * (found from a weft_malloc pointer), create the stream; agree on the seed (rank 0 draws it or
- * takes WEFT_TEST_SEED, weft_broadcast through device memory, checked with MIN/MAX all-reduces);
- * destroy that communicator. Exits 1 on failure. */
+/* Start a test: skip (exit 77) without a CUDA device (cudaGetDeviceCount finds none, or returns
+ * cudaErrorNoDevice or cudaErrorInsufficientDriver; any other error fails); line-buffer stdout;
+ * read the test variables; open a CUDA-backend communicator, make this thread use the device weft
+ * selected (found from a weft_malloc pointer), create the stream; agree on the seed (rank 0 draws
+ * it or takes WEFT_TEST_SEED, weft_broadcast through device memory, checked with MIN/MAX
+ * all-reduces); destroy that communicator. Exits 1 on failure. */
 void gpu_init(gpu_ctx_t *g, const char *test);
 
 /* Open g->mp.comm on the CUDA backend in registration mode reg (other fields: the defaults, so
