@@ -21,14 +21,19 @@
  * rank leaves behind (a background process, or the program a wrapper script ran when the
  * script was killed) becomes weftrun's child; once every rank is reaped, weftrun kills and reaps
  * those too. Each rank also has PR_SET_PDEATHSIG = SIGKILL, so no rank outlives weftrun even if
- * weftrun itself is killed with SIGKILL.
+ * weftrun itself is killed with SIGKILL. A process SIGKILL does not end (one in uninterruptible
+ * sleep in a driver, or a zombie a tracer holds) could keep weftrun waiting forever: after each
+ * SIGKILL weftrun waits at most the kill wait (--kill-wait, 10 s by default) for the processes it
+ * killed to be reaped, then names those still there and gives up on them.
  *
  * Exit status: 0 when every rank exits 0; 77 (skipped, as CTest reads it) only when every rank
  * exits 77; otherwise the first failure's, a skip (exit 77) not counting as one: a rank's exit
  * code, or 128 + the signal that killed it, or 128 + the signal weftrun received if that came
  * first; 137 for a rank killed after the grace period that followed another rank's skip; 1 when
- * some ranks skipped and the others exited 0 (a partial skip is no skip). 2 for a usage error,
- * 1 if the job could not be started.
+ * some ranks skipped and the others exited 0 (a partial skip is no skip). A rank still not
+ * reaped at the end of the kill wait leaves the first failure's status, or 137 after a skip; a
+ * left-behind process still not reaped at the end of its kill wait turns a 0 or 77 into 1.
+ * 2 for a usage error, 1 if the job could not be started.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -47,6 +52,7 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "util/clock.h"
@@ -58,6 +64,10 @@
 #define WEFTRUN_EXIT_START 1
 #define WEFTRUN_EXIT_SKIP 77 /* a rank that skipped its test (CTest's SKIP_RETURN_CODE) */
 #define WEFTRUN_EXIT_PARTIAL_SKIP 1
+#define WEFTRUN_EXIT_UNREAPED 1  /* a left-behind process could not be reaped */
+#define WEFTRUN_KILL_WAIT_S 10.0 /* default of --kill-wait */
+/* 10 ms: how often waitpid is polled where no wait on the signalfd is possible. */
+#define WEFTRUN_REAP_POLL_NS 10000000
 
 typedef struct rank_proc {
     pid_t pid;
@@ -72,12 +82,22 @@ typedef struct job {
     double grace_s;
     uint64_t kill_at_ns; /* UINT64_MAX: no grace period is running */
     int killed;          /* SIGKILL has been sent to the survivors */
+    double kill_wait_s;  /* how long killed ranks get to be reaped */
+    uint64_t reap_by_ns; /* once killed: when weftrun gives up on ranks not reaped */
     int exit_code;       /* of the first failure (a skip is none); 0 while there is none */
     int skipped;         /* ranks that exited WEFTRUN_EXIT_SKIP */
     int signals;         /* termination signals received */
 } job_t;
 
-#define WEFTRUN_USAGE "usage: weftrun -n N [--grace S] [--] prog [args...]\n"
+#define WEFTRUN_USAGE "usage: weftrun -n N [--grace S] [--kill-wait S] [--] prog [args...]\n"
+
+/* The command line. */
+typedef struct run_opts {
+    int nranks;
+    double grace_s;     /* --grace */
+    double kill_wait_s; /* --kill-wait */
+    int prog_index;     /* argv index of prog */
+} run_opts_t;
 
 static void usage_short(void)
 {
@@ -93,29 +113,43 @@ static void print_help(void)
            "LOCAL_WORLD_SIZE, MASTER_ADDR/WEFT_MASTER_ADDR=127.0.0.1, MASTER_PORT/\n"
            "WEFT_MASTER_PORT=<a free port>, WEFT_JOB_SECRET=<32 random hex digits>.\n"
            "\n"
-           "  -n N         number of ranks (1 to %d)\n"
-           "  --grace S    seconds the other ranks get to exit after one fails, before\n"
-           "               they are killed (default: WEFT_RUN_GRACE_S, now %g)\n"
-           "  -h, --help   print this help\n"
+           "  -n N            number of ranks (1 to %d)\n"
+           "  --grace S       seconds the other ranks get to exit after one fails, before\n"
+           "                  they are killed (default: WEFT_RUN_GRACE_S, now %g)\n"
+           "  --kill-wait S   seconds killed processes get to be reaped, before weftrun\n"
+           "                  names those still there and gives up on them (default %g)\n"
+           "  -h, --help      print this help\n"
            "\n"
            "SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every rank; a second one\n"
            "kills them. Exit status: 0 if every rank exits 0; 77 (skipped) if every rank\n"
            "exits 77; else the first failing rank's exit code or 128+signal, a rank's 77 not\n"
            "counting as a failure (1 if the others exited 0); 2 for a usage error.\n",
-           WEFTRUN_MAX_RANKS, weft_config_get()->run_grace_s);
+           WEFTRUN_MAX_RANKS, weft_config_get()->run_grace_s, WEFTRUN_KILL_WAIT_S);
 }
 
-/* Parse the command line. Returns 0 and sets *prog_index; -1 after printing --help; or
- * WEFTRUN_EXIT_USAGE after printing what is wrong. */
-static int parse_args(int argc, char **argv, int *nranks, double *grace_s, int *prog_index)
+/* Seconds >= 0 from an option's value; -1 if it is not one. */
+static double parse_seconds(const char *s)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0' || errno != 0 || !isfinite(v) || v < 0)
+        return -1;
+    return v;
+}
+
+/* Parse the command line into *o. Returns 0; -1 after printing --help; or WEFTRUN_EXIT_USAGE
+ * after printing what is wrong. */
+static int parse_args(int argc, char **argv, run_opts_t *o)
 {
     static const struct option longopts[] = {
         {"help", no_argument, NULL, 'h'},
         {"grace", required_argument, NULL, 'g'},
+        {"kill-wait", required_argument, NULL, 'k'},
         {NULL, 0, NULL, 0},
     };
-    *nranks = 0;
-    *grace_s = weft_config_get()->run_grace_s;
+    *o =
+        (run_opts_t){.grace_s = weft_config_get()->run_grace_s, .kill_wait_s = WEFTRUN_KILL_WAIT_S};
     int opt;
     /* "+": stop at the first non-option, so prog's own options are left alone. */
     while ((opt = getopt_long(argc, argv, "+hn:", longopts, NULL)) != -1) {
@@ -132,24 +166,25 @@ static int parse_args(int argc, char **argv, int *nranks, double *grace_s, int *
                         WEFTRUN_MAX_RANKS);
                 return WEFTRUN_EXIT_USAGE;
             }
-            *nranks = (int)v;
+            o->nranks = (int)v;
             break;
         }
-        case 'g': {
-            errno = 0;
-            double v = strtod(optarg, &end);
-            if (end == optarg || *end != '\0' || errno != 0 || !isfinite(v) || v < 0) {
-                fprintf(stderr, "weftrun: --grace %s: expected seconds >= 0\n", optarg);
+        case 'g':
+        case 'k': {
+            double v = parse_seconds(optarg);
+            if (v < 0) {
+                fprintf(stderr, "weftrun: --%s %s: expected seconds >= 0\n",
+                        opt == 'g' ? "grace" : "kill-wait", optarg);
                 return WEFTRUN_EXIT_USAGE;
             }
-            *grace_s = v;
+            *(opt == 'g' ? &o->grace_s : &o->kill_wait_s) = v;
             break;
         }
         default: /* getopt_long printed what is wrong */
             return WEFTRUN_EXIT_USAGE;
         }
     }
-    if (*nranks == 0) {
+    if (o->nranks == 0) {
         fprintf(stderr, "weftrun: -n N is required\n");
         return WEFTRUN_EXIT_USAGE;
     }
@@ -157,7 +192,7 @@ static int parse_args(int argc, char **argv, int *nranks, double *grace_s, int *
         fprintf(stderr, "weftrun: no program to run\n");
         return WEFTRUN_EXIT_USAGE;
     }
-    *prog_index = optind;
+    o->prog_index = optind;
     return 0;
 }
 
@@ -277,6 +312,7 @@ static void kill_survivors(job_t *job, const char *why)
     fprintf(stderr, "weftrun: %s: killing %d rank(s) still running\n", why, job->running);
     signal_running(job, SIGKILL);
     job->killed = 1;
+    job->reap_by_ns = weft_deadline_after_s(job->kill_wait_s);
 }
 
 /* Reap every exited rank and act on failures. */
@@ -346,9 +382,16 @@ static void on_signal(job_t *job, const struct signalfd_siginfo *si)
     start_grace(job);
 }
 
-/* Send SIGKILL to every child listed in /proc (zombies included). Returns how many were listed,
- * 0 also when the list cannot be read. */
-static int kill_children(void)
+static void sleep_poll(void)
+{
+    struct timespec ts = {0, WEFTRUN_REAP_POLL_NS};
+    nanosleep(&ts, NULL);
+}
+
+/* Send SIGKILL to every child listed in /proc (zombies included); with give_up_s >= 0, name each
+ * as one weftrun gives up on after that many seconds. Returns how many were listed, 0 also when
+ * the list cannot be read. */
+static int kill_children(double give_up_s)
 {
     char path[64];
     snprintf(path, sizeof path, "/proc/self/task/%d/children", (int)getpid());
@@ -358,26 +401,42 @@ static int kill_children(void)
     int pid, n = 0;
     while (fscanf(f, "%d", &pid) == 1) {
         kill(pid, SIGKILL);
+        if (give_up_s >= 0)
+            fprintf(stderr,
+                    "weftrun: process %d the ranks left behind is still not reaped %g s after "
+                    "SIGKILL; giving up on it\n",
+                    pid, give_up_s);
         n++;
     }
     fclose(f);
     return n;
 }
 
-/* Kill and reap the processes the ranks left behind (re-parented to weftrun, the subreaper).
- * Each round kills every child, then reaps one; a child's own orphans join the next round. */
-static void kill_leftovers(void)
+/* Kill and reap the processes the ranks left behind (re-parented to weftrun, the subreaper),
+ * for at most wait_s. Each round kills every child, then reaps those that exited; a child's own
+ * orphans join the next round. waitpid is polled (every 10 ms) rather than blocking, so a process
+ * that SIGKILL does not end cannot hold weftrun. Returns how many children were still there at
+ * the end of wait_s (each named on stderr), 0 when all are reaped. */
+static int kill_leftovers(double wait_s)
 {
-    int n = kill_children();
+    int n = kill_children(-1);
     if (n > 0)
         fprintf(stderr, "weftrun: killing %d process(es) the ranks left behind\n", n);
+    uint64_t give_up_at = weft_deadline_after_s(wait_s);
     while (n > 0) {
-        if (waitpid(-1, NULL, 0) < 0 && errno != EINTR)
-            break;
-        n = kill_children();
+        pid_t pid = waitpid(-1, NULL, WNOHANG);
+        if (pid < 0 && errno != EINTR)
+            break; /* ECHILD: none left */
+        if (pid == 0) {
+            if (weft_now_ns() >= give_up_at)
+                return kill_children(wait_s);
+            sleep_poll();
+        }
+        n = kill_children(-1);
     }
     while (waitpid(-1, NULL, WNOHANG) > 0)
         continue;
+    return 0;
 }
 
 /* The exit status of a job whose ranks have all been reaped (see the top of the file). */
@@ -394,28 +453,51 @@ static int job_status(const job_t *job)
     return WEFTRUN_EXIT_PARTIAL_SKIP;
 }
 
-/* Wait until every rank has been reaped. */
+/* The end of the kill wait with ranks still not reaped: name them and give up on them. Returns
+ * the job's exit status: its first failure's, or 128 + SIGKILL when only skips came before. */
+static int give_up(const job_t *job)
+{
+    for (int r = 0; r < job->nranks; r++)
+        if (job->ranks[r].running)
+            fprintf(stderr,
+                    "weftrun: rank %d (pid %d) is still not reaped %g s after SIGKILL "
+                    "(uninterruptible sleep, or held by a tracer?); giving up on it\n",
+                    r, (int)job->ranks[r].pid, job->kill_wait_s);
+    return job->exit_code != 0 ? job->exit_code : 128 + SIGKILL;
+}
+
+/* Wait until every rank has been reaped, or the kill wait after SIGKILL has ended. */
 static int wait_job(job_t *job, int sfd)
 {
     while (job->running > 0) {
+        /* The grace period before SIGKILL, then the kill wait after it. */
+        uint64_t deadline = job->killed ? job->reap_by_ns : job->kill_at_ns;
         int timeout_ms = -1;
-        if (job->kill_at_ns != UINT64_MAX && !job->killed) {
+        if (deadline != UINT64_MAX) {
             uint64_t now = weft_now_ns();
-            if (now >= job->kill_at_ns) {
+            if (now >= deadline) {
+                if (job->killed)
+                    return give_up(job);
                 kill_survivors(job, "grace period over");
                 continue;
             }
-            uint64_t ms = (job->kill_at_ns - now + 999999u) / 1000000u;
+            uint64_t ms = (deadline - now + 999999u) / 1000000u;
             timeout_ms = ms > INT_MAX ? INT_MAX : (int)ms;
         }
         struct pollfd p = {.fd = sfd, .events = POLLIN};
         int n = poll(&p, 1, timeout_ms);
         if (n < 0 && errno != EINTR) {
             fprintf(stderr, "weftrun: poll: %s\n", strerror(errno));
-            signal_running(job, SIGKILL);
-            job->killed = 1;
-            while (job->running > 0 && waitpid(-1, NULL, 0) > 0)
-                job->running--;
+            if (job->exit_code == 0)
+                job->exit_code = WEFTRUN_EXIT_START;
+            kill_survivors(job, "cannot wait for the ranks");
+            while (job->running > 0 && weft_now_ns() < job->reap_by_ns) {
+                reap(job);
+                if (job->running > 0)
+                    sleep_poll();
+            }
+            if (job->running > 0)
+                give_up(job);
             return WEFTRUN_EXIT_START;
         }
         if (n <= 0)
@@ -430,9 +512,8 @@ static int wait_job(job_t *job, int sfd)
 
 int main(int argc, char **argv)
 {
-    int nranks, prog_index;
-    double grace_s;
-    int rc = parse_args(argc, argv, &nranks, &grace_s, &prog_index);
+    run_opts_t o;
+    int rc = parse_args(argc, argv, &o);
     if (rc != 0) {
         if (rc == WEFTRUN_EXIT_USAGE)
             usage_short();
@@ -441,13 +522,17 @@ int main(int argc, char **argv)
 
     char secret[2 * WEFTRUN_SECRET_BYTES + 1];
     int port = find_free_port();
-    if (port < 0 || make_secret(secret) != 0 || set_job_env(nranks, port, secret) != 0)
+    if (port < 0 || make_secret(secret) != 0 || set_job_env(o.nranks, port, secret) != 0)
         return WEFTRUN_EXIT_START;
 
-    job_t job = {.nranks = nranks, .grace_s = grace_s, .kill_at_ns = UINT64_MAX};
-    job.ranks = calloc((size_t)nranks, sizeof *job.ranks);
+    job_t job = {.nranks = o.nranks,
+                 .grace_s = o.grace_s,
+                 .kill_wait_s = o.kill_wait_s,
+                 .kill_at_ns = UINT64_MAX,
+                 .reap_by_ns = UINT64_MAX};
+    job.ranks = calloc((size_t)o.nranks, sizeof *job.ranks);
     if (job.ranks == NULL) {
-        fprintf(stderr, "weftrun: out of memory for %d ranks\n", nranks);
+        fprintf(stderr, "weftrun: out of memory for %d ranks\n", o.nranks);
         return WEFTRUN_EXIT_START;
     }
 
@@ -474,7 +559,7 @@ int main(int argc, char **argv)
                 strerror(errno));
     fflush(NULL);
     pid_t self = getpid();
-    for (int r = 0; r < nranks; r++) {
+    for (int r = 0; r < o.nranks; r++) {
         pid_t pid = fork();
         if (pid < 0) {
             fprintf(stderr, "weftrun: fork for rank %d: %s\n", r, strerror(errno));
@@ -483,12 +568,13 @@ int main(int argc, char **argv)
             break;
         }
         if (pid == 0)
-            exec_rank(r, self, &orig_mask, argv + prog_index);
+            exec_rank(r, self, &orig_mask, argv + o.prog_index);
         job.ranks[r] = (rank_proc_t){.pid = pid, .running = 1};
         job.running++;
     }
     rc = wait_job(&job, sfd);
-    kill_leftovers();
+    if (kill_leftovers(o.kill_wait_s) > 0 && (rc == 0 || rc == WEFTRUN_EXIT_SKIP))
+        rc = WEFTRUN_EXIT_UNREAPED;
     close(sfd);
     free(job.ranks);
     return rc;

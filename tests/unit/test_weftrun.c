@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/ptrace.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -43,8 +44,9 @@ static double since_s(uint64_t t0)
     return (double)(weft_now_ns() - t0) / 1e9;
 }
 
-/* Start weftrun with the given arguments (NULL-terminated, without argv[0]). */
-static pid_t spawn(const char *const *args)
+/* Start weftrun with the given arguments (NULL-terminated, without argv[0]), its stderr into
+ * the file err_path unless that is NULL. */
+static pid_t spawn_to(const char *const *args, const char *err_path)
 {
     const char *argv[32] = {weftrun};
     int n = 1;
@@ -56,12 +58,22 @@ static pid_t spawn(const char *const *args)
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
+        if (err_path != NULL) {
+            int fd = open(err_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+            if (fd < 0 || dup2(fd, STDERR_FILENO) < 0)
+                _exit(98);
+        }
         execv(weftrun, (char *const *)argv);
         fprintf(stderr, "test_weftrun: cannot execute %s: %s\n", weftrun, strerror(errno));
         _exit(99);
     }
     CHECK(pid > 0, "fork: %s", strerror(errno));
     return pid;
+}
+
+static pid_t spawn(const char *const *args)
+{
+    return spawn_to(args, NULL);
 }
 
 /* Wait for pid with the watchdog; returns its wait status, or -1 if it had to be killed. */
@@ -228,6 +240,86 @@ static void test_skip(void)
               cases[i].name, cases[i].other, rc, cases[i].want);
         CHECK(dt < 4.0, "skip: %s: weftrun took %.3f s", cases[i].name, dt);
     }
+}
+
+/* Whether the file at path contains text. */
+static int file_has(const char *path, const char *text)
+{
+    char buf[8192];
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return strstr(buf, text) != NULL;
+}
+
+/* A process that SIGKILL does not end (one in uninterruptible sleep in a driver) must not keep
+ * weftrun waiting: this test traces one process of the job (PTRACE_SEIZE) and does not wait for
+ * it, so once killed it stays a zombie that only its tracer sees, and weftrun cannot reap it.
+ * rank: rank 1 is traced and killed after the grace period that rank 0's exit 3 starts; weftrun
+ * must name it and exit 3 about --kill-wait after the kill. leftover: rank 0 leaves a traced
+ * background process and exits 0; weftrun must name it and exit 1 about --kill-wait later. */
+static void test_unreaped(const char *name, int rank_case)
+{
+    char dir[128], err[256], script[1024];
+    case_dir(dir, sizeof dir, name);
+    snprintf(err, sizeof err, "%s/stderr", dir);
+    if (rank_case)
+        snprintf(script, sizeof script,
+                 "echo $$ > %s/pid.$WEFT_RANK; if [ \"$WEFT_RANK\" = 1 ]; then exec sleep 30; fi; "
+                 "while [ ! -e %s/go ]; do sleep 0.02; done; exit 3",
+                 dir, dir);
+    else
+        snprintf(script, sizeof script,
+                 "sleep 30 & echo $! > %s/pid.$WEFT_RANK; "
+                 "while [ ! -e %s/go ]; do sleep 0.02; done; exit 0",
+                 dir, dir);
+    const char *args[] = {"--grace", "0.2", "--kill-wait", "1",    "-n",
+                          "2",       "sh",  "-c",          script, NULL};
+    pid_t pid = spawn_to(args, err);
+    if (pid <= 0)
+        return;
+    pid_t pids[2];
+    CHECK(wait_pids(dir, 2, pids) == 2, "%s: ranks did not start", name);
+    pid_t traced = pids[rank_case ? 1 : 0];
+    int seized = traced > 0 && ptrace(PTRACE_SEIZE, traced, NULL, NULL) == 0;
+    if (!seized)
+        printf("test_weftrun: %s: SKIP (PTRACE_SEIZE of pid %d: %s)\n", name, (int)traced,
+               strerror(errno));
+    char go[256];
+    snprintf(go, sizeof go, "%s/go", dir);
+    FILE *f = fopen(go, "w");
+    CHECK(f != NULL, "%s: create %s: %s", name, go, strerror(errno));
+    if (f != NULL)
+        fclose(f);
+    uint64_t t0 = weft_now_ns();
+    int st = wait_for(pid);
+    double dt = since_s(t0);
+    int rc = st == -1 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (seized) {
+        int want = rank_case ? 3 : 1;
+        char text[128];
+        if (rank_case)
+            snprintf(text, sizeof text, "rank 1 (pid %d) is still not reaped 1 s after SIGKILL",
+                     (int)traced);
+        else
+            snprintf(text, sizeof text, "process %d the ranks left behind is still not reaped",
+                     (int)traced);
+        CHECK(rc == want, "%s: weftrun exit %d, expected %d", name, rc, want);
+        CHECK(dt < 5.0, "%s: weftrun took %.3f s with a kill wait of 1 s", name, dt);
+        CHECK(file_has(err, text), "%s: weftrun's stderr does not say \"%s\"", name, text);
+    }
+    /* weftrun is gone: the traced zombie is this process's child now (the subreaper). */
+    if (traced > 0) {
+        kill(traced, SIGKILL);
+        uint64_t deadline = weft_deadline_after_s(3.0);
+        while (waitpid(traced, NULL, WNOHANG) != -1 && weft_now_ns() < deadline)
+            sleep_s(0.005);
+    }
+    unlink(err);
+    unlink(go);
 }
 
 /* Split a file of lines into fields; returns the number of lines read. */
@@ -463,6 +555,8 @@ static void test_usage(void)
         {{"--bogus", "-n", "1", "true", NULL}, 2},
         {{"--grace", "-1", "-n", "1", "true", NULL}, 2},
         {{"--grace", "nan", "-n", "1", "true", NULL}, 2},
+        {{"--kill-wait", "-1", "-n", "1", "true", NULL}, 2},
+        {{"--kill-wait", "x", "-n", "1", "true", NULL}, 2},
         {{"-n", NULL}, 2},
         {{"--help", NULL}, 0},
         {{"-h", NULL}, 0},
@@ -564,6 +658,8 @@ int main(void)
     test_ctrl_c();
     test_leftovers();
     test_weftrun_killed();
+    test_unreaped("unreaped-rank", 1);
+    test_unreaped("unreaped-leftover", 0);
 
     kill_leftovers();
     remove_tree();
