@@ -22,8 +22,10 @@
 #    Every run: WEFT_BACKEND=cuda NCCL_NVLS_ENABLE=0 WEFT_TIMEOUT_S=30 (5 for gpu_fault).
 # 4. Runs gpu_collectives and gpu_moe with 2 ranks and a small grid (GPU_TEST_QUICK=1), each rank
 #    under its own `compute-sanitizer --tool memcheck` (weftrun starts the sanitizers, so a
-#    rank's sanitizer only waits for that rank). If a run fails without the sanitizer reporting
-#    any error (it refused the MPS clients), it stops MPS and runs both again without MPS.
+#    rank's sanitizer only waits for that rank). If a run under MPS fails because the sanitizer
+#    refused the MPS clients (mps_refused: a sanitizer line naming MPS, no PASS or FAIL line of
+#    the program, no error reported, no timeout), it stops MPS and runs both again without MPS;
+#    any other failure (FAIL lines, a crash, a timeout, an error) stays a failure.
 # 5. Prints a summary table (program, N, result, seconds) last and exits 0 only if every run
 #    passed.
 #
@@ -285,17 +287,26 @@ else
             GPU_TEST_SANITIZER=1 WEFT_TIMEOUT_S=120 "$weftrun" --grace 15 -n 2 -- "$san" --tool memcheck \
             --report-api-errors no --print-limit 20 --error-exitcode 86 "$bin/$prog"
     }
+    # mps_refused PROG: whether the last run failed only because the sanitizer refused to run the
+    # program as an MPS client: it ended on its own (not a timeout), the program printed no PASS
+    # or FAIL line (it never ran, or never got past start-up), the sanitizer reported no error,
+    # and one of the sanitizer's own lines ("========= ...") names MPS.
+    mps_refused() {
+        local last=${results[${#results[@]} - 1]}
+        [[ "$last" == *"|FAIL|"* ]] &&
+            ! grep -Eq "^(PASS|FAIL) $1 " "$last_out" &&
+            ! grep -q "ERROR SUMMARY: [1-9]" "$last_out" &&
+            grep -Eiq "^=========.*(MPS|multi-process service)" "$last_out"
+    }
     where=$([ "$mps_on" = 1 ] && echo MPS || echo "no MPS")
     no_mps=() # once MPS is stopped: the ranks must not look for it
     for prog in gpu_collectives gpu_moe; do
         memcheck "$prog" "${no_mps[@]}"
-        last=${results[${#results[@]} - 1]}
-        if [ "$mps_on" = 1 ] && [[ "$last" != *"|PASS|"* && "$last" != *"|NOT-RUN|"* ]] &&
-            ! grep -q "ERROR SUMMARY: [1-9]" "$last_out"; then
-            # Nothing was reported but the run failed: the sanitizer may refuse MPS clients.
+        if [ "$mps_on" = 1 ] && mps_refused "$prog"; then
+            last=${results[${#results[@]} - 1]}
             results[${#results[@]} - 1]="memcheck $prog (MPS)|2|RETRIED|${last##*|}"
             failures=$((failures - 1))
-            echo "run.sh: memcheck under MPS failed without reporting an error: again without MPS"
+            echo "run.sh: the sanitizer refused the MPS clients: memcheck again without MPS"
             mps_stop
             where="no MPS"
             no_mps=(-u CUDA_MPS_PIPE_DIRECTORY -u CUDA_MPS_LOG_DIRECTORY)
