@@ -18,18 +18,37 @@ for f in include/weft.h lib/libweft.so lib/libweft.a lib/pkgconfig/weft.pc \
     fi
 done
 
+# run_2 WHAT PROG: run PROG on 2 ranks with the installed weftrun; weftrun must exit 0 and exactly
+# two lines (one per rank) start with PASS. The output is kept in a file, so that weftrun's
+# status is checked (not lost in a pipe) and shown on failure.
+run_2() {
+    what=$1
+    rc=0
+    "$prefix/bin/weftrun" -n 2 "$2" >"$tmp/run.out" 2>&1 || rc=$?
+    passes=$(grep -c '^PASS' "$tmp/run.out" || true)
+    if [ "$rc" -ne 0 ] || [ "$passes" -ne 2 ]; then
+        cat "$tmp/run.out"
+        echo "FAIL: the $what build did not pass on 2 ranks (weftrun exit $rc, $passes PASS lines)"
+        exit 1
+    fi
+}
+
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 export WEFT_BACKEND=host # hello.c writes its buffers from the CPU
 # shellcheck disable=SC2046
 cc -std=c11 -Wall -Werror -o "$tmp/hello_pc" "$here/hello.c" $(pkg-config --cflags --libs weft) \
    -Wl,-rpath,"$prefix/lib"
-"$prefix/bin/weftrun" -n 2 "$tmp/hello_pc" | grep -c '^PASS' | grep -qx 2 ||
-    { echo "FAIL: the pkg-config build did not pass on 2 ranks"; exit 1; }
+run_2 pkg-config "$tmp/hello_pc"
 
 cmake -S "$here/consumer" -B "$tmp/consumer" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build "$tmp/consumer" >/dev/null
-"$prefix/bin/weftrun" -n 2 "$tmp/consumer/hello_cmake" | grep -c '^PASS' | grep -qx 2 ||
-    { echo "FAIL: the CMake-package build did not pass on 2 ranks"; exit 1; }
+run_2 CMake-package "$tmp/consumer/hello_cmake"
 
-"$prefix/bin/weft-info" -c | grep -q WEFT_TIMEOUT_S || { echo "FAIL: weft-info -c"; exit 1; }
+rc=0
+"$prefix/bin/weft-info" -c >"$tmp/info.out" 2>&1 || rc=$?
+if [ "$rc" -ne 0 ] || ! grep -q WEFT_TIMEOUT_S "$tmp/info.out"; then
+    cat "$tmp/info.out"
+    echo "FAIL: weft-info -c (exit $rc)"
+    exit 1
+fi
 echo "PASS: install layout, pkg-config and CMake package builds"
