@@ -1,18 +1,49 @@
 #!/bin/sh
-# bench_usage.sh BUILD_DIR: the benchmark and tool programs' command lines, without running a
-# measurement: --help exits 0, an unknown option, a malformed value or one out of range exits 2
-# (the usage error), before any device or rank is needed. Programs not built (the GPU ones
-# without CUDA) are left out.
+# bench_usage.sh BUILD_DIR [CUDA]: the benchmark and tool programs' command lines, without running
+# a measurement: --help exits 0, an unknown option, a malformed value or one out of range exits 2
+# (the usage error), before any device or rank is needed. CUDA is the build's WEFT_HAVE_CUDA
+# (ON/OFF, default OFF). A program missing from BUILD_DIR is a failure, except the CUDA-only
+# programs in a build without CUDA and first-use-nccl (built only where NCCL is found), which
+# are left out, each named once.
 set -u
 build=$1
+cuda=${2:-OFF}
 failures=0
+
+# built PROGRAM: whether PROGRAM is in the build; a missing program is a failure unless the build
+# is not expected to have it (then it is named as left out, once).
+left_out=" "
+built() {
+    [ -x "$build/$1" ] && return 0
+    case "$1" in
+    first-use-nccl) why="built only with NCCL" ;;
+    first-use | launch-cost | moe-bench | reg-cost | weft-calibrate)
+        case "$cuda" in
+        ON | on | TRUE | true | 1 | YES | yes) why="" ;;
+        *) why="CUDA only, and this build has no CUDA" ;;
+        esac
+        ;;
+    *) why="" ;;
+    esac
+    case "$left_out" in
+    *" $1 "*) return 1 ;;
+    esac
+    left_out="$left_out$1 "
+    if [ -n "$why" ]; then
+        echo "bench_usage: $1 left out ($why)"
+    else
+        echo "FAIL: $build/$1 is missing (it should be built)"
+        failures=$((failures + 1))
+    fi
+    return 1
+}
 
 # expect STATUS PROGRAM ARGS...
 expect() {
     want=$1
     prog=$2
     shift 2
-    [ -x "$build/$prog" ] || return 0
+    built "$prog" || return 0
     "$build/$prog" "$@" >/dev/null 2>&1 </dev/null
     got=$?
     if [ "$got" -ne "$want" ]; then
