@@ -456,10 +456,7 @@ void gpu_check_path(gpu_ctx_t *g, const weft_stats_t *before, const weft_stats_t
     uint64_t dz = after->zero_copy_ops - before->zero_copy_ops;
     uint64_t ds = after->staged_ops - before->staged_ops;
     uint64_t di = after->inline_ops - before->inline_ops;
-    if (!mp_check(ctx, dz + ds + di == 1 && (dz | ds | di) <= 1,
-                  "stats: the operation did not count exactly once: zero_copy_ops +%" PRIu64
-                  ", staged_ops +%" PRIu64 ", inline_ops +%" PRIu64,
-                  dz, ds, di))
+    if (!mp_check_counted_once(ctx, before, after))
         return;
     uint64_t dce = after->copy_engine_ops - before->copy_engine_ops;
     uint64_t dblocks = after->sm_blocks - before->sm_blocks;

@@ -271,13 +271,19 @@ void mp_stats(mp_ctx_t *ctx, weft_stats_t *out);
  * weft_malloc memory (registered or interior) in roa or jit mode. */
 int mp_expect_zero_copy(const mp_ctx_t *ctx, mp_buf_kind_t kind);
 
-/* Check the path one collective took from the stats before and after it: sm_blocks and
- * copy_engine_ops did not grow (the host backend has neither); zero_copy_ops grew and
- * staged_ops did not, or the reverse, checked only when nranks > 1 and bytes >=
- * MP_PATH_CHECK_BYTES (smaller payloads may travel inline with the handshake). The path is
- * decided by the buffers peers read (weft.h): mp_check_path assumes this rank's buffers of kind
- * are read; mp_check_path_expect takes the expectation itself (a broadcast's non-root ranks
- * have nothing read remotely: always zero-copy). */
+/* Check that one successful operation, between the stats before and after it, counted exactly
+ * once: +1 in exactly one of zero_copy_ops, staged_ops and inline_ops, +0 in the other two
+ * (weft.h). Returns whether it did. The host and GPU harnesses' path checks start with it. */
+int mp_check_counted_once(mp_ctx_t *ctx, const weft_stats_t *before, const weft_stats_t *after);
+
+/* Check the path one successful collective took from the stats before and after it:
+ * sm_blocks and copy_engine_ops did not grow (the host backend has neither); it counted exactly
+ * once (mp_check_counted_once) when bytes > 0 (a count of 0 counts nowhere); and when nranks > 1
+ * and bytes >= MP_PATH_CHECK_BYTES (smaller payloads may travel inline with the handshake), in
+ * zero_copy_ops or in staged_ops as expected. The path is decided by the buffers peers read
+ * (weft.h): mp_check_path assumes this rank's buffers of kind are read; mp_check_path_expect takes
+ * the expectation itself (a broadcast's non-root ranks have nothing read remotely: always
+ * zero-copy). */
 void mp_check_path(mp_ctx_t *ctx, const weft_stats_t *before, const weft_stats_t *after,
                    mp_buf_kind_t kind, size_t bytes);
 void mp_check_path_expect(mp_ctx_t *ctx, const weft_stats_t *before, const weft_stats_t *after,
