@@ -6,18 +6,24 @@
  * puts large mappings (top-down, below its mmap base, which differs per process), then turns it
  * into blockers: one BLOCKER_BYTES PROT_NONE mapping at a random offset in every half-window
  * chunk, the rest unmapped. No gap of the zone holds a window, so each rank's own free pick lies
- * below its zone, often inside a peer's; the ranks must still agree on a common range. Then a
- * weft_malloc'd all-gather of rank-tagged values must be exact, and the buffer must lie outside
- * this rank's blockers. The window size comes from WEFT_WINDOW_SLICE_BYTES (set by CTest).
+ * below its zone, often inside a peer's; the ranks must still agree on a common range. Then an
+ * in-place all-gather of WINDOW_COUNT random uint64 elements per rank (32 KiB: far above what
+ * travels inline in the handshake) on weft_malloc memory must be exact and take the zero-copy
+ * path, so that every peer read this rank's block through the shadow window; and the buffer must
+ * lie outside this rank's blockers. The window size comes from WEFT_WINDOW_SLICE_BYTES (set by
+ * CTest).
  */
 #include "harness.h"
 
 #include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
 #include <sys/mman.h>
 
 #define ZONE_WINDOWS 8
 #define BLOCKER_BYTES ((size_t)2 << 20)
 #define ROUNDS 3
+#define WINDOW_COUNT ((size_t)4099) /* uint64 elements per rank */
 
 typedef struct blockers {
     uintptr_t at[2 * ZONE_WINDOWS];
@@ -65,23 +71,30 @@ static void unblock(const blockers_t *b)
 static void check_round(mp_ctx_t *ctx, const blockers_t *b)
 {
     int n = ctx->nranks;
-    size_t bytes = (size_t)n * sizeof(uint64_t);
-    uint64_t *buf = NULL;
+    size_t block = WINDOW_COUNT * sizeof(uint64_t), bytes = (size_t)n * block;
+    unsigned char *buf = NULL;
     if (!mp_ok(ctx, weft_malloc(ctx->comm, (void **)&buf, bytes), "weft_malloc"))
         return;
     for (int i = 0; i < b->n; i++)
         mp_check(ctx,
                  (uintptr_t)buf + bytes <= b->at[i] || (uintptr_t)buf >= b->at[i] + BLOCKER_BYTES,
                  "weft_malloc returned %p inside a blocker at 0x%" PRIxPTR, (void *)buf, b->at[i]);
-    for (int p = 0; p < n; p++)
-        buf[p] = 0xdeadbeefdeadbeefull;
-    uint64_t mine = mp_hash(ctx->seed, ctx->case_id, (uint64_t)ctx->rank, 0);
-    buf[ctx->rank] = mine;
-    if (mp_ok(ctx, weft_all_gather(ctx->comm, buf + ctx->rank, buf, 1, WEFT_UINT64, NULL),
-              "weft_all_gather"))
-        for (int p = 0; p < n; p++)
-            mp_check(ctx, buf[p] == mp_hash(ctx->seed, ctx->case_id, (uint64_t)p, 0),
-                     "element %d is 0x%" PRIx64, p, buf[p]);
+    memset(buf, 0xA5, bytes);
+    unsigned char *mine = buf + (size_t)ctx->rank * block;
+    mp_raw_fill(ctx, WEFT_UINT64, ctx->rank, 0, WINDOW_COUNT, mine);
+    weft_stats_t s0, s1;
+    mp_stats(ctx, &s0);
+    weft_status_t st = weft_all_gather(ctx->comm, mine, buf, WINDOW_COUNT, WEFT_UINT64, NULL);
+    mp_stats(ctx, &s1);
+    if (mp_ok(ctx, st, "weft_all_gather")) {
+        for (int p = 0; p < n; p++) {
+            char what[64];
+            snprintf(what, sizeof what, "recvbuf block %d", p);
+            mp_raw_check(ctx, what, buf + (size_t)p * block, WEFT_UINT64, p, 0, WINDOW_COUNT);
+        }
+        /* Zero-copy: the peers read this rank's block in place, through the window. */
+        mp_check_path(ctx, &s0, &s1, MP_BUF_REGISTERED, block);
+    }
     mp_ok(ctx, weft_free(ctx->comm, buf), "weft_free");
 }
 
@@ -95,6 +108,7 @@ int main(void)
         fragment(&ctx, round, window, &b);
         mp_case(&ctx, "round %d: %d blockers per %zu-byte window", round, b.n, window);
         mp_comm_open(&ctx, WEFT_REGISTRATION_ROA);
+        mp_case(&ctx, "round %d: in-place all-gather of %zu uint64 per rank", round, WINDOW_COUNT);
         check_round(&ctx, &b);
         mp_comm_close(&ctx);
         unblock(&b);
