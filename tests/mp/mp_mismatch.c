@@ -5,7 +5,10 @@
  * counts, dtypes (of the same element size, so the byte counts agree), reductions or roots, or
  * all_to_allv with sendcounts[p] on rank r different from recvcounts[r] on rank p. Every rank
  * must get WEFT_ERR_MISMATCH (with a non-empty weft_last_error()), and the communicator must stay
- * usable: a valid all_reduce right after each case gives the exact result. Under each
+ * usable: a valid all_reduce right after each case gives the exact result, with a small count
+ * (inline in the handshake) and with MESH_COUNT elements (the mesh). Most cases move at most 136
+ * bytes per pair, so they travel inline; the *_MESH cases move 16 KiB and more on every rank, and
+ * CASE_ALL_REDUCE_INLINE_VS_MESH has rank 0 inline while the others take the mesh. Under each
  * registration mode. Needs at least 2 ranks.
  */
 #include "harness.h"
@@ -13,7 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ELEMS 64 /* per-peer capacity of the buffers, in elements of up to 8 bytes */
+#define ELEMS 64         /* per-peer capacity of the buffers, in elements of up to 8 bytes */
+#define MESH_COUNT 4099  /* elements of 4 bytes: 16 KiB, far beyond the inline payload */
+#define BIG_COUNT 100000 /* elements of 4 bytes of CASE_ALL_REDUCE_INLINE_VS_MESH */
 
 typedef enum {
     CASE_ALL_REDUCE_VS_ALL_GATHER,
@@ -29,6 +34,9 @@ typedef enum {
     CASE_REDUCE_SCATTER_OP,
     CASE_BROADCAST_ROOT,
     CASE_ALL_TO_ALLV_COUNTS,
+    CASE_ALL_REDUCE_COUNT_MESH,
+    CASE_ALL_GATHER_COUNT_MESH,
+    CASE_ALL_REDUCE_INLINE_VS_MESH,
     NUM_CASES
 } case_t;
 
@@ -46,6 +54,9 @@ static const char *const case_names[NUM_CASES] = {
     [CASE_REDUCE_SCATTER_OP] = "reduce_scatter, last rank min, others sum",
     [CASE_BROADCAST_ROOT] = "broadcast, rank 0 root 0, others root 1",
     [CASE_ALL_TO_ALLV_COUNTS] = "all_to_allv, rank 0 expects 3 elements from rank 1, it sends 2",
+    [CASE_ALL_REDUCE_COUNT_MESH] = "all_reduce on the mesh, rank 0 count 4100, others 4099",
+    [CASE_ALL_GATHER_COUNT_MESH] = "all_gather on the mesh, last rank count 4099, others 4100",
+    [CASE_ALL_REDUCE_INLINE_VS_MESH] = "all_reduce, rank 0 count 16 (inline), others 100000 (mesh)",
 };
 
 static weft_status_t mismatched_call(mp_ctx_t *ctx, case_t c, void *a, void *b, size_t *arrays)
@@ -92,20 +103,34 @@ static weft_status_t mismatched_call(mp_ctx_t *ctx, case_t c, void *a, void *b, 
         return weft_all_to_allv(comm, a, sendcounts, displs, b, recvcounts, displs, WEFT_INT32,
                                 NULL);
     }
+    case CASE_ALL_REDUCE_COUNT_MESH:
+        return weft_all_reduce(comm, a, b, r == 0 ? MESH_COUNT + 1 : MESH_COUNT, WEFT_INT32,
+                               WEFT_SUM, NULL);
+    case CASE_ALL_GATHER_COUNT_MESH:
+        return weft_all_gather(comm, a, b, r == last ? MESH_COUNT : MESH_COUNT + 1, WEFT_INT32,
+                               NULL);
+    case CASE_ALL_REDUCE_INLINE_VS_MESH:
+        return weft_all_reduce(comm, a, b, r == 0 ? 16 : BIG_COUNT, WEFT_FLOAT32, WEFT_SUM, NULL);
     case NUM_CASES:
         break;
     }
     return WEFT_ERR_INTERNAL;
 }
 
-static void valid_all_reduce(mp_ctx_t *ctx, void *a, void *b, const char *after)
+/* A valid all_reduce of count float32 elements: it must succeed and be exact. */
+static void valid_all_reduce(mp_ctx_t *ctx, void *a, void *b, size_t count, const char *after)
 {
-    mp_case(ctx, "valid all_reduce after: %s", after);
-    memset(b, 0xA5, ELEMS * 8);
-    mp_red_fill(ctx, WEFT_FLOAT32, WEFT_SUM, ctx->rank, 0, ELEMS, a);
-    weft_status_t st = weft_all_reduce(ctx->comm, a, b, ELEMS, WEFT_FLOAT32, WEFT_SUM, NULL);
+    mp_case(ctx, "valid all_reduce of %zu elements after: %s", count, after);
+    memset(b, 0xA5, count * 4);
+    mp_red_fill(ctx, WEFT_FLOAT32, WEFT_SUM, ctx->rank, 0, count, a);
+    weft_status_t st = weft_all_reduce(ctx->comm, a, b, count, WEFT_FLOAT32, WEFT_SUM, NULL);
     if (mp_ok(ctx, st, "weft_all_reduce"))
-        mp_red_check_result(ctx, "recvbuf", b, WEFT_FLOAT32, WEFT_SUM, 0, ELEMS);
+        mp_red_check_result(ctx, "recvbuf", b, WEFT_FLOAT32, WEFT_SUM, 0, count);
+}
+
+static size_t max_size(size_t x, size_t y)
+{
+    return x > y ? x : y;
 }
 
 int main(void)
@@ -116,7 +141,10 @@ int main(void)
         mp_note(&ctx, "SKIP: needs at least 2 ranks");
         return mp_finish(&ctx);
     }
-    size_t bytes = (size_t)ctx.nranks * ELEMS * 8;
+    /* Room for the largest call: all_to_all(v) of ELEMS per peer, the all_gather of
+     * MESH_COUNT + 1 per rank, the all_reduce of BIG_COUNT. */
+    size_t n = (size_t)ctx.nranks;
+    size_t bytes = max_size(max_size(n * ELEMS * 8, n * (MESH_COUNT + 1) * 4), BIG_COUNT * 4);
     size_t *arrays = calloc(3 * (size_t)ctx.nranks, sizeof *arrays);
     if (!arrays)
         mp_fatal(&ctx, "out of memory");
@@ -135,7 +163,8 @@ int main(void)
             if (st != WEFT_SUCCESS && st != WEFT_ERR_MISMATCH && st != WEFT_ERR_INVALID_ARGUMENT)
                 mp_fatal(&ctx, "%s returned %s: the communicator is unusable", case_names[c],
                          weft_status_string(st));
-            valid_all_reduce(&ctx, a, b, case_names[c]);
+            valid_all_reduce(&ctx, a, b, ELEMS, case_names[c]);
+            valid_all_reduce(&ctx, a, b, MESH_COUNT, case_names[c]);
         }
         mp_ok(&ctx, weft_free(ctx.comm, a), "weft_free");
         mp_ok(&ctx, weft_free(ctx.comm, b), "weft_free");
