@@ -11,7 +11,8 @@
 #    stopped on exit (`echo quit | nvidia-cuda-mps-control`).
 # 2. pytest over python/tests: the GPU cases (test_gpu.py: staged, pool and process-wide
 #    allocator tensors, graph capture and replay, first-use waits, errors) with 2 and 4 ranks
-#    (WEFT_GPU_TEST_RANKS), and the host and CPU-tensor suites.
+#    (WEFT_GPU_TEST_RANKS), and the host and CPU-tensor suites. WEFT_REQUIRE_GPU=1 makes
+#    test_gpu.py fail where it would skip (no torch, or no CUDA device visible inside pytest).
 # 3. examples/tp_mlp.py on the CUDA backend with 2 and 4 ranks (every rank must print
 #    "PASS tp_mlp rank=R").
 # 4. `pip install --no-build-isolation --no-deps` of python/ into a temporary directory (the
@@ -164,9 +165,10 @@ fi
 
 steps=" ${RUN_GPU_STEPS:-pytest example pip} "
 if [[ "$steps" == *" pytest "* ]]; then
+    # WEFT_REQUIRE_GPU=1: test_gpu.py fails, rather than skips, without torch or a CUDA device.
     step "pytest python/tests (GPU cases on 2 and 4 ranks)" 420 \
-        env WEFT_GPU_TEST_RANKS="${WEFT_GPU_TEST_RANKS:-2 4}" "$python" -m pytest -q -rs \
-        -p no:cacheprovider "$repo/python/tests"
+        env WEFT_REQUIRE_GPU=1 WEFT_GPU_TEST_RANKS="${WEFT_GPU_TEST_RANKS:-2 4}" "$python" -m \
+        pytest -q -rs -p no:cacheprovider "$repo/python/tests"
 fi
 if [[ "$steps" == *" example "* ]]; then
     for n in 2 4; do

@@ -3,8 +3,9 @@
 capture and replay, the current stream, first-use waits, device and backend errors
 (cases_gpu.py). Several ranks share the GPUs (run_gpu.sh starts MPS for that).
 
-Skipped, with the reason shown by `pytest -rs`, without PyTorch or a CUDA device. Rank counts
-come from WEFT_GPU_TEST_RANKS (default "2 4").
+Skipped, with the reason shown by `pytest -rs`, without PyTorch or a CUDA device; with
+WEFT_REQUIRE_GPU=1 (run_gpu.sh sets it) that reason is a failure instead, so that the GPU step
+cannot pass with no GPU test run. Rank counts come from WEFT_GPU_TEST_RANKS (default "2 4").
 """
 
 import importlib
@@ -12,9 +13,22 @@ import os
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed: GPU tests skipped")
+
+def _no_gpu(reason):
+    """Skip this module, or fail it when the GPU tests are required (WEFT_REQUIRE_GPU=1)."""
+    if os.environ.get("WEFT_REQUIRE_GPU") == "1":
+        pytest.fail(f"{reason}, and WEFT_REQUIRE_GPU=1 requires the GPU tests", pytrace=False)
+    pytest.skip(f"{reason}: GPU tests skipped", allow_module_level=True)
+
+
+try:
+    import torch
+except ImportError:
+    torch = None
+if torch is None:
+    _no_gpu("PyTorch is not installed")
 if not torch.cuda.is_available():
-    pytest.skip("no CUDA device visible to PyTorch: GPU tests skipped", allow_module_level=True)
+    _no_gpu("no CUDA device visible to PyTorch")
 
 from conftest import SEED, check_case, run_job  # noqa: E402
 from worker import case_names  # noqa: E402
