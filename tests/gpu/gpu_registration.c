@@ -368,10 +368,13 @@ static void counters(gpu_ctx_t *g)
     big = big < ((uint64_t)4 << 20) ? (uint64_t)4 << 20 : big;
     uint64_t agreed = agree_max(g, big);
     mp_case(ctx, "registration counters, %" PRIu64 " bytes", agreed);
-    if (agreed > BIG_CAP_BYTES) {
-        mp_note(ctx, "SKIP counters: %" PRIu64 " bytes already registered", agreed);
+    /* The counters come first on a fresh communicator: more than the cap registered by then
+     * means registration was counted wrong (or a setting made it huge), not a reason to skip. */
+    if (!mp_check(ctx, agreed <= BIG_CAP_BYTES,
+                  "counters: a fresh allocation larger than everything registered so far "
+                  "needs %" PRIu64 " bytes on a fresh communicator, over the %" PRIu64 "-byte cap",
+                  agreed, BIG_CAP_BYTES))
         return;
-    }
     mp_stats(ctx, &s0);
     void *buf = NULL;
     weft_status_t st = weft_malloc(ctx->comm, &buf, (size_t)agreed);
