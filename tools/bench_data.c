@@ -346,7 +346,7 @@ uint64_t verify(const data_spec_t *spec, coll_t coll, size_t total, bool inplace
     }
     uint64_t wrong = 0;
     for (size_t k = 0; k < out_count; k++) {
-        unsigned char want[8];
+        unsigned char want[8] = {0};
         switch (coll) {
         case COLL_ALL_REDUCE:
             reduce_expected_elem(spec, k, want);
