@@ -39,6 +39,9 @@ void require_device(void)
     cudaError_t err = cudaGetDeviceCount(&ndev);
     if (err == cudaSuccess && ndev >= 1)
         return;
+    /* Only a machine without a GPU (or driver) skips; any other failure is one. */
+    if (err != cudaSuccess && err != cudaErrorNoDevice && err != cudaErrorInsufficientDriver)
+        cuda_ok(err, "cudaGetDeviceCount");
     printf("SKIP: no CUDA device (%s)\n",
            err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount found none");
     exit(GPU_PROG_SKIP);

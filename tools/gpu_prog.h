@@ -27,8 +27,8 @@ void fatal(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)))
 /* fatal unless st is WEFT_SUCCESS / err is cudaSuccess; what names the call. */
 void weft_ok(weft_status_t st, const char *what);
 void cuda_ok(cudaError_t err, const char *what);
-/* Without a usable CUDA device, print "SKIP: no CUDA device (<reason>)" and exit with
- * GPU_PROG_SKIP; otherwise return. */
+/* Without a CUDA device or driver, print "SKIP: no CUDA device (<reason>)" and exit with
+ * GPU_PROG_SKIP; on any other error of cudaGetDeviceCount fail (fatal); otherwise return. */
 void require_device(void);
 /* Open this rank's communicator on the CUDA backend with registration mode reg (the rest as
  * weft_config_default has it: ranks from weftrun) and set gpu_prog_rank; fatal on failure. On
