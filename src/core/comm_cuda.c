@@ -381,13 +381,13 @@ static void no_units(weft_cuda_params_t *p, int from, int to)
         p->block_begin[b + 1] = p->block_begin[from];
 }
 
-/* The entry step of an operation that goes on after it (sync: WEFT_SYNC_CONTINUE or 0), with
- * the pending copy if any. */
-static weft_status_t launch_enter(struct weft_comm *comm, unsigned sync, weft_cuda_copy_t *pending,
-                                  void *stream, weft_cuda_usage_t *usage)
+/* The entry step of an operation that goes on after it: the wait for every peer's ready flag,
+ * with the pending copy if any. */
+static weft_status_t launch_enter(struct weft_comm *comm, weft_cuda_copy_t *pending, void *stream,
+                                  weft_cuda_usage_t *usage)
 {
     weft_cuda_params_t *p = &comm->cuda->params;
-    fill_common(comm, p, (sync & WEFT_SYNC_CONTINUE) | WEFT_SYNC_KEEP_SEQ);
+    fill_common(comm, p, WEFT_SYNC_KEEP_SEQ);
     int nblocks = take_pending(comm, p, pending);
     weft_cuda_usage_blocks(usage, nblocks);
     if (nblocks < 1)
@@ -407,7 +407,7 @@ static weft_status_t launch_leave(struct weft_comm *comm, unsigned sync, void *s
 weft_status_t weft_cuda_enter(struct weft_comm *comm, weft_cuda_copy_t *pending, void *stream,
                               weft_cuda_usage_t *usage)
 {
-    return launch_enter(comm, 0, pending, stream, usage);
+    return launch_enter(comm, pending, stream, usage);
 }
 
 weft_status_t weft_cuda_leave(struct weft_comm *comm, void *stream)
@@ -488,9 +488,14 @@ static weft_status_t execute_copy_engine(struct weft_comm *comm, const weft_work
                                          weft_cuda_usage_t *usage)
 {
     struct weft_cuda_state *cs = comm->cuda;
-    weft_status_t st = launch_enter(comm, sync, pending, stream, usage);
-    if (st != WEFT_SUCCESS)
-        return st;
+    /* The second step of an operation (WEFT_SYNC_CONTINUE) waits for nobody at its entry and
+     * carries no pending copy (weft_cuda_execute checks): its copies follow the first step's
+     * kernel in stream order, with nothing to launch before them. */
+    if (!(sync & WEFT_SYNC_CONTINUE)) {
+        weft_status_t st = launch_enter(comm, pending, stream, usage);
+        if (st != WEFT_SUCCESS)
+            return st;
+    }
     usage->copy_engine = 1;
     cudaStream_t caller = (cudaStream_t)stream;
     int fanout = work->kind == WEFT_WORK_FANOUT;
