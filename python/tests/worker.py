@@ -701,6 +701,13 @@ def case_module_functions(ctx, _):
     weft.all_reduce(t, weft.ReduceOp.MAX)
     k.sync()
     ctx.expect_values(t, np.full(300, n), "weft.all_reduce MAX")
+    # torch.distributed's trailing arguments: group=None, async_op=True gives a Work.
+    work = weft.all_reduce(t, weft.ReduceOp.SUM, None, True)
+    ctx.expect(isinstance(work, weft.Work) and work.wait() is True, f"async_op gave {work!r}")
+    k.sync()
+    ctx.expect_values(t, np.full(300, n * n), "weft.all_reduce SUM with async_op=True")
+    ctx.expect_raises(ValueError, lambda: weft.barrier(group="world"), "barrier with a group",
+                      contains="group")
     out = k.empty((n * 2,), "int32")
     weft.all_gather_into_tensor(out, k.array(np.array([me, -me]), "int32"))
     k.sync()
@@ -729,6 +736,37 @@ def case_module_functions(ctx, _):
         ctx.expect(st["sm_blocks"] == 0 and st["copy_engine_ops"] == 0, f"host stats {st}")
     else:  # the collectives above moved data on the SMs
         ctx.expect(st["sm_blocks"] > 0, f"CUDA stats {st}")
+
+
+@case("edges", kinds=("numpy",))
+def case_edges(ctx, _):
+    """A read-only array on the broadcast root; all_to_all_single whose output has no elements
+    (and so no checked row shape) refuses before writing past it; a MoE handle still open when
+    its communicator is destroyed is closed by destroy()."""
+    k, comm, n, me = ctx.kind, ctx.comm, ctx.n, ctx.rank
+    root = n - 1
+    vals = np.arange(7, dtype=np.int32) + 100
+    t = vals.copy() if me == root else np.zeros(7, np.int32)
+    if me == root:
+        t.flags.writeable = False
+    comm.broadcast(t, root)
+    ctx.expect_values(t, vals, "broadcast from a read-only root array")
+
+    backing = np.full(4 + 3 * n, -1.0, np.float32)
+    out = backing[4:4].reshape(n, 0)
+    inp = np.arange(3 * n, dtype=np.float32).reshape(n, 3)
+    ctx.expect_raises(weft.WeftError,
+                      lambda: comm.all_to_all_single(out, inp, [1] * n, [1] * n),
+                      "all_to_all_single into a 0-element output")
+    ctx.expect((backing == -1.0).all(), f"all_to_all_single wrote past its output: {backing}")
+
+    with weft.init() as c2:
+        x = np.ones((2, 4), np.float32)
+        idx = np.zeros((2, 1), np.int64)
+        res = c2.moe_dispatch(x, idx, np.ones((2, 1), np.float32), n)
+        handle = res.handle
+    ctx.expect(handle._handle is None, "destroy() left a MoE handle open")
+    handle.close()  # after its communicator: nothing to free, no error
 
 
 KINDS = ("numpy", "torch-cpu", "torch-cuda", "torch-cuda-pool", "torch-cuda-global",

@@ -14,6 +14,7 @@ import ctypes
 import enum
 import os
 import threading
+import weakref
 
 import numpy as np
 
@@ -81,6 +82,7 @@ class MoeHandle:
         self._comm = comm
         self._handle = handle
         self._destroy = library().weft_moe_handle_destroy
+        comm._moe_handles.add(self)  # closed by comm.destroy() if still open
         # An empty array or tensor of x's kind, dtype and device (not x: that would keep it
         # alive), for checking y and allocating combine's output.
         self._x = B.as_buffer("moe_dispatch", "x", B.empty_like_kind(x, (0, x.shape[1]), "same"))
@@ -90,7 +92,8 @@ class MoeHandle:
 
     def close(self):
         if self._handle is not None:
-            self._destroy(self._handle)
+            if self._comm._handle is not None:  # else its communicator freed it
+                self._destroy(self._handle)
             self._handle = None
 
     def __del__(self):
@@ -140,6 +143,7 @@ class Comm:
         lib = library()
         self._handle = handle
         self._lock = threading.Lock()
+        self._moe_handles = weakref.WeakSet()  # open MoeHandles: destroy() closes them first
         self.rank = lib.weft_comm_rank(handle)
         self.size = lib.weft_comm_size(handle)
         code = lib.weft_comm_backend(handle)
@@ -169,6 +173,8 @@ class Comm:
             from . import torch as weft_torch
 
             weft_torch._forget(self)
+            for moe_handle in list(self._moe_handles):
+                moe_handle.close()  # reads the communicator: before it is freed
             handle, self._handle = self._handle, None
             _forget_default(self)
             check(library().weft_comm_destroy(handle))
@@ -279,8 +285,8 @@ class Comm:
     def broadcast(self, tensor, src):
         """tensor on every rank becomes tensor on rank src. Returns tensor."""
         call = "broadcast"
-        t = B.as_buffer(call, "tensor", tensor, writable=True)
         src = _rank_arg(call, "src", src, self.size)
+        t = B.as_buffer(call, "tensor", tensor, writable=self.rank != src)  # the root only reads
         B.check_device(call, self, [t])
         self._run(
             call, library().weft_broadcast, t.ptr, t.ptr, t.numel, t.dtype, src,
@@ -308,7 +314,6 @@ class Comm:
                 f"{call}: input rows have {row_in} elements but output rows have {row_out} "
                 "(shape[1:] must match)"
             )
-        row = row_in if inp.numel else row_out
         stream = B.stream_of(self)
         lib = library()
         if output_split_sizes is None and input_split_sizes is None:
@@ -328,9 +333,11 @@ class Comm:
         sendcounts, sdispls = _sizes(n), _sizes(n)
         recvcounts, rdispls = _sizes(n), _sizes(n)
         s_off = r_off = 0
+        # Each side in its own row size: with no elements on one side its shape[1:] was not
+        # compared, and the other side's rows must not size its blocks.
         for p in range(n):
-            sendcounts[p], sdispls[p] = in_rows[p] * row, s_off * row
-            recvcounts[p], rdispls[p] = out_rows[p] * row, r_off * row
+            sendcounts[p], sdispls[p] = in_rows[p] * row_in, s_off * row_in
+            recvcounts[p], rdispls[p] = out_rows[p] * row_out, r_off * row_out
             s_off += in_rows[p]
             r_off += out_rows[p]
         self._run(
@@ -379,6 +386,10 @@ class Comm:
         xb = B.as_buffer(call, "x", x)
         ib = B.as_buffer(call, "topk_idx", topk_idx)
         wb = B.as_buffer(call, "topk_weights", topk_weights)
+        for name, b in (("topk_idx", ib), ("topk_weights", wb)):
+            if b.kind != xb.kind:
+                raise TypeError(f"{call}: {name} is a {b.kind} buffer but x is {xb.kind}; they "
+                                "must be of one kind")
         B.check_device(call, self, [xb, ib, wb])
         if xb.dtype not in (B.FLOAT32, B.FLOAT16, B.BFLOAT16):
             raise TypeError(f"{call}: x has dtype {xb.dtype_name}; it must be float32, float16 "
