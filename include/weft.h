@@ -277,14 +277,17 @@ typedef struct weft_stats {
      * registered staging scratch, because it was not weft_malloc memory or the registration mode
      * is staged. Buffers peers read: the input of all-gather, reduce-scatter, all-to-all(v) and
      * all-reduce, the root's input of broadcast, and also the output of a two-shot all-reduce
-     * (3+ ranks, from WEFT_ALLREDUCE_TWOSHOT_BYTES; in place from
-     * WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES) unless it took the store form (remote_store_ops).
+     * (out of place from WEFT_ALLREDUCE_TWOSHOT_BYTES, in place from
+     * WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES; their defaults depend on the rank count and the
+     * GPUs: docs/config.md) unless it took the store form (remote_store_ops).
      * With one rank nothing is read remotely. */
     uint64_t zero_copy_ops, staged_ops;
     uint64_t peer_mappings; /* segments of peers currently mapped into this process */
     uint64_t staging_bytes; /* size of this rank's registered staging scratch */
-    uint64_t inline_ops;    /* payload per pair <= WEFT_INLINE_BYTES: it travelled in the handshake
-                               (barriers count here too) */
+    /* Operations whose payloads travelled with their signalling, not read from peers' buffers:
+     * host backend, payload per pair <= WEFT_INLINE_BYTES, inside the handshake (barriers count
+     * here too); CUDA backend, the push path, payload per pair <= WEFT_CUDA_PUSH_BYTES. */
+    uint64_t inline_ops;
     /* Operations that wrote their results into peers' outputs instead of each rank reading
      * them (WEFT_REMOTE_STORES, by default on the CUDA backend), when every rank's output is
      * weft memory: an all-gather whose inputs are not staged (each rank reads its input once
@@ -293,7 +296,8 @@ typedef struct weft_stats {
      * rank stores its reduced chunk into every output, and peers read nothing of its output). */
     uint64_t remote_store_ops;
     /* CUDA backend: operations whose data the copy engines moved (WEFT_CUDA_COPY_ENGINE); their
-     * kernels only signal, one block each, before and after the copies. */
+     * kernels only signal, one block each, before and after the copies (after them only, in
+     * the second step of a two-shot all-reduce). */
     uint64_t copy_engine_ops;
     /* CUDA backend: thread blocks that moved operations' data, summed over operations: per
      * operation the blocks of its largest launch that copied, reduced or pushed data (a local

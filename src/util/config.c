@@ -77,8 +77,8 @@ static const cfg_row_t rows[] = {
      "threads per rank that move data on the host backend (the caller is one of them)",
      RANGE(1, 256)},
     {"WEFT_INLINE_BYTES", NULL, "256", "bytes", CFG_BYTES, OFF(inline_bytes), NULL,
-     "payloads up to this size travel inside the handshake slot (at most 256; the same on every "
-     "rank)", RANGE(0, 256)},
+     "host backend: payloads up to this size travel inside the handshake slot (at most 256; "
+     "the same on every rank)", RANGE(0, 256)},
     {"WEFT_ALLREDUCE_TWOSHOT_BYTES", NULL, "auto", "bytes", CFG_BYTES,
      OFF(allreduce_twoshot_bytes), NULL,
      "out-of-place all-reduce uses the two-shot form from this size up; auto: the measured "
@@ -121,7 +121,7 @@ static const cfg_row_t rows[] = {
      "partition every call; at most 256)", RANGE(0, 256)},
     {"WEFT_CUDA_MAX_BLOCKS", NULL, "32", "blocks", CFG_INT, OFF(cuda_max_blocks), NULL,
      "CUDA: thread blocks per launch and rank (also capped so every rank on a GPU co-resides)",
-     RANGE(1, 65536)},
+     RANGE(1, 128)},
     {"WEFT_CUDA_UNIT_BYTES", NULL, "1M", "bytes", CFG_BYTES, OFF(cuda_unit_bytes), NULL,
      "CUDA: partitioner unit size (smaller so every block gets work, larger past the launch's "
      "unit capacity)", NO_RANGE},
@@ -145,7 +145,8 @@ static const cfg_row_t rows[] = {
      "CUDA: collectives whose payload per pair of ranks is at most this size push it to the "
      "peers as flagged 8-byte words (one one-way trip, no staging); each rank's control block "
      "grows by 5 x ranks x this; the ranks use their smallest value (auto: 64K, 512K for two "
-     "ranks on two GPUs; 0: off, as with WEFT_CUDA_COPY_ENGINE=1; at most 16M)",
+     "ranks on two GPUs; 0: off, as with WEFT_CUDA_COPY_ENGINE=1; at most 16M; rounded down to "
+     "a multiple of 256)",
      RANGE(0, 16777216)},
     {"WEFT_CUDA_CHUNK_BYTES", NULL, "64M", "bytes", CFG_BYTES, OFF(cuda_chunk_bytes), NULL,
      "CUDA: device memory is registered in chunks of at least this size (doubling up to 1G)",
