@@ -8,6 +8,7 @@
  */
 #include <stdint.h>
 
+#include "api/api.h"
 #include "core/comm.h"
 #include "op/select.h"
 #include "util/dtype.h"
@@ -15,19 +16,27 @@
 
 #define INVALID(...) weft_error(WEFT_ERR_INVALID_ARGUMENT, __VA_ARGS__)
 
-/* Checks every collective shares: comm (and that it is usable), stream, dtype, and
- * count * esize * blocks fitting. */
-static weft_status_t check_common(const char *call, weft_comm_t comm, void *stream,
-                                  weft_dtype_t dtype, size_t count, size_t blocks)
+weft_status_t weft_api_check_comm(const char *call, weft_comm_t comm, void *stream)
 {
     weft_error_clear();
     if (!comm)
         return INVALID("%s: comm is NULL", call);
-    weft_status_t st = weft_comm_usable(comm, call); /* a count of 0 too */
+    weft_status_t st = weft_comm_usable(comm, call);
     if (st != WEFT_SUCCESS)
         return st;
     if (stream != NULL && comm->backend == WEFT_BACKEND_HOST)
         return INVALID("%s: stream must be NULL on the host backend", call);
+    return WEFT_SUCCESS;
+}
+
+/* Checks every collective shares: weft_api_check_comm, dtype, and count * esize * blocks
+ * fitting. */
+static weft_status_t check_common(const char *call, weft_comm_t comm, void *stream,
+                                  weft_dtype_t dtype, size_t count, size_t blocks)
+{
+    weft_status_t st = weft_api_check_comm(call, comm, stream);
+    if (st != WEFT_SUCCESS)
+        return st;
     if (!weft_dtype_valid(dtype))
         return INVALID("%s: dtype %d is not a weft_dtype_t", call, (int)dtype);
     size_t esize = weft_dtype_size(dtype);

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "api/api.h"
 #include "core/comm.h"
 #include "op/moe.h"
 #include "util/dtype.h"
@@ -23,20 +24,6 @@
 static int is_float_dtype(weft_dtype_t dtype)
 {
     return dtype == WEFT_FLOAT32 || dtype == WEFT_FLOAT16 || dtype == WEFT_BFLOAT16;
-}
-
-/* Checks shared by both calls: comm (and that it is usable), stream. */
-static weft_status_t check_comm(const char *call, weft_comm_t comm, void *stream)
-{
-    weft_error_clear();
-    if (!comm)
-        return INVALID("%s: comm is NULL", call);
-    weft_status_t st = weft_comm_usable(comm, call);
-    if (st != WEFT_SUCCESS)
-        return st;
-    if (stream != NULL && comm->backend == WEFT_BACKEND_HOST)
-        return INVALID("%s: stream must be NULL on the host backend", call);
-    return WEFT_SUCCESS;
 }
 
 /* A WEFT_MOE_REUSE dispatch: the handle to reuse, whose shape the call must repeat. */
@@ -69,7 +56,7 @@ weft_status_t weft_moe_dispatch(weft_comm_t comm, const void *x, size_t num_toke
                                 int64_t *num_recv_tokens, weft_moe_handle_t *handle, void *stream)
 {
     static const char call[] = "weft_moe_dispatch";
-    weft_status_t st = check_comm(call, comm, stream);
+    weft_status_t st = weft_api_check_comm(call, comm, stream);
     if (st != WEFT_SUCCESS)
         return st;
     struct weft_moe_handle *reuse = NULL;
@@ -142,7 +129,7 @@ weft_status_t weft_moe_combine(weft_comm_t comm, weft_moe_handle_t handle, const
                                void *stream)
 {
     static const char call[] = "weft_moe_combine";
-    weft_status_t st = check_comm(call, comm, stream);
+    weft_status_t st = weft_api_check_comm(call, comm, stream);
     if (st != WEFT_SUCCESS)
         return st;
     if (!handle)

@@ -108,8 +108,8 @@ static weft_status_t job_secret(weft_store_t *store, int rank, uint8_t out[WEFT_
 
 void weft_comm_model_from_config(weft_cost_model_t *m, const weft_env_t *cfg)
 {
-    uint64_t unit = cfg->part_unit_bytes ? cfg->part_unit_bytes : 1;
-    int fanout = cfg->part_fanout > 0 ? cfg->part_fanout : 1;
+    uint64_t unit = cfg->part_unit_bytes; /* config.c's ranges: at least 1 */
+    int fanout = cfg->part_fanout;
     m->tier[WEFT_TIER_SELF] =
         (weft_tier_params_t){cfg->tier_self_lat_us, cfg->tier_self_bw_gbps, unit, fanout};
     m->tier[WEFT_TIER_PEER] =

@@ -476,9 +476,10 @@ static int copy_is_remote(const struct weft_comm *comm, const void *dst, const v
 
 /* Copies on the copy engines: a one-block kernel waits for the peers' ready flags, the
  * engines copy every slice (a fan-out: the whole range to every destination), a second
- * one-block kernel runs the closing signal. The first copy runs on the caller's stream, every
- * other one on a side stream of its own, forked from the caller's stream after the entry step
- * and joined before the closing step (events, so that a CUDA graph captures them): the engines
+ * one-block kernel runs the closing signal (a continued step has no entry kernel: its copies
+ * follow the first step's). The first copy runs on the caller's stream, every other one on a
+ * side stream of its own, forked from the caller's stream before the first copy and joined
+ * before the closing step (events, so that a CUDA graph captures them): the engines
  * then run the copies at once, where one stream runs them one after the other. The copies to or
  * from peers are issued first, so that every rank starts its NVLink copies at once. Two H200s,
  * all-to-all of 1 GiB (the peer's block over NVLink, the own block locally, 512 MiB each): 1419 us

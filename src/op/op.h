@@ -49,10 +49,10 @@ typedef struct weft_op {
     weft_cuda_usage_t usage;  /* CUDA: what its launches held of the GPU (counted in the stats) */
 } weft_op_t;
 
-/* Start an operation: fails with the stored status if an earlier error made the communicator
- * unusable (aborted, a peer lost, a timeout, an internal error), and with
- * WEFT_ERR_INVALID_ARGUMENT if another thread is inside an operation on it. On success the
- * caller must reach weft_op_end on every path. */
+/* Start an operation on a communicator the API layer found usable (weft_api_check_comm): fails
+ * with the first error a kernel reported (CUDA backend), and with WEFT_ERR_INVALID_ARGUMENT if
+ * another thread is inside an operation on it. On success the caller must reach weft_op_end on
+ * every path. */
 weft_status_t weft_op_begin(struct weft_comm *comm, const char *call, void *stream, weft_op_t *op);
 
 /* Finish: count the operation (zero-copy, staged or inline; on CUDA also its usage); on

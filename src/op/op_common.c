@@ -13,11 +13,12 @@
 
 weft_status_t weft_op_begin(struct weft_comm *comm, const char *call, void *stream, weft_op_t *op)
 {
-    weft_status_t st = weft_comm_usable(comm, call);
-    if (st == WEFT_SUCCESS && comm->backend == WEFT_BACKEND_CUDA)
-        st = weft_cuda_check(comm, call);
-    if (st != WEFT_SUCCESS)
-        return st;
+    /* The API layer checked that the communicator is usable (weft_api_check_comm). */
+    if (comm->backend == WEFT_BACKEND_CUDA) {
+        weft_status_t st = weft_cuda_check(comm, call);
+        if (st != WEFT_SUCCESS)
+            return st;
+    }
     /* Two threads in operations at once would interleave their handshakes: both would wait
      * until the timeout and leave the communicator dead. Refuse the second instead. */
     if (atomic_exchange_explicit(&comm->in_op, 1, memory_order_acquire))

@@ -1,0 +1,17 @@
+/*
+ * api.h - what the public entry points of src/api share.
+ *
+ * Thread safety: as the communicator (one user thread at a time).
+ */
+#ifndef WEFT_API_API_H
+#define WEFT_API_API_H
+
+#include "weft.h"
+
+/* The checks every communicating call starts with: clears weft_last_error(), then comm is not
+ * NULL, is usable (an aborted or failed communicator returns its status, also for calls that
+ * would move nothing), and stream is NULL on the host backend. Returns WEFT_SUCCESS or the
+ * error, with a message naming call and the argument. */
+weft_status_t weft_api_check_comm(const char *call, weft_comm_t comm, void *stream);
+
+#endif /* WEFT_API_API_H */
