@@ -18,7 +18,8 @@
 
 #include "util/parse_bytes.h"
 
-typedef enum { CFG_INT, CFG_DOUBLE, CFG_BYTES, CFG_STRING, CFG_ENUM } cfg_type_t;
+/* CFG_U64: a plain unsigned decimal count (durations in ns); CFG_BYTES also takes "64K". */
+typedef enum { CFG_INT, CFG_DOUBLE, CFG_U64, CFG_BYTES, CFG_STRING, CFG_ENUM } cfg_type_t;
 
 typedef struct cfg_row {
     const char *name;
@@ -29,7 +30,7 @@ typedef struct cfg_row {
     size_t offset;
     const char *const *choices; /* CFG_ENUM: NULL-terminated names, value = index */
     const char *help;
-    double lo, hi; /* CFG_INT, CFG_DOUBLE, CFG_BYTES: the accepted range [lo, hi] if lo < hi */
+    double lo, hi; /* numeric types: the accepted range [lo, hi] if lo < hi */
 } cfg_row_t;
 
 static const char *const backend_names[] = {"auto", "host", "cuda", NULL};
@@ -94,9 +95,9 @@ static const cfg_row_t rows[] = {
      "output instead of each rank reading them from its peers, when every rank's output is weft "
      "memory (for all-gather and all-to-all: and no input is staged): 0 never, 1 always, auto on "
      "the CUDA backend (on the host, reading measured faster)", NO_RANGE},
-    {"WEFT_WAIT_SPIN_NS", NULL, "20000", "ns", CFG_BYTES, OFF(wait_spin_ns), NULL,
+    {"WEFT_WAIT_SPIN_NS", NULL, "20000", "ns", CFG_U64, OFF(wait_spin_ns), NULL,
      "a wait polls this long before it yields the CPU (0 when threads outnumber cores)", NO_RANGE},
-    {"WEFT_WAIT_YIELD_NS", NULL, "200000", "ns", CFG_BYTES, OFF(wait_yield_ns), NULL,
+    {"WEFT_WAIT_YIELD_NS", NULL, "200000", "ns", CFG_U64, OFF(wait_yield_ns), NULL,
      "a wait yields this long before it sleeps on a futex", NO_RANGE},
     {"WEFT_TIER_SELF_LAT_US", NULL, "0.2", "us", CFG_DOUBLE, OFF(tier_self_lat_us), NULL,
      "cost model: latency of a local copy unit", RANGE(0, 1e9)},
@@ -201,6 +202,20 @@ static int parse_row(const cfg_row_t *row, const char *text)
         *(double *)field = v;
         return PARSE_OK;
     }
+    case CFG_U64: {
+        /* strtoull would take a '-' and negate; only digits (after optional blanks) pass */
+        const char *p = text + strspn(text, " \t");
+        if (*p < '0' || *p > '9')
+            return PARSE_MALFORMED;
+        errno = 0;
+        unsigned long long v = strtoull(p, &end, 10);
+        if (*end != '\0' || errno != 0)
+            return PARSE_MALFORMED;
+        if (!in_range(row, (double)v))
+            return PARSE_OUT_OF_RANGE;
+        *(uint64_t *)field = v;
+        return PARSE_OK;
+    }
     case CFG_BYTES: {
         if (takes_auto(row) && strcasecmp(text, "auto") == 0) {
             *(uint64_t *)field = WEFT_CONFIG_AUTO;
@@ -286,6 +301,7 @@ static void format_value(const cfg_row_t *row, char *buf, size_t len)
     case CFG_DOUBLE:
         snprintf(buf, len, "%g", *(const double *)field);
         break;
+    case CFG_U64:
     case CFG_BYTES:
         if (takes_auto(row) && *(const uint64_t *)field == WEFT_CONFIG_AUTO)
             snprintf(buf, len, "auto");
