@@ -8,9 +8,8 @@
  * The two allocator functions have no communicator argument (PyTorch passes none): they use the
  * one set by weft_torch_bind, process-wide.
  *
- * Thread safety: every function may be called from any thread. Binding while another thread
- * allocates is safe, but memory must be freed through the communicator that allocated it (see
- * weft_torch_free).
+ * Thread safety: every function may be called from any thread; binding waits for an allocation
+ * or free in flight on another thread.
  *
  * This header compiles alone, as C11 and as C++.
  */
@@ -26,9 +25,13 @@ extern "C" {
 #endif
 
 /* Make comm the communicator that weft_torch_alloc and weft_torch_free use, in this process;
- * NULL unbinds. comm must use the CUDA backend (PyTorch hands the memory out as device memory):
- * WEFT_ERR_INVALID_ARGUMENT otherwise, and the binding is left as it was. Unbind before
- * destroying the communicator; it frees all its memory, including what PyTorch still holds. */
+ * NULL unbinds. comm must use the CUDA backend (PyTorch hands the memory out as device memory).
+ * Unbind before destroying the communicator; it frees all its memory, including what PyTorch
+ * still holds, and frees PyTorch makes after the unbind do nothing. Binding a communicator other
+ * than the bound one is refused while PyTorch still holds memory that weft_torch_alloc handed out
+ * under an earlier binding: a later communicator may map the same addresses, and those frees
+ * would release its memory. WEFT_ERR_INVALID_ARGUMENT in either case, the binding left as it
+ * was. */
 WEFT_API weft_status_t weft_torch_bind(weft_comm_t comm);
 
 /* PyTorch's alloc_fn: size bytes of device memory from weft_malloc on the bound communicator,
@@ -43,7 +46,8 @@ WEFT_API void *weft_torch_alloc(ssize_t size, int device, void *stream);
  * requires that no queued operation still uses the buffer, and PyTorch frees without waiting),
  * then weft_free on the bound communicator. ptr must come from weft_torch_alloc under the same
  * binding. NULL, or no communicator bound (the memory went with its communicator), does nothing.
- * A failure is recorded in weft_last_error() and logged, as nothing can be returned. */
+ * A failure is recorded in weft_last_error() and logged, as nothing can be returned; the memory
+ * is then released with the communicator. */
 WEFT_API void weft_torch_free(void *ptr, ssize_t size, int device, void *stream);
 
 #ifdef __cplusplus

@@ -1,10 +1,14 @@
 """GPU-only cases of worker.py (imported by it for the torch-cuda kinds): CUDA-graph capture
 and replay, the current stream, first use of tensors allocated at least 10 ms before, the
-process-wide allocator, and CUDA tensors refused by a host-backend communicator."""
+process-wide allocator, a pool outliving its communicator, and CUDA tensors refused by a
+host-backend communicator."""
 
+import gc
 import time
 
 import numpy as np
+
+import weft
 
 from worker import PAST_PUSH_COUNT, case, gen_values
 
@@ -147,6 +151,43 @@ def case_global_allocator(ctx, _):
 
     ctx.expect_raises(RuntimeError, lambda: weft.torch.use_weft_allocator(comm),
                       "a second use_weft_allocator", "before the first CUDA allocation")
+
+
+@case("pool_outlives_comm", kinds=("torch-cuda",))
+def case_pool_outlives_comm(ctx, _):
+    """A pool tensor whose communicator was destroyed while it lived: binding another
+    communicator is refused while PyTorch holds that memory (the new communicator may map the
+    same addresses, and PyTorch's later free would release its memory); once the tensor and its
+    pool are gone, a pool on the new communicator works and its all_reduce is exact."""
+    k, n, me = ctx.kind, ctx.n, ctx.rank
+    torch = k.torch
+    import weft.torch
+
+    count = PAST_PUSH_COUNT
+    c2 = weft.init()
+    pool2 = weft.torch.mem_pool(c2)
+    with torch.cuda.use_mem_pool(pool2):
+        stale = torch.full((count,), -1.0, device="cuda")
+    torch.cuda.synchronize()
+    c2.destroy()
+    with weft.init() as c3:
+        ctx.expect_raises(weft.WeftError, lambda: weft.torch.mem_pool(c3),
+                          "mem_pool while a destroyed communicator's tensor lives", "still holds")
+        del stale
+        torch.cuda.empty_cache()
+        del pool2
+        gc.collect()
+        pool3 = weft.torch.mem_pool(c3)
+        with torch.cuda.use_mem_pool(pool3):
+            t = torch.full((count,), float(me + 1), device="cuda")
+        c3.all_reduce(t)
+        torch.cuda.synchronize()
+        ctx.expect_values(t, np.full(count, float(n * (n + 1) // 2)),
+                          "all_reduce on the new communicator's pool")
+        del t
+        torch.cuda.empty_cache()
+        del pool3
+        gc.collect()
 
 
 @case("wrong_device_kind", kinds=CUDA_KINDS)

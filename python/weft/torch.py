@@ -17,7 +17,9 @@ collective: they take the staged path (copied through weft's registered scratch)
 
 Lifetime: the allocator functions use one communicator per process (weft_torch_bind). Destroy
 the pools and the tensors allocated from them before the communicator: destroy() frees all of
-its memory and unbinds it.
+its memory and unbinds it. Until PyTorch has returned every segment of a destroyed
+communicator, binding another one raises WeftError (its frees could release the new one's memory
+at the same addresses).
 
 torch is imported when a function here is called, not when this module is imported.
 """
