@@ -9,6 +9,9 @@ Scenarios:
   exit        rank 1 leaves the process (os._exit(3)) after init; rank 0 sees
               WEFT_ERR_PEER_LOST.
   destroyed   every call on a destroyed communicator raises ValueError; destroy is idempotent.
+  abort_race  a thread calls abort(), stats() and empty() in a loop while the main thread
+              destroys: each call lands or raises ValueError once destroy() has begun, never
+              touches the freed communicator (repeated on fresh communicators).
   config      weft.init() keyword overrides reach the library (registration="staged": no
               zero-copy operation); bad values raise ValueError before any C call.
 """
@@ -17,12 +20,14 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 
 import numpy as np
 
 import weft
 
+ABORT_RACES = 20  # fresh communicators in scenario_abort_race
 PROMPT_S = 10.0  # a failure must be seen this fast (the jobs run with WEFT_TIMEOUT_S=60)
 
 
@@ -116,6 +121,42 @@ def scenario_destroyed(c):
     return rank
 
 
+def scenario_abort_race(c):
+    rank = None
+    for i in range(ABORT_RACES):
+        comm = weft.init()
+        rank = comm.rank
+        arrays = [comm.empty(64) for _ in range(4)]  # freed after destroy (their __del__)
+        go, ended = threading.Event(), []
+
+        def race():
+            go.wait()
+            while True:
+                try:
+                    comm.abort()
+                    comm.stats()
+                    arrays.append(comm.empty(16))
+                except weft.WeftError:
+                    pass  # empty() on the aborted communicator
+                except ValueError as exc:
+                    ended.append(str(exc))
+                    return
+
+        thread = threading.Thread(target=race)
+        thread.start()
+        go.set()
+        try:
+            comm.destroy()
+        except weft.WeftError as exc:
+            c.expect(exc.status in ("WEFT_ERR_PEER_LOST", "WEFT_ERR_ABORTED"),
+                     f"race {i}: destroy raised {exc.status}: {exc.message}")
+        thread.join(PROMPT_S)
+        c.expect(not thread.is_alive(), f"race {i}: the aborting thread did not end")
+        c.expect(ended and "destroyed" in ended[0], f"race {i}: the thread ended with {ended}")
+        del arrays
+    return rank
+
+
 def scenario_config(c):
     for kwargs, text in (
         ({"backend": "gpu"}, "backend"),
@@ -149,6 +190,7 @@ SCENARIOS = {
     "raise": scenario_raise,
     "exit": scenario_exit,
     "destroyed": scenario_destroyed,
+    "abort_race": scenario_abort_race,
     "config": scenario_config,
 }
 

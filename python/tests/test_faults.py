@@ -1,7 +1,7 @@
-"""Failures and lifetime: abort, a peer that raises or exits, a destroyed communicator, and
-init's keyword overrides (fault_worker.py has the scenarios). The jobs run with a 60 s weft
-timeout, and every failure must be seen within 10 s: through the lost connection, not the
-timeout."""
+"""Failures and lifetime: abort (also racing destroy), a peer that raises or exits, a destroyed
+communicator, and init's keyword overrides (fault_worker.py has the scenarios). The jobs run
+with a 60 s weft timeout, and every failure must be seen within 10 s: through the lost
+connection, not the timeout."""
 
 import pytest
 
@@ -40,6 +40,12 @@ def test_destroyed_communicator():
     job = fault_job(2, "destroyed")
     assert job.returncode == 0, job.describe()
     check_case(job, "destroyed")
+
+
+def test_abort_racing_destroy():
+    job = fault_job(2, "abort_race")
+    assert job.returncode == 0, job.describe()
+    check_case(job, "abort_race")
 
 
 def test_init_overrides():

@@ -69,9 +69,10 @@ class _Allocation:
         }
 
     def __del__(self):
-        handle = self._comm._handle
-        if handle is not None:
-            self._free(handle, self._ptr)
+        with self._comm._state_lock:
+            handle = self._comm._handle
+            if handle is not None:
+                self._free(handle, self._ptr)
 
 
 class MoeHandle:
@@ -91,10 +92,11 @@ class MoeHandle:
         self.num_recv_tokens = num_recv_tokens
 
     def close(self):
-        if self._handle is not None:
-            if self._comm._handle is not None:  # else its communicator freed it
-                self._destroy(self._handle)
-            self._handle = None
+        with self._comm._state_lock:
+            if self._handle is not None:
+                if self._comm._handle is not None:  # else its communicator freed it
+                    self._destroy(self._handle)
+                self._handle = None
 
     def __del__(self):
         self.close()
@@ -142,7 +144,12 @@ class Comm:
     def __init__(self, handle):
         lib = library()
         self._handle = handle
+        # _lock serialises the operations (they may block) and destroy(). _state_lock guards
+        # _handle for the local calls that never block (abort, stats, malloc and free, closing
+        # a MoE handle) against destroy() on another thread; it is never held across a blocking
+        # call, and re-entrant because __del__ of an array may run inside it.
         self._lock = threading.Lock()
+        self._state_lock = threading.RLock()
         self._moe_handles = weakref.WeakSet()  # open MoeHandles: destroy() closes them first
         self.rank = lib.weft_comm_rank(handle)
         self.size = lib.weft_comm_size(handle)
@@ -163,6 +170,11 @@ class Comm:
             raise ValueError(f"{call}: the communicator was destroyed")
         return self._handle
 
+    def _local(self, call, fn, *args):
+        """fn(handle, *args): a C call that never blocks, safe against destroy() elsewhere."""
+        with self._state_lock:
+            return fn(self._live(call), *args)
+
     def destroy(self):
         """Collective: wait for every rank, then free everything, including memory from
         empty() and from the weft.torch allocator (arrays and tensors still using it must not be
@@ -173,17 +185,18 @@ class Comm:
             from . import torch as weft_torch
 
             weft_torch._forget(self)
-            for moe_handle in list(self._moe_handles):
-                moe_handle.close()  # reads the communicator: before it is freed
-            handle, self._handle = self._handle, None
+            with self._state_lock:
+                for moe_handle in list(self._moe_handles):
+                    moe_handle.close()  # reads the communicator: before it is freed
+                handle, self._handle = self._handle, None
             _forget_default(self)
             check(library().weft_comm_destroy(handle))
 
     def abort(self):
         """Local, never blocks: pending and future operations fail with WEFT_ERR_ABORTED and
         peers see WEFT_ERR_PEER_LOST. destroy() must still be called (the context manager
-        does)."""
-        check(library().weft_comm_abort(self._live("abort")))
+        does). Safe from any thread; once destroy() has begun it raises ValueError."""
+        check(self._local("abort", library().weft_comm_abort))
 
     def __enter__(self):
         return self
@@ -192,7 +205,9 @@ class Comm:
         if self._handle is None:
             return
         if exc_type is not None:
-            library().weft_comm_abort(self._handle)
+            with self._state_lock:
+                if self._handle is not None:
+                    library().weft_comm_abort(self._handle)
             try:
                 self.destroy()
             except WeftError:
@@ -206,7 +221,7 @@ class Comm:
         peer_mappings, staging_bytes, inline_ops, remote_store_ops, copy_engine_ops,
         sm_blocks."""
         out = _Stats()
-        check(library().weft_get_stats(self._live("stats"), ctypes.byref(out)))
+        check(self._local("stats", library().weft_get_stats, ctypes.byref(out)))
         return {name: int(getattr(out, name)) for name in STATS_FIELDS}
 
     def empty(self, shape, dtype=np.float32):
@@ -215,7 +230,7 @@ class Comm:
         view of it) take the zero-copy path. Freed when the last view goes away; must not be
         used after destroy(). On the CUDA backend use weft.torch.mem_pool instead."""
         call = "empty"
-        handle = self._live(call)
+        self._live(call)
         if self.backend != "host":
             raise ValueError(
                 f"{call}: numpy memory needs the host backend; on the CUDA backend allocate "
@@ -229,7 +244,7 @@ class Comm:
         if nbytes == 0:
             return np.empty(shape, dtype=dtype)
         ptr = ctypes.c_void_p()
-        check(library().weft_malloc(handle, ctypes.byref(ptr), nbytes))
+        check(self._local(call, library().weft_malloc, ctypes.byref(ptr), nbytes))
         return np.asarray(_Allocation(self, ptr.value, shape, dtype))
 
     # -- collectives ---------------------------------------------------------------------------
@@ -382,7 +397,7 @@ class Comm:
         if topk_idx is None or topk_weights is None or num_experts is None:
             raise TypeError(f"{call}: topk_idx, topk_weights and num_experts are required "
                             "without handle")
-        comm = self._live(call)
+        self._live(call)
         xb = B.as_buffer(call, "x", x)
         ib = B.as_buffer(call, "topk_idx", topk_idx)
         wb = B.as_buffer(call, "topk_weights", topk_weights)
@@ -433,7 +448,7 @@ class Comm:
         moe = ctypes.c_void_p()
         with self._lock:
             check(library().weft_moe_dispatch(
-                comm, xb.ptr, num_tokens, hidden, xb.dtype, ib.ptr, wb.ptr, topk,
+                self._live(call), xb.ptr, num_tokens, hidden, xb.dtype, ib.ptr, wb.ptr, topk,
                 num_experts, ptrs[0], ptrs[1], ptrs[2], ptrs[3], num_recv, ptrs[4],
                 ctypes.byref(moe), B.stream_of(self),
             ))
@@ -450,7 +465,7 @@ class Comm:
         )
 
     def _moe_dispatch_reuse(self, call, x, handle):
-        comm = self._live(call)
+        self._live(call)
         self._check_moe_handle(call, handle)
         xb = B.as_buffer(call, "x", x)
         B.check_device(call, self, [xb])
@@ -464,8 +479,9 @@ class Comm:
         recv_x = B.empty_like_kind(xb, (n, handle.hidden), "same")
         got = B.empty_like_kind(xb, (1,), "int64")
         ptrs = [B.as_buffer(call, "out", a, writable=True).ptr for a in (recv_x, got)]
-        moe = ctypes.c_void_p(handle._handle.value)  # in: the layout; left as is
         with self._lock:
+            comm = self._live(call)  # destroy() closes handles: the communicator first
+            moe = ctypes.c_void_p(handle._handle.value)  # in: the layout; left as is
             check(library().weft_moe_dispatch(
                 comm, xb.ptr, handle.num_tokens, handle.hidden, xb.dtype, None, None,
                 MOE_REUSE, 0, ptrs[0], None, None, None, n, ptrs[1], ctypes.byref(moe),
@@ -489,7 +505,7 @@ class Comm:
         (num_tokens x hidden, allocated if None) whose row t sums, over the ranks that received
         token t, their row for it (float32 accumulation in rank order)."""
         call = "moe_combine"
-        comm = self._live(call)
+        self._live(call)
         self._check_moe_handle(call, handle)
         xb = handle._x
         yb = B.as_buffer(call, "y", y)
@@ -510,7 +526,7 @@ class Comm:
             raise ValueError(f"{call}: out has shape {ob.shape}, expected "
                              f"({handle.num_tokens}, {handle.hidden})")
         with self._lock:
-            check(library().weft_moe_combine(comm, handle._handle, yb.ptr, ob.ptr,
+            check(library().weft_moe_combine(self._live(call), handle._handle, yb.ptr, ob.ptr,
                                              B.stream_of(self)))
         return out
 
