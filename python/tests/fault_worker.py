@@ -8,7 +8,8 @@ Scenarios:
               rank 0, waiting in a barrier, sees WEFT_ERR_PEER_LOST at once.
   exit        rank 1 leaves the process (os._exit(3)) after init; rank 0 sees
               WEFT_ERR_PEER_LOST.
-  destroyed   every call on a destroyed communicator raises ValueError; destroy is idempotent.
+  destroyed   every call on a destroyed communicator raises ValueError; destroy is idempotent
+              and warns when arrays from empty() outlive it.
   abort_race  a thread calls abort(), stats() and empty() in a loop while the main thread
               destroys: each call lands or raises ValueError once destroy() has begun, never
               touches the freed communicator (repeated on fresh communicators).
@@ -22,6 +23,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 
 import numpy as np
 
@@ -100,6 +102,14 @@ def scenario_exit(c):
 def scenario_destroyed(c):
     with weft.init() as comm:
         rank = comm.rank
+        stale = comm.empty(16)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            comm.destroy()
+        texts = [str(w.message) for w in caught if w.category is RuntimeWarning]
+        c.expect(len(texts) == 1 and "1 array(s) from empty() are still alive" in texts[0],
+                 f"destroy with an array alive warned {texts}")
+        del stale
     comm.destroy()
     for what, fn in (
         ("all_reduce", lambda: comm.all_reduce(np.ones(4))),

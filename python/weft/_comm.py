@@ -14,6 +14,7 @@ import ctypes
 import enum
 import os
 import threading
+import warnings
 import weakref
 
 import numpy as np
@@ -60,6 +61,7 @@ class _Allocation:
     def __init__(self, comm, ptr, shape, dtype):
         self._comm = comm
         self._ptr = ptr
+        comm._allocations.add(self)  # counted by destroy()
         self._free = library().weft_free  # no module lookups in __del__ at interpreter exit
         self.__array_interface__ = {
             "data": (ptr, False),
@@ -151,6 +153,7 @@ class Comm:
         self._lock = threading.Lock()
         self._state_lock = threading.RLock()
         self._moe_handles = weakref.WeakSet()  # open MoeHandles: destroy() closes them first
+        self._allocations = weakref.WeakSet()  # memory from empty() still viewed by an array
         self.rank = lib.weft_comm_rank(handle)
         self.size = lib.weft_comm_size(handle)
         code = lib.weft_comm_backend(handle)
@@ -189,6 +192,14 @@ class Comm:
                 for moe_handle in list(self._moe_handles):
                     moe_handle.close()  # reads the communicator: before it is freed
                 handle, self._handle = self._handle, None
+                live = len(self._allocations)
+            if live:
+                # A later communicator may map the same addresses: a stale array would then
+                # read and write its memory. Nothing can revoke a numpy array; say so loudly.
+                warnings.warn(
+                    f"destroy: {live} array(s) from empty() are still alive; their memory is "
+                    "freed now and must not be touched (a later communicator may reuse the "
+                    "addresses)", RuntimeWarning, stacklevel=2)
             _forget_default(self)
             check(library().weft_comm_destroy(handle))
 
