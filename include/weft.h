@@ -155,8 +155,11 @@ WEFT_API weft_status_t weft_free(weft_comm_t comm, void *ptr);
  * run in the order they were called and must be ordered on the device too: issue them on one
  * stream (or order the streams yourself), and in the same order on every rank.
  * Every operation accepts any pointer: memory from weft_malloc (interior pointers included)
- * takes the zero-copy path, other memory the staged path. A count of 0 is valid: it returns
- * success and moves nothing.
+ * takes the zero-copy path, other memory the staged path. The buffers of the reductions
+ * (all-reduce, reduce-scatter) and of MoE dispatch and combine must be aligned to their elements,
+ * as C requires of typed pointers (WEFT_ERR_INVALID_ARGUMENT otherwise: a GPU traps on a
+ * misaligned element); the others move bytes and take any alignment. A count of 0 is valid: it
+ * returns success and moves nothing.
  * ------------------------------------------------------------------------------------------- */
 
 /* recvbuf holds nranks * sendcount elements. In place when sendbuf == recvbuf + rank*sendcount. */

@@ -14,4 +14,11 @@
  * error, with a message naming call and the argument. */
 weft_status_t weft_api_check_comm(const char *call, weft_comm_t comm, void *stream);
 
+/* ptr (the argument named what) is aligned to its elements of esize bytes (a power of two), as
+ * C requires of a typed pointer: the reductions load and store whole elements, and a GPU traps on
+ * a misaligned one (the context is lost). NULL passes. Returns WEFT_SUCCESS or
+ * WEFT_ERR_INVALID_ARGUMENT naming call, what and the element type. */
+weft_status_t weft_api_check_aligned(const char *call, const char *what, const void *ptr,
+                                     size_t esize, const char *type);
+
 #endif /* WEFT_API_API_H */

@@ -29,6 +29,27 @@ weft_status_t weft_api_check_comm(const char *call, weft_comm_t comm, void *stre
     return WEFT_SUCCESS;
 }
 
+weft_status_t weft_api_check_aligned(const char *call, const char *what, const void *ptr,
+                                     size_t esize, const char *type)
+{
+    if ((uintptr_t)ptr & (esize - 1))
+        return INVALID("%s: %s %p is not aligned to its %zu-byte %s elements", call, what, ptr,
+                       esize, type);
+    return WEFT_SUCCESS;
+}
+
+/* Both buffers of a reduction aligned to dtype's elements (weft_api_check_aligned). */
+static weft_status_t check_aligned_pair(const char *call, const void *sendbuf, const void *recvbuf,
+                                        weft_dtype_t dtype)
+{
+    size_t esize = weft_dtype_size(dtype);
+    weft_status_t st =
+        weft_api_check_aligned(call, "sendbuf", sendbuf, esize, weft_dtype_name(dtype));
+    if (st == WEFT_SUCCESS)
+        st = weft_api_check_aligned(call, "recvbuf", recvbuf, esize, weft_dtype_name(dtype));
+    return st;
+}
+
 /* Checks every collective shares: weft_api_check_comm, dtype, and count * esize * blocks
  * fitting. */
 static weft_status_t check_common(const char *call, weft_comm_t comm, void *stream,
@@ -75,6 +96,9 @@ weft_status_t weft_all_reduce(weft_comm_t comm, const void *sendbuf, void *recvb
         return st;
     if (!sendbuf || !recvbuf)
         return INVALID("%s: %s is NULL", call, sendbuf ? "recvbuf" : "sendbuf");
+    st = check_aligned_pair(call, sendbuf, recvbuf, dtype);
+    if (st != WEFT_SUCCESS)
+        return st;
     size_t bytes = count * weft_dtype_size(dtype);
     if (sendbuf != recvbuf && overlaps(sendbuf, bytes, recvbuf, bytes))
         return INVALID("%s: sendbuf and recvbuf overlap without being equal (in place)", call);
@@ -111,6 +135,9 @@ weft_status_t weft_reduce_scatter(weft_comm_t comm, const void *sendbuf, void *r
         return st;
     if (!sendbuf || !recvbuf)
         return INVALID("%s: %s is NULL", call, sendbuf ? "recvbuf" : "sendbuf");
+    st = check_aligned_pair(call, sendbuf, recvbuf, dtype);
+    if (st != WEFT_SUCCESS)
+        return st;
     size_t bytes = recvcount * weft_dtype_size(dtype);
     const uint8_t *inplace = (const uint8_t *)sendbuf + (size_t)comm->rank * bytes;
     if ((const uint8_t *)recvbuf != inplace &&

@@ -26,6 +26,37 @@ static int is_float_dtype(weft_dtype_t dtype)
     return dtype == WEFT_FLOAT32 || dtype == WEFT_FLOAT16 || dtype == WEFT_BFLOAT16;
 }
 
+/* Every array of a dispatch aligned to its elements (weft_api_check_aligned). */
+static weft_status_t
+check_dispatch_aligned(const char *call, weft_dtype_t dtype, const void *x, const void *recv_x,
+                       const int64_t *topk_idx, const int64_t *recv_topk_idx,
+                       const int64_t *recv_expert_counts, const int64_t *num_recv_tokens,
+                       const float *topk_weights, const float *recv_topk_weights)
+{
+    const struct {
+        const char *what;
+        const void *ptr;
+        size_t esize;
+        const char *type;
+    } arrays[] = {
+        {"x", x, weft_dtype_size(dtype), weft_dtype_name(dtype)},
+        {"recv_x", recv_x, weft_dtype_size(dtype), weft_dtype_name(dtype)},
+        {"topk_idx", topk_idx, sizeof(int64_t), "int64"},
+        {"recv_topk_idx", recv_topk_idx, sizeof(int64_t), "int64"},
+        {"recv_expert_counts", recv_expert_counts, sizeof(int64_t), "int64"},
+        {"num_recv_tokens", num_recv_tokens, sizeof(int64_t), "int64"},
+        {"topk_weights", topk_weights, sizeof(float), "float32"},
+        {"recv_topk_weights", recv_topk_weights, sizeof(float), "float32"},
+    };
+    for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) {
+        weft_status_t st = weft_api_check_aligned(call, arrays[i].what, arrays[i].ptr,
+                                                  arrays[i].esize, arrays[i].type);
+        if (st != WEFT_SUCCESS)
+            return st;
+    }
+    return WEFT_SUCCESS;
+}
+
 /* A WEFT_MOE_REUSE dispatch: the handle to reuse, whose shape the call must repeat. */
 static weft_status_t check_reuse(const char *call, weft_comm_t comm, weft_moe_handle_t *handle,
                                  size_t num_tokens, size_t hidden, weft_dtype_t dtype)
@@ -103,6 +134,10 @@ weft_status_t weft_moe_dispatch(weft_comm_t comm, const void *x, size_t num_toke
                        !num_recv_tokens ? "num_recv_tokens"
                        : !handle        ? "handle"
                                         : "recv_expert_counts");
+    st = check_dispatch_aligned(call, dtype, x, recv_x, topk_idx, recv_topk_idx, recv_expert_counts,
+                                num_recv_tokens, topk_weights, recv_topk_weights);
+    if (st != WEFT_SUCCESS)
+        return st;
     if (comm->backend == WEFT_BACKEND_CUDA) /* asynchronous: the counts stay on the device */
         return weft_moe_dispatch_dev(comm, x, num_tokens, hidden, dtype, topk_idx, topk_weights,
                                      topk, num_experts, recv_x, recv_topk_idx, recv_topk_weights,
@@ -138,6 +173,13 @@ weft_status_t weft_moe_combine(weft_comm_t comm, weft_moe_handle_t handle, const
         return INVALID("%s: handle comes from a dispatch on another communicator", call);
     if (handle->num_tokens > 0 && !out)
         return INVALID("%s: out is NULL with num_tokens %zu", call, handle->num_tokens);
+    size_t esize = weft_dtype_size(handle->dtype);
+    const char *type = weft_dtype_name(handle->dtype);
+    st = weft_api_check_aligned(call, "y", y, esize, type);
+    if (st == WEFT_SUCCESS)
+        st = weft_api_check_aligned(call, "out", out, esize, type);
+    if (st != WEFT_SUCCESS)
+        return st;
     if (comm->backend == WEFT_BACKEND_CUDA) /* the received count is on the device: y NULL
                                                  means nothing was received (op/moe.h) */
         return weft_moe_combine_dev(comm, handle, y, out, stream);

@@ -77,6 +77,8 @@ typedef enum {
     ROW_A2A_OVERFLOW,
     ROW_A2AV_OVERFLOW,
     ROW_A2A_OVERLAP,
+    ROW_AR_MISALIGNED,
+    ROW_RS_MISALIGNED,
     ROW_FREE_FOREIGN_0, /* weft_free of f->foreign[0], if the caller supplied it */
     ROW_FREE_FOREIGN_1, /* weft_free of f->foreign[1], likewise */
     ROW_FREE_INTERIOR,
@@ -146,6 +148,9 @@ static const row_info_t rows[NUM_ROWS] = {
     [ROW_A2A_OVERFLOW] = {"all_to_all count * 8 overflows size_t", "weft_all_to_all"},
     [ROW_A2AV_OVERFLOW] = {"all_to_allv counts * 8 overflow size_t", "weft_all_to_allv"},
     [ROW_A2A_OVERLAP] = {"all_to_all with sendbuf == recvbuf", "weft_all_to_all"},
+    [ROW_AR_MISALIGNED] = {"all_reduce float64 with recvbuf 4 bytes off", "weft_all_reduce"},
+    [ROW_RS_MISALIGNED] = {"reduce_scatter float64 with sendbuf 4 bytes off",
+                           "weft_reduce_scatter"},
     [ROW_FREE_FOREIGN_0] = {NULL, "weft_free"},
     [ROW_FREE_FOREIGN_1] = {NULL, "weft_free"},
     [ROW_FREE_INTERIOR] = {"weft_free of an interior pointer", "weft_free"},
@@ -285,6 +290,10 @@ static weft_status_t bad_call(const mp_ctx_t *ctx, const mp_args_fixture_t *f, r
         return weft_all_to_allv(c, a, f->huge, f->displs, b, f->huge, f->displs, d, s);
     case ROW_A2A_OVERLAP:
         return weft_all_to_all(c, a, a, 1, d, s);
+    case ROW_AR_MISALIGNED:
+        return weft_all_reduce(c, a, (char *)b + 4, 8, d, WEFT_SUM, s);
+    case ROW_RS_MISALIGNED:
+        return weft_reduce_scatter(c, (char *)a + 4, b, 1, d, WEFT_SUM, s);
     case ROW_FREE_FOREIGN_0:
     case ROW_FREE_FOREIGN_1:
         return weft_free(c, f->foreign[row - ROW_FREE_FOREIGN_0].ptr);

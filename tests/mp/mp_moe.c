@@ -174,6 +174,11 @@ static void run_invalid(mp_ctx_t *ctx)
                  &h, NULL);
     BAD_DISPATCH("hidden 0", cm, x, 1, 0, WEFT_FLOAT32, idx, w, 2, n, rx, ridx, rw, rcnt, 8, &num,
                  &h, NULL);
+    const int64_t *idx_off = (const int64_t *)((const char *)idx + 4);
+    BAD_DISPATCH("topk_idx misaligned", cm, x, 1, 2, WEFT_FLOAT32, idx_off, w, 2, n, rx, ridx, rw,
+                 rcnt, 8, &num, &h, NULL);
+    BAD_DISPATCH("recv_x misaligned", cm, x, 1, 2, WEFT_FLOAT32, idx, w, 2, n, (char *)rx + 2, ridx,
+                 rw, rcnt, 8, &num, &h, NULL);
     BAD_DISPATCH("stream not NULL", cm, x, 1, 2, WEFT_FLOAT32, idx, w, 2, n, rx, ridx, rw, rcnt, 8,
                  &num, &h, (void *)x);
 #undef BAD_DISPATCH
@@ -222,7 +227,8 @@ static void run_handle_mismatch(mp_ctx_t *ctx)
 
 /* Reusing a layout wrongly: a missing handle or one of another shape is rejected locally; ranks
  * that disagree on reusing get WEFT_ERR_MISMATCH, and a capacity below the layout's need
- * WEFT_ERR_INVALID_ARGUMENT, on every rank; the handle stays usable after each. */
+ * WEFT_ERR_INVALID_ARGUMENT, on every rank; the handle stays usable after each. Last, a combine
+ * with y or out not aligned to its elements is rejected. */
 static void run_reuse_errors(mp_ctx_t *ctx)
 {
     int n = ctx->nranks;
@@ -243,13 +249,15 @@ static void run_reuse_errors(mp_ctx_t *ctx)
                                  cap, &num, &h, NULL),
                "weft_moe_dispatch"))
         return;
-#define BAD_REUSE(what, ...)                                                                           mp_expect_status(ctx, weft_moe_dispatch(__VA_ARGS__), WEFT_ERR_INVALID_ARGUMENT,                                    "weft_moe_dispatch", what)
+#define BAD_REUSE(what, ...)                                                                       \
+    mp_expect_status(ctx, weft_moe_dispatch(__VA_ARGS__), WEFT_ERR_INVALID_ARGUMENT,               \
+                     "weft_moe_dispatch", what)
     BAD_REUSE("reuse: handle NULL", cm, x, T, H, WEFT_FLOAT32, NULL, NULL, WEFT_MOE_REUSE, 0, rx,
               NULL, NULL, NULL, cap, &num, NULL, NULL);
     BAD_REUSE("reuse: *handle NULL", cm, x, T, H, WEFT_FLOAT32, NULL, NULL, WEFT_MOE_REUSE, 0, rx,
               NULL, NULL, NULL, cap, &num, &none, NULL);
-    BAD_REUSE("reuse: other num_tokens", cm, x, T - 1, H, WEFT_FLOAT32, NULL, NULL,
-              WEFT_MOE_REUSE, 0, rx, NULL, NULL, NULL, cap, &num, &h, NULL);
+    BAD_REUSE("reuse: other num_tokens", cm, x, T - 1, H, WEFT_FLOAT32, NULL, NULL, WEFT_MOE_REUSE,
+              0, rx, NULL, NULL, NULL, cap, &num, &h, NULL);
     BAD_REUSE("reuse: other hidden", cm, x, T, H + 1, WEFT_FLOAT32, NULL, NULL, WEFT_MOE_REUSE, 0,
               rx, NULL, NULL, NULL, cap, &num, &h, NULL);
     BAD_REUSE("reuse: other dtype", cm, x, T, H, WEFT_BFLOAT16, NULL, NULL, WEFT_MOE_REUSE, 0, rx,
@@ -265,20 +273,19 @@ static void run_reuse_errors(mp_ctx_t *ctx)
                                          rx, NULL, NULL, NULL, cap - 1, &num, &h, NULL);
     mp_expect_status(ctx, st, WEFT_ERR_INVALID_ARGUMENT, "weft_moe_dispatch", "reuse: overflow");
     if (n >= 2) { /* rank 0 reuses, the others dispatch afresh */
-        st = ctx->rank == 0 ? weft_moe_dispatch(cm, x, T, H, WEFT_FLOAT32, NULL, NULL,
-                                                WEFT_MOE_REUSE, 0, rx, NULL, NULL, NULL, cap, &num,
-                                                &h, NULL)
-                            : weft_moe_dispatch(cm, x, T, H, WEFT_FLOAT32, to_first, w, 1, n, rx,
-                                                ridx, rw, rcnt, cap, &num, &none, NULL);
-        mp_expect_status(ctx, st, WEFT_ERR_MISMATCH, "weft_moe_dispatch",
-                         "reuse on one rank only");
+        st = ctx->rank == 0
+                 ? weft_moe_dispatch(cm, x, T, H, WEFT_FLOAT32, NULL, NULL, WEFT_MOE_REUSE, 0, rx,
+                                     NULL, NULL, NULL, cap, &num, &h, NULL)
+                 : weft_moe_dispatch(cm, x, T, H, WEFT_FLOAT32, to_first, w, 1, n, rx, ridx, rw,
+                                     rcnt, cap, &num, &none, NULL);
+        mp_expect_status(ctx, st, WEFT_ERR_MISMATCH, "weft_moe_dispatch", "reuse on one rank only");
         mp_check(ctx, none == NULL, "a mismatched dispatch set a handle");
     }
     mp_check(ctx, h == keep, "a failed reuse changed *handle");
     /* Still usable: a reuse that fits moves rank r's rows to rank 0. */
     num = -5;
-    st = weft_moe_dispatch(cm, x, T, H, WEFT_FLOAT32, NULL, NULL, WEFT_MOE_REUSE, 0, rx, NULL,
-                           NULL, NULL, cap, &num, &h, NULL);
+    st = weft_moe_dispatch(cm, x, T, H, WEFT_FLOAT32, NULL, NULL, WEFT_MOE_REUSE, 0, rx, NULL, NULL,
+                           NULL, cap, &num, &h, NULL);
     if (mp_ok(ctx, st, "weft_moe_dispatch reusing after the errors") && ctx->rank == 0) {
         size_t bad = 0;
         for (size_t i = 0; i < (size_t)n * T * H; i++)
@@ -286,6 +293,10 @@ static void run_reuse_errors(mp_ctx_t *ctx)
         mp_check(ctx, num == n * T && bad == 0, "reuse after errors: %lld rows, %zu wrong",
                  (long long)num, bad);
     }
+    mp_expect_status(ctx, weft_moe_combine(cm, h, (char *)rx + 2, x, NULL),
+                     WEFT_ERR_INVALID_ARGUMENT, "weft_moe_combine", "combine: y misaligned");
+    mp_expect_status(ctx, weft_moe_combine(cm, h, rx, (char *)x + 2, NULL),
+                     WEFT_ERR_INVALID_ARGUMENT, "weft_moe_combine", "combine: out misaligned");
     mp_ok(ctx, weft_moe_handle_destroy(h), "weft_moe_handle_destroy");
 }
 
