@@ -172,6 +172,7 @@ def scenario_config(c):
         ({"backend": "gpu"}, "backend"),
         ({"registration": "eager"}, "registration"),
         ({"timeout_s": 0}, "timeout_s"),
+        ({"timeout_s": float("inf")}, "timeout_s"),
         ({"host_workers": 0}, "host_workers"),
     ):
         try:

@@ -26,6 +26,7 @@ MOE_REUSE = 0  # WEFT_MOE_REUSE (weft.h): the topk of a dispatch reusing a handl
 
 _BACKENDS = {"auto": 0, "host": 1, "cuda": 2}
 _REGISTRATIONS = {"roa": 0, "jit": 1, "staged": 2}
+_TIMEOUT_S_RANGE = (1e-3, 1e7)  # WEFT_TIMEOUT_S_MIN and _MAX of src/util/config.h
 
 
 class ReduceOp(enum.IntEnum):
@@ -676,8 +677,9 @@ def init(backend=None, timeout_s=None, registration=None, host_workers=None):
                 )
             cfg.registration = _REGISTRATIONS[registration]
         if timeout_s is not None:
-            if not timeout_s > 0:
-                raise ValueError(f"init: timeout_s {timeout_s!r} must be positive")
+            lo, hi = _TIMEOUT_S_RANGE
+            if not lo <= timeout_s <= hi:
+                raise ValueError(f"init: timeout_s {timeout_s!r} is not in [{lo:g}, {hi:g}] s")
             cfg.timeout_s = float(timeout_s)
         if host_workers is not None:
             if int(host_workers) < 1:

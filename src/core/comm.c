@@ -220,8 +220,10 @@ static weft_status_t resolve_config(const weft_config_t *cfg, weft_config_t *out
     if ((unsigned)out->registration > WEFT_REGISTRATION_STAGED)
         return weft_error(WEFT_ERR_INVALID_ARGUMENT, "weft_comm_init: registration %d is unknown",
                           (int)out->registration);
-    if (!(out->timeout_s > 0))
-        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "weft_comm_init: timeout_s must be > 0");
+    if (!(out->timeout_s >= WEFT_TIMEOUT_S_MIN && out->timeout_s <= WEFT_TIMEOUT_S_MAX))
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                          "weft_comm_init: timeout_s %g is not in [%g, %g] s", out->timeout_s,
+                          WEFT_TIMEOUT_S_MIN, WEFT_TIMEOUT_S_MAX);
     if (out->host_workers < 1 || out->host_workers > 256)
         return weft_error(WEFT_ERR_INVALID_ARGUMENT,
                           "weft_comm_init: host_workers %d is not in [1, 256]", out->host_workers);

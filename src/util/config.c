@@ -64,7 +64,7 @@ static const cfg_row_t rows[] = {
     {"WEFT_REGISTRATION", NULL, "roa", "", CFG_ENUM, OFF(registration), registration_names,
      "roa: register at allocation; jit: at first use; staged: copy through scratch", NO_RANGE},
     {"WEFT_TIMEOUT_S", NULL, "300", "s", CFG_DOUBLE, OFF(timeout_s), NULL,
-     "deadline of every wait; past it an operation fails with WEFT_ERR_TIMEOUT", RANGE(1e-3, 1e7)},
+     "deadline of every wait; past it an operation fails with WEFT_ERR_TIMEOUT", RANGE(WEFT_TIMEOUT_S_MIN, WEFT_TIMEOUT_S_MAX)},
     {"WEFT_LOG_LEVEL", NULL, "warn", "", CFG_ENUM, OFF(log_level), log_names,
      "none|error|warn|info|debug", NO_RANGE},
     {"WEFT_WINDOW_SLICE_BYTES", NULL, "0", "bytes", CFG_BYTES, OFF(window_slice_bytes), NULL,

@@ -20,6 +20,11 @@
  * the value picks it, as the row's help says. */
 #define WEFT_CONFIG_AUTO UINT64_MAX
 
+/* The accepted deadline of every wait, s (WEFT_TIMEOUT_S and weft_config_t.timeout_s): positive,
+ * and short enough that the GPU's deadline (now + timeout in ns) cannot overflow. */
+#define WEFT_TIMEOUT_S_MIN 1e-3
+#define WEFT_TIMEOUT_S_MAX 1e7
+
 /* WEFT_CUDA_COPY_ENGINE: when pure copies run on the copy engines. */
 typedef enum {
     WEFT_COPY_ENGINE_NEVER,
