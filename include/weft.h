@@ -106,8 +106,8 @@ typedef struct weft_config {
     int nranks;                       /* -1: from WEFT_NRANKS, else WORLD_SIZE */
     weft_backend_t backend;           /* default from WEFT_BACKEND */
     weft_registration_t registration; /* default from WEFT_REGISTRATION */
-    double timeout_s;                 /* every wait's deadline; default from WEFT_TIMEOUT_S */
-    int host_workers;                 /* worker threads per rank; default from WEFT_HOST_WORKERS */
+    double timeout_s;                 /* every wait's deadline, [1e-3, 1e7] s; WEFT_TIMEOUT_S */
+    int host_workers;                 /* worker threads per rank, [1, 256]; WEFT_HOST_WORKERS */
 } weft_config_t;
 
 /* Fill cfg with the defaults: rank/nranks = -1 (from the environment), the other fields from the
