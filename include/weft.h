@@ -54,6 +54,13 @@ typedef enum {
 #undef WEFT_STATUS_ENUM_
 } weft_status_t;
 
+/* After WEFT_ERR_PEER_LOST, WEFT_ERR_TIMEOUT, WEFT_ERR_ABORTED or WEFT_ERR_INTERNAL the
+ * communicator is unusable except for weft_comm_abort and weft_comm_destroy; so it is after any
+ * error a collective meets on this rank alone before its peers heard from it (WEFT_ERR_NO_MEMORY
+ * for the staging scratch, say), which its peers see as WEFT_ERR_PEER_LOST at once. After
+ * WEFT_ERR_INVALID_ARGUMENT (checked before any communication) or WEFT_ERR_MISMATCH (which every
+ * rank returns) it stays usable. */
+
 /* Static string for a status ("invalid argument"); "unknown status" for values not in the list. */
 WEFT_API const char *weft_status_string(weft_status_t s);
 

@@ -42,6 +42,7 @@ typedef struct weft_op {
     weft_wait_ctx_t wait;
     const char *call;         /* API function name, for messages */
     void *stream;             /* cudaStream_t on the CUDA backend, NULL on the host */
+    int posted;               /* its descriptor went to the peers (weft_op_exchange) */
     int staged;               /* some source went through the staging scratch */
     int remote_stores;        /* the work writes into peers' buffers (counted in the stats) */
     weft_cuda_copy_t pending; /* CUDA: a local copy the next launch runs (weft_op_local_copy) */
@@ -57,7 +58,10 @@ weft_status_t weft_op_begin(struct weft_comm *comm, const char *call, void *stre
 
 /* Finish: count the operation (zero-copy, staged or inline; on CUDA also its usage); on
  * WEFT_ERR_PEER_LOST / TIMEOUT / ABORTED / INTERNAL store the status so every later call returns
- * it; let the next operation begin. Returns st. */
+ * it; let the next operation begin. A failure before the descriptor went to the peers (out of
+ * staging memory, say) is fatal too, and closes the connections: the peers wait in the
+ * handshake for a descriptor that will never come, and this rank's sequence number has moved on
+ * without theirs; they see WEFT_ERR_PEER_LOST at once instead of their timeout. Returns st. */
 weft_status_t weft_op_end(weft_op_t *op, weft_status_t st, int inline_payload);
 
 /* Whether [ptr, ptr + bytes) is registered memory readable by every peer at the same address

@@ -38,6 +38,10 @@ weft_status_t weft_op_end(weft_op_t *op, weft_status_t st, int inline_payload)
     atomic_store_explicit(&comm->in_op, 0, memory_order_release);
     if (st == WEFT_SUCCESS && op->pending.bytes > 0)
         st = weft_error(WEFT_ERR_INTERNAL, "%s: a local copy was never issued", op->call);
+    if (st != WEFT_SUCCESS && !op->posted && comm->nranks > 1) {
+        weft_comm_fail(comm, st); /* see op.h */
+        return st;
+    }
     switch (st) {
     case WEFT_SUCCESS:
         if (inline_payload)
@@ -123,6 +127,7 @@ weft_status_t weft_op_exchange(weft_op_t *op, const weft_op_desc_t *desc,
     weft_op_desc_t d = *desc;
     if (pair_only_out)
         *pair_only_out = 0;
+    op->posted = 1;
     for (int i = 1; i < comm->nranks; i++) {
         /* Start with the next rank so that ranks do not all write to rank 0 first. */
         int p = (comm->rank + i) % comm->nranks;
