@@ -465,14 +465,13 @@ weft_status_t weft_comm_staging(struct weft_comm *comm, size_t bytes, weft_wait_
         weft_status_t st = weft_registry_alloc(comm->registry, grown, 1, &fresh);
         if (st != WEFT_SUCCESS)
             return st;
-        /* On the device, earlier operations may still read the old scratch (this rank's or,
-         * through their kernels, its peers'): let them finish before it can be unmapped. */
-        if (comm->backend == WEFT_BACKEND_CUDA &&
-            (st = weft_cuda_synchronize("growing the staging scratch")) != WEFT_SUCCESS) {
-            (void)weft_registry_free(comm->registry, fresh);
-            return st;
-        }
-        (void)weft_registry_free(comm->registry, comm->staging);
+        /* On the device the old scratch stays until destroy: queued operations may still use it
+         * (this rank's or, through their kernels, its peers'), and so does every replay of a
+         * CUDA graph captured with it, its address baked into the kernels' parameters. Growth
+         * at least doubles, so the kept ones add up to less than the scratch in use. On the
+         * host every operation finished before returning. */
+        if (comm->backend != WEFT_BACKEND_CUDA)
+            (void)weft_registry_free(comm->registry, comm->staging);
         comm->staging = fresh;
         comm->staging_bytes = grown;
     }

@@ -246,7 +246,8 @@ weft_status_t weft_comm_teardown(struct weft_comm *comm);
 void weft_comm_mark_aborted(struct weft_comm *comm);
 
 /* A registered scratch area of at least bytes for the staged path, grown (registered anew, the
- * wait counted as a first-use wait) when too small. Local: peers learn the address through the
+ * wait counted as a first-use wait) when too small; on the CUDA backend an outgrown one is kept
+ * until destroy (captured graphs use its address). Local: peers learn the address through the
  * handshake. Statuses: WEFT_ERR_NO_MEMORY, wait errors. */
 weft_status_t weft_comm_staging(struct weft_comm *comm, size_t bytes, weft_wait_ctx_t *ctx,
                                 void **ptr_out);

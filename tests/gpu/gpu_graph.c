@@ -20,8 +20,10 @@
  *   host callback "post"   snapshots the pinned outputs of execution k.
  * It runs once eagerly (warm-up, registration), then is captured (cudaStreamBeginCapture,
  * relaxed mode: weft makes host calls during capture), instantiated and replayed R times back to
- * back; then the sequence runs once more eagerly (non-graph calls after replays), then R2 more
- * replays; one stream synchronisation at the end. Every execution's outputs are then checked
+ * back; then an eager all_reduce of 64 MiB of cudaMalloc memory, which outgrows the staging
+ * scratch the graph's staged calls captured (the replays after it must still find that scratch),
+ * and the sequence once more eagerly (non-graph calls after replays), then R2 more replays; one
+ * stream synchronisation at the end. Every execution's outputs are then checked
  * exactly against the expected values of its case (the large all_reduce every 10th), inputs of
  * out-of-place calls must be unchanged, and the bytes between buffers must keep their fill.
  */
@@ -46,6 +48,7 @@
 #define RAW_A2A_BASE ((uint64_t)1 << 40)
 #define RAW_BC_BASE ((uint64_t)2 << 40)
 #define LARGE_FIRST ((size_t)1 << 20) /* element index the large input starts at */
+#define GROW_BYTES ((size_t)64 << 20) /* the staged all_reduce that outgrows the scratch */
 
 typedef enum {
     G_AR,
@@ -541,6 +544,41 @@ static void check_execution(gpu_ctx_t *g, graph_state_t *gs, int k, const char *
 /* ---------------------------------------------------------------------------------------------
  * One registration mode
  * ------------------------------------------------------------------------------------------- */
+/* An all_reduce (float32 sum, out of place) of GROW_BYTES of cudaMalloc memory on the stream,
+ * staged through a scratch larger than any before: zeros in, an output poisoned with 0xFF must
+ * come back zero. Frees its buffers after synchronising. */
+typedef struct grow_call {
+    void *in, *out;
+} grow_call_t;
+
+static void grow_enqueue(gpu_ctx_t *g, grow_call_t *gc)
+{
+    gpu_cuda_ok(g, cudaMalloc(&gc->in, GROW_BYTES), "cudaMalloc (grow input)");
+    gpu_cuda_ok(g, cudaMalloc(&gc->out, GROW_BYTES), "cudaMalloc (grow output)");
+    gpu_cuda_ok(g, cudaMemsetAsync(gc->in, 0, GROW_BYTES, g->stream), "cudaMemsetAsync");
+    gpu_cuda_ok(g, cudaMemsetAsync(gc->out, 0xFF, GROW_BYTES, g->stream), "cudaMemsetAsync");
+    mp_ok(&g->mp,
+          weft_all_reduce(g->mp.comm, gc->in, gc->out, GROW_BYTES / 4, WEFT_FLOAT32, WEFT_SUM,
+                          g->stream),
+          "weft_all_reduce (outgrowing the staging scratch)");
+}
+
+static void grow_check(gpu_ctx_t *g, grow_call_t *gc)
+{
+    unsigned char *h = malloc(GROW_BYTES);
+    if (!h)
+        mp_fatal(&g->mp, "out of memory");
+    gpu_d2h(g, h, gc->out, GROW_BYTES);
+    size_t bad = 0;
+    for (size_t i = 0; i < GROW_BYTES; i++)
+        bad += h[i] != 0;
+    mp_check(&g->mp, bad == 0, "all_reduce outgrowing the scratch: %zu of %zu bytes not zero", bad,
+             GROW_BYTES);
+    free(h);
+    gpu_cuda_ok(g, cudaFree(gc->in), "cudaFree");
+    gpu_cuda_ok(g, cudaFree(gc->out), "cudaFree");
+}
+
 static void run_mode(gpu_ctx_t *g, weft_registration_t reg)
 {
     mp_ctx_t *ctx = &g->mp;
@@ -586,11 +624,14 @@ static void run_mode(gpu_ctx_t *g, weft_registration_t reg)
     snprintf(ctx->where, sizeof ctx->where, "graph reg=%s: replays", mp_reg_name(reg));
     for (int r = 0; r < replays; r++)
         gpu_cuda_ok(g, cudaGraphLaunch(exec, g->stream), "cudaGraphLaunch");
+    grow_call_t grow;
+    grow_enqueue(g, &grow);
     enqueue(g, gs, &is);
     issue_check(g, &is, "eager run after the replays");
     for (int r = 0; r < after; r++)
         gpu_cuda_ok(g, cudaGraphLaunch(exec, g->stream), "cudaGraphLaunch");
     gpu_sync(g, "replays");
+    grow_check(g, &grow);
     mp_check(ctx, gs->next_pre == gs->executions && gs->next_post == gs->executions,
              "the host callbacks ran %d and %d times, expected %d executions", gs->next_pre,
              gs->next_post, gs->executions);
