@@ -189,6 +189,15 @@ weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store)
     if (st != WEFT_SUCCESS)
         goto out;
     err = cudaMemset(ctl, 0, cs->ctl_bytes);
+    /* A push-path word matches when its flag (its upper 4 bytes) equals the operation's number,
+     * whose parity picks the slot. A never-written word of the even slots would hold 0 and
+     * match operation 2^32, when the 32-bit number wraps: flag them odd (0x01010101), which
+     * no operation using those slots has. */
+    uint8_t *even = (uint8_t *)ctl + sizeof(weft_cuda_ctl_t);
+    if (err == cudaSuccess && push > 0)
+        err = cudaMemset2D(even + 4, 8, 0x01, 4, n); /* the even header words */
+    if (err == cudaSuccess && push > 0)
+        err = cudaMemset2D(even + cs->push_headers + 4, 8, 0x01, 4, n * 2 * push / 8);
     if (err == cudaSuccess)
         err = cudaDeviceSynchronize();
     if (err != cudaSuccess) {
