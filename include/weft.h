@@ -132,7 +132,9 @@ WEFT_API weft_status_t weft_comm_init(weft_comm_t *comm, const weft_config_t *cf
 WEFT_API weft_status_t weft_comm_destroy(weft_comm_t comm);
 
 /* Local; never blocks. Fails every pending and future operation with WEFT_ERR_ABORTED, closes
- * the connections (peers see WEFT_ERR_PEER_LOST). weft_comm_destroy must still be called. */
+ * the connections (peers see WEFT_ERR_PEER_LOST). weft_comm_destroy must still be called. Any
+ * thread may call it, also while another thread is in weft_comm_destroy (its waits then end, or
+ * the call does nothing once teardown began); never after weft_comm_destroy has returned. */
 WEFT_API weft_status_t weft_comm_abort(weft_comm_t comm);
 
 WEFT_API int weft_comm_rank(weft_comm_t comm); /* -1 for a NULL communicator */

@@ -81,9 +81,13 @@ weft_wait_ctx_t weft_comm_wait_ctx(struct weft_comm *comm, const char *what)
 
 void weft_comm_mark_aborted(struct weft_comm *comm)
 {
-    atomic_store(&comm->aborted, 1);
-    weft_cuda_abort(comm);
-    weft_registry_shutdown_sockets(comm->registry);
+    atomic_fetch_add(&comm->aborts_in_flight, 1);
+    if (!atomic_load(&comm->closing)) { /* else teardown closes everything itself */
+        atomic_store(&comm->aborted, 1);
+        weft_cuda_abort(comm);
+        weft_registry_shutdown_sockets(comm->registry);
+    }
+    atomic_fetch_sub(&comm->aborts_in_flight, 1);
 }
 
 /* The per-job secret: WEFT_JOB_SECRET if set (weftrun sets one), else random bytes of rank 0
@@ -424,6 +428,12 @@ weft_status_t weft_comm_teardown(struct weft_comm *comm)
             st = weft_hs_check_match(comm, seq, &desc, NULL, NULL, "weft_comm_destroy", NULL);
         healthy = st == WEFT_SUCCESS;
     }
+    /* From here the parts go away: an abort on another thread (it never blocks) finishes first,
+     * and a later one touches nothing (sequentially consistent, as in Dekker's algorithm). An
+     * abort during the handshake above still ends its waits. */
+    atomic_store(&comm->closing, 1);
+    while (atomic_load(&comm->aborts_in_flight) > 0)
+        sched_yield();
     comm->exec_ops->destroy(comm->exec);
     /* Healthy peers are destroying too: give the closing BYEs a few seconds. After an error
      * nobody is waited for. The registrar stops first: until it is joined it may record an

@@ -157,6 +157,10 @@ struct weft_comm {
     _Atomic int async_error; /* first fatal error (weft_status_t): of a background thread, or a
                                 timeout or internal error of an operation */
     _Atomic int aborted;
+    /* Teardown (weft_comm_teardown) sets closing before it frees anything, then waits until no
+     * weft_comm_mark_aborted is in flight; one that starts later sees closing and does nothing. */
+    _Atomic int closing;
+    _Atomic int aborts_in_flight;
     _Atomic int in_op; /* an operation is between weft_op_begin and weft_op_end (op/op.h) */
     weft_comm_stats_t stats;
 };
