@@ -59,6 +59,8 @@ typedef struct weft_op_desc {
     uint8_t flags;         /* WEFT_DESC_* */
     int16_t root;          /* broadcast root, 0 where none */
     uint16_t inline_bytes; /* payload bytes when WEFT_DESC_INLINE */
+    uint32_t topk;         /* MoE: k of the routing, 0 where none */
+    uint32_t experts;      /* MoE dispatch: num_experts, 0 where none */
     uint64_t count;        /* the collective's count argument (0 for all_to_allv) */
     /* Not sent with WEFT_DESC_INLINE: the payload takes their place. */
     uint64_t src;       /* address the receiver reads from (meaning per algorithm) */

@@ -77,6 +77,10 @@ weft_status_t weft_hs_check_match(struct weft_comm *comm, uint32_t seq, const we
             field = "root";
         else if (d->count != mine->count)
             field = "count";
+        else if (d->topk != mine->topk)
+            field = "topk";
+        else if (d->experts != mine->experts)
+            field = "num_experts";
         if (field) {
             if (common_out)
                 *common_out = 1;

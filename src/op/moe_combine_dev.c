@@ -57,7 +57,7 @@ weft_status_t weft_moe_combine_dev(struct weft_comm *comm, const struct weft_moe
     }
     weft_op_desc_t desc = {.coll = WEFT_COLL_MOE_COMBINE,
                            .dtype = (uint8_t)h->dtype,
-                           .root = (int16_t)h->topk,
+                           .topk = (uint32_t)h->topk,
                            .count = h->hidden,
                            .src = (uint64_t)(uintptr_t)y_remote,
                            .aux = (uint64_t)(uintptr_t)h->dev,

@@ -332,7 +332,8 @@ weft_status_t weft_moe_dispatch_mesh(struct weft_comm *comm, const void *x, size
     weft_op_desc_t desc = {.coll = WEFT_COLL_MOE_DISPATCH,
                            .dtype = (uint8_t)dtype,
                            .redop = reuse ? WEFT_MOE_DESC_REUSE : 0,
-                           .root = (int16_t)topk,
+                           .topk = (uint32_t)topk,
+                           .experts = (uint32_t)num_experts,
                            .count = hidden,
                            .aux = (uint64_t)(uintptr_t)x_remote};
     int pair_only = 0;

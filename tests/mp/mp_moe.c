@@ -225,6 +225,34 @@ static void run_handle_mismatch(mp_ctx_t *ctx)
     weft_moe_handle_destroy(h[0]);
 }
 
+/* Ranks that disagree on num_experts (rank 0 has n experts, the others 2n) or on topk must all
+ * get WEFT_ERR_MISMATCH before anything moves (a receiver would index its expert counts with the
+ * sender's numbering), and the communicator must stay usable. */
+static void run_routing_mismatch(mp_ctx_t *ctx)
+{
+    int n = ctx->nranks;
+    if (n < 2)
+        return;
+    mp_case(ctx, "moe dispatch with ranks disagreeing on num_experts or topk");
+    enum { T = 2, H = 2, K = 2 };
+    float x[T * H] = {1, 2, 3, 4}, w[T * K] = {1, 1, 1, 1}, rx[64 * T * H], rw[64 * T * K];
+    int64_t idx[T * K] = {0, 1, 1, 0}, ridx[64 * T * K], rcnt[2 * 64], num = -5;
+    weft_moe_handle_t h = NULL;
+    weft_comm_t cm = ctx->comm;
+    size_t cap = (size_t)n * T;
+    int experts = ctx->rank == 0 ? n : 2 * n;
+    weft_status_t st = weft_moe_dispatch(cm, x, T, H, WEFT_FLOAT32, idx, w, K, experts, rx, ridx,
+                                         rw, rcnt, cap, &num, &h, NULL);
+    mp_expect_status(ctx, st, WEFT_ERR_MISMATCH, "weft_moe_dispatch", "num_experts differs");
+    int topk = ctx->rank == 0 ? 1 : K;
+    st = weft_moe_dispatch(cm, x, T, H, WEFT_FLOAT32, idx, w, topk, 2 * n, rx, ridx, rw, rcnt, cap,
+                           &num, &h, NULL);
+    mp_expect_status(ctx, st, WEFT_ERR_MISMATCH, "weft_moe_dispatch", "topk differs");
+    mp_check(ctx, h == NULL && num == -5,
+             "a mismatched dispatch wrote *handle or *num_recv_tokens");
+    mp_ok(ctx, weft_barrier(cm, NULL), "weft_barrier after the mismatches");
+}
+
 /* Reusing a layout wrongly: a missing handle or one of another shape is rejected locally; ranks
  * that disagree on reusing get WEFT_ERR_MISMATCH, and a capacity below the layout's need
  * WEFT_ERR_INVALID_ARGUMENT, on every rank; the handle stays usable after each. Last, a combine
@@ -352,6 +380,7 @@ int main(void)
         }
         run_invalid(&ctx);
         run_handle_mismatch(&ctx);
+        run_routing_mismatch(&ctx);
         run_reuse_errors(&ctx);
         mp_comm_close(&ctx);
     }
