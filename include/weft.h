@@ -210,7 +210,10 @@ WEFT_API weft_status_t weft_barrier(weft_comm_t comm, void *stream);
  * Rank r owns experts [r * E/n, (r + 1) * E/n) of num_experts = E (a multiple of the rank count
  * n). Both calls are collective (every rank calls them, in the same order as the other
  * operations) and accept any pointer, as the collectives do: weft_malloc memory is read by the
- * peers in place, other memory through the staging scratch. On the host backend stream must be
+ * peers in place, other memory through the staging scratch. Neither is in place: an array a call
+ * writes must not overlap another of its arrays (WEFT_ERR_INVALID_ARGUMENT), and every array is
+ * aligned to its elements. Ranks must agree on topk and num_experts (WEFT_ERR_MISMATCH on every
+ * rank otherwise). On the host backend stream must be
  * NULL and the calls complete before returning. On the CUDA backend every array argument
  * (num_recv_tokens and recv_expert_counts included) is device memory, and both calls only
  * enqueue work on stream and return: nothing waits on the host, so they can be captured in a

@@ -21,4 +21,7 @@ weft_status_t weft_api_check_comm(const char *call, weft_comm_t comm, void *stre
 weft_status_t weft_api_check_aligned(const char *call, const char *what, const void *ptr,
                                      size_t esize, const char *type);
 
+/* 1 if [a, a + alen) and [b, b + blen) overlap (an empty range overlaps nothing). */
+int weft_api_overlap(const void *a, size_t alen, const void *b, size_t blen);
+
 #endif /* WEFT_API_API_H */

@@ -80,7 +80,7 @@ static int ranges_overlap(uintptr_t x, size_t xlen, uintptr_t y, size_t ylen)
     return xlen > 0 && ylen > 0 && x < y + ylen && y < x + xlen;
 }
 
-static int overlaps(const void *a, size_t alen, const void *b, size_t blen)
+int weft_api_overlap(const void *a, size_t alen, const void *b, size_t blen)
 {
     return ranges_overlap((uintptr_t)a, alen, (uintptr_t)b, blen);
 }
@@ -100,7 +100,7 @@ weft_status_t weft_all_reduce(weft_comm_t comm, const void *sendbuf, void *recvb
     if (st != WEFT_SUCCESS)
         return st;
     size_t bytes = count * weft_dtype_size(dtype);
-    if (sendbuf != recvbuf && overlaps(sendbuf, bytes, recvbuf, bytes))
+    if (sendbuf != recvbuf && weft_api_overlap(sendbuf, bytes, recvbuf, bytes))
         return INVALID("%s: sendbuf and recvbuf overlap without being equal (in place)", call);
     return weft_select_all_reduce(comm, sendbuf, recvbuf, count, dtype, op, stream);
 }
@@ -117,7 +117,8 @@ weft_status_t weft_all_gather(weft_comm_t comm, const void *sendbuf, void *recvb
         return INVALID("%s: %s is NULL", call, sendbuf ? "recvbuf" : "sendbuf");
     size_t bytes = sendcount * weft_dtype_size(dtype);
     const uint8_t *inplace = (const uint8_t *)recvbuf + (size_t)comm->rank * bytes;
-    if (sendbuf != inplace && overlaps(sendbuf, bytes, recvbuf, bytes * (size_t)comm->nranks))
+    if (sendbuf != inplace &&
+        weft_api_overlap(sendbuf, bytes, recvbuf, bytes * (size_t)comm->nranks))
         return INVALID("%s: sendbuf overlaps recvbuf but is not recvbuf + rank * sendcount", call);
     return weft_select_all_gather(comm, sendbuf, recvbuf, sendcount, dtype, stream);
 }
@@ -141,7 +142,7 @@ weft_status_t weft_reduce_scatter(weft_comm_t comm, const void *sendbuf, void *r
     size_t bytes = recvcount * weft_dtype_size(dtype);
     const uint8_t *inplace = (const uint8_t *)sendbuf + (size_t)comm->rank * bytes;
     if ((const uint8_t *)recvbuf != inplace &&
-        overlaps(sendbuf, bytes * (size_t)comm->nranks, recvbuf, bytes))
+        weft_api_overlap(sendbuf, bytes * (size_t)comm->nranks, recvbuf, bytes))
         return INVALID("%s: recvbuf overlaps sendbuf but is not sendbuf + rank * recvcount", call);
     return weft_select_reduce_scatter(comm, sendbuf, recvbuf, recvcount, dtype, op, stream);
 }
@@ -161,7 +162,7 @@ weft_status_t weft_broadcast(weft_comm_t comm, const void *sendbuf, void *recvbu
     if (!recvbuf || (is_root && !sendbuf))
         return INVALID("%s: %s is NULL", call, recvbuf ? "sendbuf (on the root)" : "recvbuf");
     size_t bytes = count * weft_dtype_size(dtype);
-    if (is_root && sendbuf != recvbuf && overlaps(sendbuf, bytes, recvbuf, bytes))
+    if (is_root && sendbuf != recvbuf && weft_api_overlap(sendbuf, bytes, recvbuf, bytes))
         return INVALID("%s: sendbuf and recvbuf overlap without being equal (in place)", call);
     return weft_select_broadcast(comm, sendbuf, recvbuf, count, dtype, root, stream);
 }
@@ -177,7 +178,7 @@ weft_status_t weft_all_to_all(weft_comm_t comm, const void *sendbuf, void *recvb
     if (!sendbuf || !recvbuf)
         return INVALID("%s: %s is NULL", call, sendbuf ? "recvbuf" : "sendbuf");
     size_t total = count * weft_dtype_size(dtype) * (size_t)comm->nranks;
-    if (overlaps(sendbuf, total, recvbuf, total))
+    if (weft_api_overlap(sendbuf, total, recvbuf, total))
         return INVALID("%s: sendbuf and recvbuf overlap (all-to-all is not in place)", call);
     return weft_select_all_to_all(comm, sendbuf, recvbuf, count, dtype, stream);
 }
@@ -227,7 +228,7 @@ weft_status_t weft_all_to_allv(weft_comm_t comm, const void *sendbuf, const size
                        sendcounts[me], me, recvcounts[me]);
     if ((send_extent > 0 && !sendbuf) || (recv_extent > 0 && !recvbuf))
         return INVALID("%s: %s is NULL", call, send_extent > 0 && !sendbuf ? "sendbuf" : "recvbuf");
-    if (overlaps(sendbuf, send_extent, recvbuf, recv_extent))
+    if (weft_api_overlap(sendbuf, send_extent, recvbuf, recv_extent))
         return INVALID("%s: sendbuf and recvbuf overlap (all-to-all-v is not in place)", call);
     for (int p = 0; p < n; p++) {
         for (int q = p + 1; q < n; q++) {

@@ -26,33 +26,33 @@ static int is_float_dtype(weft_dtype_t dtype)
     return dtype == WEFT_FLOAT32 || dtype == WEFT_FLOAT16 || dtype == WEFT_BFLOAT16;
 }
 
-/* Every array of a dispatch aligned to its elements (weft_api_check_aligned). */
-static weft_status_t
-check_dispatch_aligned(const char *call, weft_dtype_t dtype, const void *x, const void *recv_x,
-                       const int64_t *topk_idx, const int64_t *recv_topk_idx,
-                       const int64_t *recv_expert_counts, const int64_t *num_recv_tokens,
-                       const float *topk_weights, const float *recv_topk_weights)
+/* One array of a MoE call: its extent, its elements, and whether the call writes it. */
+typedef struct moe_array {
+    const char *what;
+    const void *ptr;
+    size_t bytes;
+    size_t esize;
+    const char *type;
+    int written;
+} moe_array_t;
+
+/* Every array aligned to its elements (weft_api_check_aligned), and none that the call writes
+ * overlapping another array: peers read the inputs while this rank writes its outputs, so a
+ * dispatch or combine is never in place. */
+static weft_status_t check_arrays(const char *call, const moe_array_t *a, size_t n)
 {
-    const struct {
-        const char *what;
-        const void *ptr;
-        size_t esize;
-        const char *type;
-    } arrays[] = {
-        {"x", x, weft_dtype_size(dtype), weft_dtype_name(dtype)},
-        {"recv_x", recv_x, weft_dtype_size(dtype), weft_dtype_name(dtype)},
-        {"topk_idx", topk_idx, sizeof(int64_t), "int64"},
-        {"recv_topk_idx", recv_topk_idx, sizeof(int64_t), "int64"},
-        {"recv_expert_counts", recv_expert_counts, sizeof(int64_t), "int64"},
-        {"num_recv_tokens", num_recv_tokens, sizeof(int64_t), "int64"},
-        {"topk_weights", topk_weights, sizeof(float), "float32"},
-        {"recv_topk_weights", recv_topk_weights, sizeof(float), "float32"},
-    };
-    for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) {
-        weft_status_t st = weft_api_check_aligned(call, arrays[i].what, arrays[i].ptr,
-                                                  arrays[i].esize, arrays[i].type);
+    for (size_t i = 0; i < n; i++) {
+        weft_status_t st = weft_api_check_aligned(call, a[i].what, a[i].ptr, a[i].esize, a[i].type);
         if (st != WEFT_SUCCESS)
             return st;
+    }
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = i + 1; j < n; j++) {
+            if ((a[i].written || a[j].written) &&
+                weft_api_overlap(a[i].ptr, a[i].bytes, a[j].ptr, a[j].bytes))
+                return INVALID("%s: %s and %s overlap (MoE calls are not in place)", call,
+                               a[i].what, a[j].what);
+        }
     }
     return WEFT_SUCCESS;
 }
@@ -134,8 +134,26 @@ weft_status_t weft_moe_dispatch(weft_comm_t comm, const void *x, size_t num_toke
                        !num_recv_tokens ? "num_recv_tokens"
                        : !handle        ? "handle"
                                         : "recv_expert_counts");
-    st = check_dispatch_aligned(call, dtype, x, recv_x, topk_idx, recv_topk_idx, recv_expert_counts,
-                                num_recv_tokens, topk_weights, recv_topk_weights);
+    /* A reuse reads no routing and writes none: those arguments are not looked at. */
+    size_t esize = weft_dtype_size(dtype), routes = reuse ? 0 : (size_t)topk;
+    size_t experts_here = reuse ? 0 : (size_t)(num_experts / n);
+    const char *type = weft_dtype_name(dtype);
+    const moe_array_t arrays[] = {
+        {"x", x, num_tokens * row_bytes, esize, type, 0},
+        {"topk_idx", reuse ? NULL : topk_idx, num_tokens * routes * sizeof(int64_t),
+         sizeof(int64_t), "int64", 0},
+        {"topk_weights", reuse ? NULL : topk_weights, num_tokens * routes * sizeof(float),
+         sizeof(float), "float32", 0},
+        {"recv_x", recv_x, max_recv_tokens * row_bytes, esize, type, 1},
+        {"recv_topk_idx", reuse ? NULL : recv_topk_idx, max_recv_tokens * routes * sizeof(int64_t),
+         sizeof(int64_t), "int64", 1},
+        {"recv_topk_weights", reuse ? NULL : recv_topk_weights,
+         max_recv_tokens * routes * sizeof(float), sizeof(float), "float32", 1},
+        {"recv_expert_counts", reuse ? NULL : recv_expert_counts, experts_here * sizeof(int64_t),
+         sizeof(int64_t), "int64", 1},
+        {"num_recv_tokens", num_recv_tokens, sizeof(int64_t), sizeof(int64_t), "int64", 1},
+    };
+    st = check_arrays(call, arrays, sizeof arrays / sizeof arrays[0]);
     if (st != WEFT_SUCCESS)
         return st;
     if (comm->backend == WEFT_BACKEND_CUDA) /* asynchronous: the counts stay on the device */
@@ -173,11 +191,15 @@ weft_status_t weft_moe_combine(weft_comm_t comm, weft_moe_handle_t handle, const
         return INVALID("%s: handle comes from a dispatch on another communicator", call);
     if (handle->num_tokens > 0 && !out)
         return INVALID("%s: out is NULL with num_tokens %zu", call, handle->num_tokens);
-    size_t esize = weft_dtype_size(handle->dtype);
+    /* y has at most the dispatch's capacity of rows on CUDA (the count is on the device). */
+    size_t esize = weft_dtype_size(handle->dtype), row_bytes = handle->hidden * esize;
+    size_t y_rows = comm->backend == WEFT_BACKEND_CUDA ? handle->capacity : handle->num_recv;
     const char *type = weft_dtype_name(handle->dtype);
-    st = weft_api_check_aligned(call, "y", y, esize, type);
-    if (st == WEFT_SUCCESS)
-        st = weft_api_check_aligned(call, "out", out, esize, type);
+    const moe_array_t arrays[] = {
+        {"y", y, y_rows * row_bytes, esize, type, 0},
+        {"out", out, handle->num_tokens * row_bytes, esize, type, 1},
+    };
+    st = check_arrays(call, arrays, sizeof arrays / sizeof arrays[0]);
     if (st != WEFT_SUCCESS)
         return st;
     if (comm->backend == WEFT_BACKEND_CUDA) /* the received count is on the device: y NULL

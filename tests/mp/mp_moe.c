@@ -179,6 +179,10 @@ static void run_invalid(mp_ctx_t *ctx)
                  rcnt, 8, &num, &h, NULL);
     BAD_DISPATCH("recv_x misaligned", cm, x, 1, 2, WEFT_FLOAT32, idx, w, 2, n, (char *)rx + 2, ridx,
                  rw, rcnt, 8, &num, &h, NULL);
+    BAD_DISPATCH("recv_x is x", cm, x, 1, 2, WEFT_FLOAT32, idx, w, 2, n, x, ridx, rw, rcnt, 1, &num,
+                 &h, NULL);
+    BAD_DISPATCH("recv_topk_idx overlaps topk_idx", cm, x, 1, 2, WEFT_FLOAT32, idx, w, 2, n, rx,
+                 idx, rw, rcnt, 8, &num, &h, NULL);
     BAD_DISPATCH("stream not NULL", cm, x, 1, 2, WEFT_FLOAT32, idx, w, 2, n, rx, ridx, rw, rcnt, 8,
                  &num, &h, (void *)x);
 #undef BAD_DISPATCH
@@ -251,6 +255,40 @@ static void run_routing_mismatch(mp_ctx_t *ctx)
     mp_check(ctx, h == NULL && num == -5,
              "a mismatched dispatch wrote *handle or *num_recv_tokens");
     mp_ok(ctx, weft_barrier(cm, NULL), "weft_barrier after the mismatches");
+}
+
+/* A combine whose out overlaps its y (every rank receives a token from every rank, so y has rows
+ * everywhere) is rejected on every rank; a correct combine follows. */
+static void run_combine_overlap(mp_ctx_t *ctx)
+{
+    int n = ctx->nranks;
+    mp_case(ctx, "moe combine with out overlapping y");
+    enum { H = 2, MAXN = 64 };
+    if (n > MAXN)
+        return;
+    float x[MAXN * H], w[MAXN], y[MAXN * H], rw[MAXN], out[MAXN * H];
+    int64_t idx[MAXN], ridx[MAXN], rcnt[1], num = -5;
+    for (int t = 0; t < n; t++) {
+        idx[t] = t; /* token t to expert t, on rank t */
+        w[t] = 1.0f;
+        x[H * t] = x[H * t + 1] = (float)(ctx->rank * n + t);
+    }
+    weft_comm_t cm = ctx->comm;
+    weft_moe_handle_t h = NULL;
+    if (!mp_ok(ctx,
+               weft_moe_dispatch(cm, x, (size_t)n, H, WEFT_FLOAT32, idx, w, 1, n, y, ridx, rw, rcnt,
+                                 (size_t)n, &num, &h, NULL),
+               "weft_moe_dispatch"))
+        return;
+    mp_expect_status(ctx, weft_moe_combine(cm, h, y, y + 1, NULL), WEFT_ERR_INVALID_ARGUMENT,
+                     "weft_moe_combine", "combine: out overlaps y");
+    if (mp_ok(ctx, weft_moe_combine(cm, h, y, out, NULL), "weft_moe_combine after the rejection")) {
+        size_t bad = 0;
+        for (int t = 0; t < n * H; t++)
+            bad += out[t] != (float)(ctx->rank * n + t / H);
+        mp_check(ctx, bad == 0, "combine after the rejection: %zu of %d values wrong", bad, n * H);
+    }
+    mp_ok(ctx, weft_moe_handle_destroy(h), "weft_moe_handle_destroy");
 }
 
 /* Reusing a layout wrongly: a missing handle or one of another shape is rejected locally; ranks
@@ -381,6 +419,7 @@ int main(void)
         run_invalid(&ctx);
         run_handle_mismatch(&ctx);
         run_routing_mismatch(&ctx);
+        run_combine_overlap(&ctx);
         run_reuse_errors(&ctx);
         mp_comm_close(&ctx);
     }
