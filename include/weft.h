@@ -168,7 +168,8 @@ WEFT_API weft_status_t weft_free(weft_comm_t comm, void *ptr);
  * (all-reduce, reduce-scatter) and of MoE dispatch and combine must be aligned to their elements,
  * as C requires of typed pointers (WEFT_ERR_INVALID_ARGUMENT otherwise: a GPU traps on a
  * misaligned element); the others move bytes and take any alignment. A count of 0 is valid: it
- * returns success and moves nothing.
+ * returns success and moves nothing, after one round of flags with the peers: ranks that pass
+ * 0 where others pass more all get WEFT_ERR_MISMATCH.
  * ------------------------------------------------------------------------------------------- */
 
 /* recvbuf holds nranks * sendcount elements. In place when sendbuf == recvbuf + rank*sendcount. */

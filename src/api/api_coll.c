@@ -3,8 +3,8 @@
  * rejected with WEFT_ERR_INVALID_ARGUMENT and a message naming the call and the argument,
  * before any communication (so the communicator stays usable); then the op layer runs.
  *
- * A count of 0 returns success at once without communicating (as NCCL does): every rank is
- * expected to pass 0 together.
+ * A count of 0 moves nothing but still takes its turn in the handshake (weft_select_empty), so
+ * that ranks passing different counts get WEFT_ERR_MISMATCH even when some pass 0.
  */
 #include <stdint.h>
 
@@ -92,8 +92,10 @@ weft_status_t weft_all_reduce(weft_comm_t comm, const void *sendbuf, void *recvb
     weft_status_t st = check_common(call, comm, stream, dtype, count, 1);
     if (st == WEFT_SUCCESS)
         st = check_op(call, op);
-    if (st != WEFT_SUCCESS || count == 0)
+    if (st != WEFT_SUCCESS)
         return st;
+    if (count == 0)
+        return weft_select_empty(comm, call, WEFT_COLL_ALL_REDUCE, dtype, op, 0);
     if (!sendbuf || !recvbuf)
         return INVALID("%s: %s is NULL", call, sendbuf ? "recvbuf" : "sendbuf");
     st = check_aligned_pair(call, sendbuf, recvbuf, dtype);
@@ -111,8 +113,10 @@ weft_status_t weft_all_gather(weft_comm_t comm, const void *sendbuf, void *recvb
     static const char call[] = "weft_all_gather";
     weft_status_t st =
         check_common(call, comm, stream, dtype, sendcount, comm ? (size_t)comm->nranks : 1);
-    if (st != WEFT_SUCCESS || sendcount == 0)
+    if (st != WEFT_SUCCESS)
         return st;
+    if (sendcount == 0)
+        return weft_select_empty(comm, call, WEFT_COLL_ALL_GATHER, dtype, 0, 0);
     if (!sendbuf || !recvbuf)
         return INVALID("%s: %s is NULL", call, sendbuf ? "recvbuf" : "sendbuf");
     size_t bytes = sendcount * weft_dtype_size(dtype);
@@ -132,8 +136,10 @@ weft_status_t weft_reduce_scatter(weft_comm_t comm, const void *sendbuf, void *r
         check_common(call, comm, stream, dtype, recvcount, comm ? (size_t)comm->nranks : 1);
     if (st == WEFT_SUCCESS)
         st = check_op(call, op);
-    if (st != WEFT_SUCCESS || recvcount == 0)
+    if (st != WEFT_SUCCESS)
         return st;
+    if (recvcount == 0)
+        return weft_select_empty(comm, call, WEFT_COLL_REDUCE_SCATTER, dtype, op, 0);
     if (!sendbuf || !recvbuf)
         return INVALID("%s: %s is NULL", call, sendbuf ? "recvbuf" : "sendbuf");
     st = check_aligned_pair(call, sendbuf, recvbuf, dtype);
@@ -157,7 +163,7 @@ weft_status_t weft_broadcast(weft_comm_t comm, const void *sendbuf, void *recvbu
     if (root < 0 || root >= comm->nranks)
         return INVALID("%s: root %d is not in [0, %d)", call, root, comm->nranks);
     if (count == 0)
-        return WEFT_SUCCESS;
+        return weft_select_empty(comm, call, WEFT_COLL_BROADCAST, dtype, 0, root);
     int is_root = comm->rank == root;
     if (!recvbuf || (is_root && !sendbuf))
         return INVALID("%s: %s is NULL", call, recvbuf ? "sendbuf (on the root)" : "recvbuf");
@@ -173,8 +179,10 @@ weft_status_t weft_all_to_all(weft_comm_t comm, const void *sendbuf, void *recvb
     static const char call[] = "weft_all_to_all";
     weft_status_t st =
         check_common(call, comm, stream, dtype, count, comm ? (size_t)comm->nranks : 1);
-    if (st != WEFT_SUCCESS || count == 0)
+    if (st != WEFT_SUCCESS)
         return st;
+    if (count == 0)
+        return weft_select_empty(comm, call, WEFT_COLL_ALL_TO_ALL, dtype, 0, 0);
     if (!sendbuf || !recvbuf)
         return INVALID("%s: %s is NULL", call, sendbuf ? "recvbuf" : "sendbuf");
     size_t total = count * weft_dtype_size(dtype) * (size_t)comm->nranks;

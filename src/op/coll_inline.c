@@ -40,6 +40,13 @@ weft_status_t weft_inline_barrier(struct weft_comm *comm)
     return op.comm ? weft_op_end(&op, st, 1) : st;
 }
 
+weft_status_t weft_inline_empty(struct weft_comm *comm, const char *call, weft_op_desc_t *desc)
+{
+    weft_op_t op = {0};
+    weft_status_t st = inline_exchange(comm, call, &op, desc, NULL, 0, 0);
+    return op.comm ? weft_op_end(&op, st, 1) : st;
+}
+
 /* Sources for a reduction over inline payloads, in rank order (the same order on every rank,
  * so every rank computes bit-identical results). */
 static void gather_sources(const weft_op_t *op, const void *mine, const void **srcs)

@@ -127,6 +127,9 @@ weft_status_t weft_op_local_copy(weft_op_t *op, void *dst, const void *src, size
 /* Payloads that fit the handshake slot (coll_inline.c). Arguments as the public functions. */
 int weft_inline_fits(const struct weft_comm *comm, size_t pair_bytes);
 weft_status_t weft_inline_barrier(struct weft_comm *comm);
+/* A call that moves nothing (a count of 0): its descriptor's header alone, so that a peer that
+ * passed another count gets WEFT_ERR_MISMATCH (select.h, weft_select_empty). */
+weft_status_t weft_inline_empty(struct weft_comm *comm, const char *call, weft_op_desc_t *desc);
 weft_status_t weft_inline_all_reduce(struct weft_comm *comm, const void *sendbuf, void *recvbuf,
                                      size_t count, weft_dtype_t dtype, weft_redop_t op);
 weft_status_t weft_inline_all_gather(struct weft_comm *comm, const void *sendbuf, void *recvbuf,

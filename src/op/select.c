@@ -127,6 +127,16 @@ weft_status_t weft_select_all_to_allv(struct weft_comm *comm, const void *sendbu
                                dtype, WEFT_COLL_ALL_TO_ALLV, 0, stream);
 }
 
+weft_status_t weft_select_empty(struct weft_comm *comm, const char *call, int coll,
+                                weft_dtype_t dtype, weft_redop_t op, int root)
+{
+    weft_op_desc_t desc = {.coll = (uint8_t)coll,
+                           .dtype = (uint8_t)dtype,
+                           .redop = (uint8_t)op,
+                           .root = (int16_t)root};
+    return weft_inline_empty(comm, call, &desc);
+}
+
 weft_status_t weft_select_barrier(struct weft_comm *comm, void *stream)
 {
     if (comm->backend == WEFT_BACKEND_CUDA)

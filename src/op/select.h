@@ -30,4 +30,12 @@ weft_status_t weft_select_all_to_allv(struct weft_comm *comm, const void *sendbu
                                       const size_t *rdispls, weft_dtype_t dtype, void *stream);
 weft_status_t weft_select_barrier(struct weft_comm *comm, void *stream);
 
+/* A collective called with a count of 0 (coll a weft_coll_t, not all_to_allv; root for a
+ * broadcast, else 0; op 0 where none): it moves nothing and enqueues nothing, but takes its turn
+ * in the handshake (one round of flags, the descriptor's header alone), so that ranks where some
+ * pass 0 and others more all get WEFT_ERR_MISMATCH, instead of the zero call returning at once
+ * and its peers' call pairing with this rank's next operation. */
+weft_status_t weft_select_empty(struct weft_comm *comm, const char *call, int coll,
+                                weft_dtype_t dtype, weft_redop_t op, int root);
+
 #endif /* WEFT_OP_SELECT_H */

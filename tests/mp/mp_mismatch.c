@@ -2,7 +2,8 @@
  * mp_mismatch.c - ranks that disagree on the operation are detected at the entry handshake.
  *
  * Each case has the ranks call different collectives, or the same collective with different
- * counts, dtypes (of the same element size, so the byte counts agree), reductions or roots, or
+ * counts (0 on one rank included), dtypes (of the same element size, so the byte counts agree),
+ * reductions or roots, or
  * all_to_allv with sendcounts[p] on rank r different from recvcounts[r] on rank p. Every rank
  * must get WEFT_ERR_MISMATCH (with a non-empty weft_last_error()), and the communicator must stay
  * usable: a valid all_reduce right after each case gives the exact result, with a small count
@@ -37,6 +38,8 @@ typedef enum {
     CASE_ALL_REDUCE_COUNT_MESH,
     CASE_ALL_GATHER_COUNT_MESH,
     CASE_ALL_REDUCE_INLINE_VS_MESH,
+    CASE_ALL_REDUCE_ZERO,
+    CASE_BROADCAST_ZERO_MESH,
     NUM_CASES
 } case_t;
 
@@ -57,6 +60,8 @@ static const char *const case_names[NUM_CASES] = {
     [CASE_ALL_REDUCE_COUNT_MESH] = "all_reduce on the mesh, rank 0 count 4100, others 4099",
     [CASE_ALL_GATHER_COUNT_MESH] = "all_gather on the mesh, last rank count 4099, others 4100",
     [CASE_ALL_REDUCE_INLINE_VS_MESH] = "all_reduce, rank 0 count 16 (inline), others 100000 (mesh)",
+    [CASE_ALL_REDUCE_ZERO] = "all_reduce, rank 0 count 0, others 16",
+    [CASE_BROADCAST_ZERO_MESH] = "broadcast, last rank count 0, others 4099 (mesh)",
 };
 
 static weft_status_t mismatched_call(mp_ctx_t *ctx, case_t c, void *a, void *b, size_t *arrays)
@@ -111,6 +116,10 @@ static weft_status_t mismatched_call(mp_ctx_t *ctx, case_t c, void *a, void *b, 
                                NULL);
     case CASE_ALL_REDUCE_INLINE_VS_MESH:
         return weft_all_reduce(comm, a, b, r == 0 ? 16 : BIG_COUNT, WEFT_FLOAT32, WEFT_SUM, NULL);
+    case CASE_ALL_REDUCE_ZERO:
+        return weft_all_reduce(comm, a, b, r == 0 ? 0 : 16, WEFT_INT32, WEFT_SUM, NULL);
+    case CASE_BROADCAST_ZERO_MESH:
+        return weft_broadcast(comm, a, b, r == last ? 0 : MESH_COUNT, WEFT_INT32, 0, NULL);
     case NUM_CASES:
         break;
     }
