@@ -1,0 +1,60 @@
+/*
+ * forksafe.h - the descriptors a forked child must not keep, and the fork generation that tells
+ * a process whether it created a communicator or inherited it.
+ *
+ * fork() copies every descriptor, and a connection stays open while any process holds an end of
+ * it. A child that keeps a copy of a control or store socket (a PyTorch DataLoader worker, say)
+ * therefore keeps its parent's connections alive: when the parent dies, its peers see no
+ * end-of-file while the child lives and notice the loss only at their timeout. Close-on-exec
+ * (every descriptor weft opens has it) helps only a child that execs. So every socket and eventfd
+ * that weft keeps is created through this module, which enters it in a process-wide table, and a
+ * pthread_atfork child handler closes every descriptor of the table in the child. Closing drops
+ * only the child's reference: the parent's connections are untouched (the child never calls
+ * shutdown, which would end them for the parent too).
+ *
+ * Memory segments (memfds, the mappings of the shadow window and of the control blocks) are not
+ * entered: a child that keeps them keeps memory alive, never a connection, and it may go on
+ * reading weft memory it inherited (arrays over it in a DataLoader worker). They are not marked
+ * MADV_DONTFORK for the same reason: the child would fault on those arrays.
+ *
+ * The child handler also advances the fork generation (0 in a process no fork() made). A
+ * communicator records the generation it was created in and refuses every call in a process
+ * whose generation differs (weft.h, "Fork").
+ *
+ * Only fork() runs the handlers: a child of vfork, posix_spawn or a raw clone keeps the
+ * descriptors until it execs, when close-on-exec closes them.
+ *
+ * Thread safety: every function is thread-safe. One mutex guards the table; the prepare handler
+ * takes it and the parent and child handlers release it (glibc's recommended pattern), so a fork
+ * never copies the table in the middle of a change, and a descriptor is entered in the same
+ * critical section as the system call that creates it (and removed in the one that closes it):
+ * no fork sees it open but absent, or closed but present. The mutex is held across non-blocking
+ * system calls only. The child handler itself makes only async-signal-safe calls (close).
+ */
+#ifndef WEFT_UTIL_FORKSAFE_H
+#define WEFT_UTIL_FORKSAFE_H
+
+#include <stdint.h>
+
+/* socket(2), with the descriptor entered in the table. Returns it, or -1 with errno set (ENOMEM:
+ * the table or the fork handlers could not be set up; nothing was opened). */
+int weft_forksafe_socket(int domain, int type, int protocol);
+
+/* accept4(2) on lsock, which must be non-blocking (the table's mutex is held across the call), with
+ * the descriptor entered in the table. Returns it, or -1 with errno set (EAGAIN: nothing to accept;
+ * ENOMEM as for weft_forksafe_socket). */
+int weft_forksafe_accept(int lsock, int flags);
+
+/* eventfd(2), with the descriptor entered in the table. Returns it, or -1 with errno set. */
+int weft_forksafe_eventfd(unsigned int initval, int flags);
+
+/* Remove fd from the table and close it. fd < 0 is a no-op. Every descriptor made by the
+ * functions above must be closed with this, never with close(2): a number left in the table
+ * would close an unrelated descriptor that reuses it in a later child. */
+void weft_forksafe_close(int fd);
+
+/* How many fork() calls led to this process: 0 in a process that no fork() made, its parent's
+ * generation + 1 in a child. Never blocks. */
+uint32_t weft_forksafe_generation(void);
+
+#endif /* WEFT_UTIL_FORKSAFE_H */
