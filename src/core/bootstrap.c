@@ -31,6 +31,7 @@
 #include "core/store_proto.h"
 #include "core/store_server.h"
 #include "util/clock.h"
+#include "util/forksafe.h"
 #include "util/log.h"
 
 #define STORE_TAG_MAX (STORE_KEY_MAX - 12u) /* room for "/<rank>" */
@@ -170,7 +171,8 @@ static weft_status_t recv_exact(int fd, void *buf, size_t len, uint64_t deadline
  * with *err set (the connection attempt failed and may be retried). */
 static int try_connect(const struct addrinfo *ai, uint64_t deadline_ns, int *err)
 {
-    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+    int fd = weft_forksafe_socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                                  ai->ai_protocol);
     if (fd < 0) {
         *err = errno;
         return -1;
@@ -178,7 +180,7 @@ static int try_connect(const struct addrinfo *ai, uint64_t deadline_ns, int *err
     if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
         if (errno != EINPROGRESS) {
             *err = errno;
-            close(fd);
+            weft_forksafe_close(fd);
             return -1;
         }
         struct pollfd p = {.fd = fd, .events = POLLOUT};
@@ -193,7 +195,7 @@ static int try_connect(const struct addrinfo *ai, uint64_t deadline_ns, int *err
             so_err = errno;
         if (so_err != 0) {
             *err = so_err;
-            close(fd);
+            weft_forksafe_close(fd);
             return -1;
         }
     }
@@ -251,7 +253,7 @@ static weft_status_t client_join(weft_store_t *st, const struct addrinfo *list, 
             weft_status_t status = handshake(st, generation, &err);
             if (status == WEFT_SUCCESS)
                 return WEFT_SUCCESS;
-            close(st->fd);
+            weft_forksafe_close(st->fd);
             st->fd = -1;
             if (status == WEFT_ERR_SYSTEM)
                 return weft_error_errno(status, err, "weft_store_open: poll");
@@ -511,8 +513,7 @@ void weft_store_close(weft_store_t *store)
 {
     if (store == NULL)
         return;
-    if (store->fd >= 0)
-        close(store->fd);
+    weft_forksafe_close(store->fd);
     if (store->server != NULL)
         weft_store_server_stop(store->server, WEFT_STORE_STOP_DRAIN);
     free(store);

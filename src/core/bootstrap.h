@@ -15,6 +15,10 @@
  * Every call takes the store's deadline (given at open); a server or client that loses its
  * connection fails the pending call with WEFT_ERR_PEER_LOST.
  *
+ * Every socket of the store (the client's, and on rank 0 the server's listener and connections)
+ * is opened through util/forksafe.h: a child forked while a communicator is being created does
+ * not keep them (nor the port) open.
+ *
  * Thread safety: one thread uses a store handle at a time. The server thread is internal.
  */
 #ifndef WEFT_CORE_BOOTSTRAP_H

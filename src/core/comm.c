@@ -25,6 +25,7 @@
 #include "core/ctrl.h"
 #include "util/clock.h"
 #include "util/config.h"
+#include "util/forksafe.h"
 #include "util/log.h"
 
 #define HOST_SLICE_DEFAULT (64ull << 30)
@@ -384,10 +385,8 @@ err_release_window:
 err_unmap_blocks:
     weft_ctrlblk_unmap(comm->blocks, cfg.nranks, comm->layout.bytes);
 err_close_fds:
-    for (int i = 0; i < cfg.nranks; i++) {
-        if (fds[i] >= 0)
-            close(fds[i]);
-    }
+    for (int i = 0; i < cfg.nranks; i++)
+        weft_forksafe_close(fds[i]);
 err_close_store:
     weft_store_close(store);
 err_free:

@@ -17,6 +17,7 @@
 
 #include "util/clock.h"
 #include "util/fdpass.h"
+#include "util/forksafe.h"
 #include "util/log.h"
 
 #define HELLO_MAGIC 0x7765667443544cull /* "weftCTL" */
@@ -107,7 +108,7 @@ weft_status_t weft_ctrl_connect(weft_store_t *store, int rank, int nranks,
     for (int i = 0; i < nranks; i++)
         fds_out[i] = -1;
 
-    int lsock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    int lsock = weft_forksafe_socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (lsock < 0)
         return weft_error_errno(WEFT_ERR_SYSTEM, errno, "weft_comm_init: socket(AF_UNIX)");
     /* Autobind: binding only the family assigns a unique abstract address. */
@@ -138,7 +139,7 @@ weft_status_t weft_ctrl_connect(weft_store_t *store, int rank, int nranks,
     /* Connect to every lower rank and send our hello at once (it waits in the socket until that
      * rank accepts), so that no rank waits on another while holding back its own hellos. */
     for (int p = 0; p < rank; p++) {
-        int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        int s = weft_forksafe_socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
         if (s < 0) {
             st = weft_error_errno(WEFT_ERR_SYSTEM, errno, "weft_comm_init: socket(AF_UNIX)");
             goto err_close_peers;
@@ -165,10 +166,16 @@ weft_status_t weft_ctrl_connect(weft_store_t *store, int rank, int nranks,
     }
     /* Accept every higher rank and answer its hello. */
     for (int k = rank + 1; k < nranks; k++) {
-        st = wait_fd(lsock, POLLIN, deadline_ns, "accept");
-        if (st != WEFT_SUCCESS)
-            goto err_close_peers;
-        int s = accept4(lsock, NULL, NULL, SOCK_CLOEXEC);
+        /* The listener is non-blocking (weft_forksafe_accept holds a lock across the call): a
+         * connection that went away between poll and accept means waiting for the next. */
+        int s;
+        do {
+            st = wait_fd(lsock, POLLIN, deadline_ns, "accept");
+            if (st != WEFT_SUCCESS)
+                goto err_close_peers;
+            s = weft_forksafe_accept(lsock, SOCK_CLOEXEC);
+        } while (s < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ||
+                           errno == ECONNABORTED));
         if (s < 0) {
             st = weft_error_errno(WEFT_ERR_SYSTEM, errno, "weft_comm_init: accept");
             goto err_close_peers;
@@ -180,7 +187,7 @@ weft_status_t weft_ctrl_connect(weft_store_t *store, int rank, int nranks,
         if (st == WEFT_SUCCESS)
             st = send_hello(s, rank, nranks, secret);
         if (st != WEFT_SUCCESS) {
-            close(s);
+            weft_forksafe_close(s);
             goto err_close_peers;
         }
         fds_out[peer] = s;
@@ -193,19 +200,18 @@ weft_status_t weft_ctrl_connect(weft_store_t *store, int rank, int nranks,
             goto err_close_peers;
     }
     free(addrs);
-    close(lsock);
+    weft_forksafe_close(lsock);
     return WEFT_SUCCESS;
 
 err_close_peers:
     for (int i = 0; i < nranks; i++) {
-        if (fds_out[i] >= 0)
-            close(fds_out[i]);
+        weft_forksafe_close(fds_out[i]);
         fds_out[i] = -1;
     }
 err_free_addrs:
     free(addrs);
 err_close_listen:
-    close(lsock);
+    weft_forksafe_close(lsock);
     return st;
 }
 

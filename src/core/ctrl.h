@@ -9,6 +9,9 @@
  * fails either check is dropped and setup fails.
  *
  * Messages are fixed-size records (weft_ctrl_msg_t), at most one descriptor each.
+ *
+ * Every socket here (the listener and the connections) is opened through util/forksafe.h, so a
+ * forked child closes its copies, and must be closed with weft_forksafe_close, whoever owns it.
  */
 #ifndef WEFT_CORE_CTRL_H
 #define WEFT_CORE_CTRL_H
@@ -37,7 +40,8 @@ typedef struct weft_ctrl_msg {
     uint64_t handle_bytes; /* provider-specific size of the imported handle (= bytes today) */
 } weft_ctrl_msg_t;
 
-/* Build the full mesh. fds_out has nranks entries; fds_out[rank] is set to -1. Blocks until
+/* Build the full mesh. fds_out has nranks entries; fds_out[rank] is set to -1; the caller owns
+ * the others (close them with weft_forksafe_close). Blocks until
  * every connection is checked or deadline_ns (CLOCK_MONOTONIC) passes (WEFT_ERR_TIMEOUT).
  * Statuses: WEFT_ERR_SYSTEM (socket calls), WEFT_ERR_PEER_LOST (a peer failed a check or closed).
  * On failure every descriptor opened here is closed. */

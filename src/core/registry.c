@@ -40,6 +40,7 @@
 #include "core/heap.h"
 #include "util/array.h"
 #include "util/clock.h"
+#include "util/forksafe.h"
 #include "util/log.h"
 
 typedef struct pending {
@@ -544,7 +545,7 @@ weft_status_t weft_registry_create(struct weft_comm *comm, const weft_window_t *
         st = weft_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: registry free list");
         goto err_free;
     }
-    reg->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    reg->efd = weft_forksafe_eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (reg->efd < 0) {
         st = weft_error_errno(WEFT_ERR_SYSTEM, errno, "weft_comm_init: eventfd");
         goto err_free;
@@ -567,7 +568,7 @@ err_close:
         ctrl_fds[p] = reg->socks[p]; /* ownership goes back on failure */
         reg->socks[p] = -1;
     }
-    close(reg->efd);
+    weft_forksafe_close(reg->efd);
 err_free:
     free(reg->socks);
     free(reg->bye);
@@ -614,8 +615,7 @@ void weft_registry_destroy(weft_registry_t *reg, uint64_t deadline_ns)
                 close(ob->msgs[i].fd);
         }
         free(ob->msgs);
-        if (reg->socks[p] >= 0)
-            close(reg->socks[p]);
+        weft_forksafe_close(reg->socks[p]);
     }
     for (size_t i = 0; i < reg->maps.n; i++)
         reg->mem->unmap((void *)reg->maps.data[i].addr, reg->maps.data[i].bytes);
@@ -624,7 +624,7 @@ void weft_registry_destroy(weft_registry_t *reg, uint64_t deadline_ns)
         reg->mem->unmap((void *)c->addr, c->bytes);
         reg->mem->destroy(&c->seg);
     }
-    close(reg->efd);
+    weft_forksafe_close(reg->efd);
     free(reg->jobs.data);
     free(reg->maps.data);
     free(reg->inflight.data);

@@ -42,7 +42,9 @@ typedef struct weft_registry_stats {
 } weft_registry_stats_t;
 
 /* Create the registry for this rank's slice and start the registrar thread over the control
- * sockets ctrl_fds (nranks entries, -1 at rank; ownership passes to the registry).
+ * sockets ctrl_fds (nranks entries, -1 at rank, from weft_ctrl_connect; ownership passes to the
+ * registry on success and stays with the caller on failure). Its eventfd and the sockets are
+ * entered in util/forksafe.h's table, so a forked child does not keep them.
  * chunk_min_bytes: 0 gives every allocation a segment of its own; otherwise physical memory is
  * made, mapped and registered in chunks of at least that size, growing geometrically, and
  * allocations are carved out of them (heap.h): one export per chunk, not per allocation. */

@@ -34,6 +34,7 @@
 
 #include "core/store_proto.h"
 #include "util/clock.h"
+#include "util/forksafe.h"
 #include "util/log.h"
 
 /* ---------------------------------------------------------------------------------------------
@@ -107,7 +108,7 @@ static void conn_free(conn_t *c)
         o = next;
     }
     free(c->body);
-    close(c->fd);
+    weft_forksafe_close(c->fd);
     free(c);
 }
 
@@ -395,7 +396,7 @@ err_no_memory:
 static void accept_all(weft_store_server_t *s)
 {
     for (;;) {
-        int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = weft_forksafe_accept(s->listen_fd, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
@@ -410,7 +411,7 @@ static void accept_all(weft_store_server_t *s)
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         if (conn_add(s, fd) != 0)
-            close(fd); /* the client sees the close and retries */
+            weft_forksafe_close(fd); /* the client sees the close and retries */
     }
 }
 
@@ -531,8 +532,8 @@ static weft_status_t server_listen(const struct addrinfo *list, const char *addr
         int last_err = 0;
         int in_use = 0;
         for (const struct addrinfo *ai = list; ai != NULL; ai = ai->ai_next) {
-            int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                            ai->ai_protocol);
+            int fd = weft_forksafe_socket(
+                ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
             if (fd < 0) {
                 last_err = errno;
                 continue;
@@ -546,7 +547,7 @@ static weft_status_t server_listen(const struct addrinfo *list, const char *addr
             }
             last_err = errno;
             in_use |= errno == EADDRINUSE;
-            close(fd);
+            weft_forksafe_close(fd);
         }
         if (!in_use || weft_now_ns() >= deadline_ns)
             return weft_error_errno(WEFT_ERR_SYSTEM, last_err,
@@ -574,7 +575,7 @@ weft_status_t weft_store_server_start(const struct addrinfo *list, const char *a
     status = server_listen(list, addr, port, nranks, deadline_ns, &s->listen_fd);
     if (status != WEFT_SUCCESS)
         goto err_free_server;
-    s->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    s->wake_fd = weft_forksafe_eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (s->wake_fd < 0) {
         status = weft_error_errno(WEFT_ERR_SYSTEM, errno, "weft_store_open: eventfd");
         goto err_close_listen;
@@ -593,9 +594,9 @@ weft_status_t weft_store_server_start(const struct addrinfo *list, const char *a
     return WEFT_SUCCESS;
 
 err_close_wake:
-    close(s->wake_fd);
+    weft_forksafe_close(s->wake_fd);
 err_close_listen:
-    close(s->listen_fd);
+    weft_forksafe_close(s->listen_fd);
 err_free_server:
     server_free(s);
     return status;
@@ -607,7 +608,7 @@ void weft_store_server_stop(weft_store_server_t *s, weft_store_stop_t how)
     while (write(s->wake_fd, &v, sizeof v) < 0 && errno == EINTR)
         continue;
     pthread_join(s->thread, NULL);
-    close(s->wake_fd);
-    close(s->listen_fd);
+    weft_forksafe_close(s->wake_fd);
+    weft_forksafe_close(s->listen_fd);
     server_free(s);
 }

@@ -3,6 +3,9 @@
  * rank 0's weft_store_open starts and weft_store_close stops. Internal to the store: only
  * bootstrap.c calls these.
  *
+ * The listener, the connections and the eventfd are opened through util/forksafe.h (closed with
+ * weft_forksafe_close): a forked child keeps neither the port nor the ranks' connections open.
+ *
  * Thread safety: start and stop are called by the thread that owns the rank-0 store handle; the
  * server thread shares nothing with it but the eventfd that stop writes.
  */
