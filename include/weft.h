@@ -9,6 +9,22 @@
  * different communicators may be used concurrently. weft_malloc/weft_free may be called from any
  * thread. weft_last_error() is per thread.
  *
+ * Fork: a process made by fork() (a PyTorch DataLoader worker, say) cannot use the communicators
+ * of the process it was forked from. weft's fork handler closes the child's copies of every
+ * connection the communicators hold, so a child never keeps them open: when a rank dies, its
+ * peers see the loss at once whatever children it left (closing drops only the child's
+ * reference; the parent's connections are untouched). In the child, every function that takes
+ * such a communicator returns WEFT_ERR_INVALID_ARGUMENT, saying it was forked, and touches
+ * nothing of it: weft_comm_destroy and weft_comm_abort too (the child's copy is left as it is,
+ * and the parent's communicator stays usable in the parent), as well as weft_malloc, weft_free,
+ * weft_get_stats, the collectives and MoE calls, and weft_moe_handle_destroy of a CUDA backend
+ * handle; only weft_comm_rank, weft_comm_size and weft_comm_backend still answer. Memory from
+ * weft_malloc on the host backend stays mapped in the child (arrays over it still read; writes
+ * reach the memory the ranks share) and stays allocated while the child lives. A child may create
+ * communicators of its own. Only fork() runs the handler: a child made by vfork or posix_spawn
+ * keeps the descriptors until it execs (they are close-on-exec). CUDA itself cannot be used in
+ * a forked child.
+ *
  * This header compiles alone, as C11 and as C++.
  */
 #ifndef WEFT_H
@@ -128,7 +144,8 @@ WEFT_API weft_status_t weft_comm_init(weft_comm_t *comm, const weft_config_t *cf
 
 /* Collective: waits for every rank, then frees everything the communicator owns, including
  * memory still allocated with weft_malloc. Also valid (and then local) after an error that made
- * the communicator unusable. */
+ * the communicator unusable. In a forked child: WEFT_ERR_INVALID_ARGUMENT, nothing freed (Fork,
+ * above). */
 WEFT_API weft_status_t weft_comm_destroy(weft_comm_t comm);
 
 /* Local; never blocks. Fails every pending and future operation with WEFT_ERR_ABORTED, closes
@@ -276,9 +293,10 @@ WEFT_API weft_status_t weft_moe_dispatch(weft_comm_t comm, const void *x, size_t
 WEFT_API weft_status_t weft_moe_combine(weft_comm_t comm, weft_moe_handle_t handle, const void *y,
                                         void *out, void *stream);
 
-/* Free a dispatch's handle (NULL: no-op). Local, never fails. On the CUDA backend it first waits
- * for the device (kernels may still read the handle's device memory); destroy handles before
- * their communicator. */
+/* Free a dispatch's handle (NULL: no-op). Local, never fails, except for a CUDA backend handle
+ * in a forked child (WEFT_ERR_INVALID_ARGUMENT, nothing freed: Fork, above). On the CUDA backend
+ * it first waits for the device (kernels may still read the handle's device memory); destroy
+ * handles before their communicator. */
 WEFT_API weft_status_t weft_moe_handle_destroy(weft_moe_handle_t handle);
 
 /* ---------------------------------------------------------------------------------------------

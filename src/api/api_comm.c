@@ -37,6 +37,9 @@ weft_status_t weft_comm_destroy(weft_comm_t comm)
     weft_error_clear();
     if (!comm)
         return weft_error(WEFT_ERR_INVALID_ARGUMENT, "weft_comm_destroy: comm is NULL");
+    weft_status_t st = weft_comm_owned(comm, "weft_comm_destroy");
+    if (st != WEFT_SUCCESS)
+        return st; /* a forked child's copy: the parent's threads, peers and memory stay as is */
     return weft_comm_teardown(comm);
 }
 
@@ -45,6 +48,9 @@ weft_status_t weft_comm_abort(weft_comm_t comm)
     weft_error_clear();
     if (!comm)
         return weft_error(WEFT_ERR_INVALID_ARGUMENT, "weft_comm_abort: comm is NULL");
+    weft_status_t st = weft_comm_owned(comm, "weft_comm_abort");
+    if (st != WEFT_SUCCESS)
+        return st; /* shutting the inherited sockets down would end the parent's connections */
     weft_comm_mark_aborted(comm);
     return WEFT_SUCCESS;
 }
@@ -86,6 +92,9 @@ weft_status_t weft_free(weft_comm_t comm, void *ptr)
     weft_error_clear();
     if (!comm)
         return weft_error(WEFT_ERR_INVALID_ARGUMENT, "weft_free: comm is NULL");
+    weft_status_t st = weft_comm_owned(comm, "weft_free");
+    if (st != WEFT_SUCCESS)
+        return st;
     if (!ptr)
         return WEFT_SUCCESS;
     return weft_registry_free(comm->registry, ptr);
@@ -98,6 +107,9 @@ weft_status_t weft_get_stats(weft_comm_t comm, weft_stats_t *out)
         return weft_error(WEFT_ERR_INVALID_ARGUMENT, "weft_get_stats: comm is NULL");
     if (!out)
         return weft_error(WEFT_ERR_INVALID_ARGUMENT, "weft_get_stats: out is NULL");
+    weft_status_t st = weft_comm_owned(comm, "weft_get_stats");
+    if (st != WEFT_SUCCESS)
+        return st;
     const weft_registry_stats_t *r = weft_registry_stats(comm->registry);
     const weft_comm_stats_t *c = &comm->stats;
     *out = (weft_stats_t){

@@ -213,6 +213,12 @@ weft_status_t weft_moe_combine(weft_comm_t comm, weft_moe_handle_t handle, const
 weft_status_t weft_moe_handle_destroy(weft_moe_handle_t handle)
 {
     weft_error_clear();
+    if (handle && handle->dev) {
+        /* Freeing its device memory reaches the registrar (a host handle is local memory). */
+        weft_status_t st = weft_comm_owned(handle->comm, "weft_moe_handle_destroy");
+        if (st != WEFT_SUCCESS)
+            return st;
+    }
     weft_moe_handle_free(handle);
     return WEFT_SUCCESS;
 }

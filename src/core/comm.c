@@ -9,6 +9,11 @@
  *
  * Thread safety: async_error and aborted are atomics written by any thread; everything else is
  * used by the communicator's user thread only.
+ *
+ * Fork: the descriptors a communicator keeps (control sockets, the registrar's eventfd, and
+ * during creation the store's and the listeners') are opened through util/forksafe.h, so a
+ * forked child closes its copies at once and never keeps a rank's connections alive after the
+ * rank died. The child's copy of the communicator is refused by every call (weft_comm_owned).
  */
 #include "core/comm.h"
 
@@ -46,8 +51,21 @@ void weft_comm_fail(struct weft_comm *comm, weft_status_t status)
     weft_registry_shutdown_sockets(comm->registry);
 }
 
+weft_status_t weft_comm_owned(const struct weft_comm *comm, const char *call)
+{
+    if (comm->fork_generation == weft_forksafe_generation())
+        return WEFT_SUCCESS;
+    return weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                      "%s: comm was created by a process this one was forked from; a forked "
+                      "child cannot use its parent's communicators (create its own)",
+                      call);
+}
+
 weft_status_t weft_comm_usable(const struct weft_comm *comm, const char *call)
 {
+    weft_status_t owned = weft_comm_owned(comm, call);
+    if (owned != WEFT_SUCCESS)
+        return owned;
     if (atomic_load_explicit(&comm->aborted, memory_order_relaxed))
         return weft_error(WEFT_ERR_ABORTED, "%s: the communicator was aborted", call);
     int err = atomic_load_explicit(&comm->async_error, memory_order_relaxed);
@@ -257,6 +275,7 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **c
         fds[i] = -1;
     comm->rank = cfg.rank;
     comm->nranks = cfg.nranks;
+    comm->fork_generation = weft_forksafe_generation();
     comm->backend = cfg.backend;
     comm->registration = cfg.registration;
     comm->timeout_s = cfg.timeout_s;

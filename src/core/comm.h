@@ -165,6 +165,9 @@ struct weft_comm {
     _Atomic int aborts_in_flight;
     _Atomic int in_op; /* an operation is between weft_op_begin and weft_op_end (op/op.h) */
     weft_comm_stats_t stats;
+    /* weft_forksafe_generation() of the creating process: a forked child, whose generation
+     * differs, holds a copy of the communicator it must not use (weft_comm_owned) */
+    uint32_t fork_generation;
 };
 
 /* The host backend's cost model from the configuration (WEFT_TIER_*, WEFT_PART_*). Pure. */
@@ -179,8 +182,17 @@ void weft_comm_set_async_error(struct weft_comm *comm, weft_status_t status);
  * WEFT_ERR_PEER_LOST instead of at their deadline. Thread-safe, never blocks. */
 void weft_comm_fail(struct weft_comm *comm, weft_status_t status);
 
+/* WEFT_SUCCESS in the process that created comm; WEFT_ERR_INVALID_ARGUMENT, with a message
+ * naming call, in a process forked from it. That process holds a copy of the communicator whose
+ * descriptors its fork handler closed (util/forksafe.h), whose threads do not exist in it and
+ * whose mutexes another thread may have held at the fork, and whose control blocks and memory
+ * it still shares with the ranks: every public function that takes comm (or an object of it)
+ * checks this first, and touches nothing of comm when it fails (weft.h, "Fork"). Never blocks. */
+weft_status_t weft_comm_owned(const struct weft_comm *comm, const char *call);
+
 /* WEFT_SUCCESS, or the status every call but weft_comm_abort and weft_comm_destroy returns
- * after an abort or a fatal error (API.md), with a message naming call. Thread-safe. */
+ * after an abort or a fatal error (API.md), with a message naming call; first of all
+ * weft_comm_owned's. Thread-safe. */
 weft_status_t weft_comm_usable(const struct weft_comm *comm, const char *call);
 
 /* Deadline-and-health check passed to every wait of an operation. */
