@@ -32,19 +32,17 @@ static weft_status_t inline_exchange(struct weft_comm *comm, const char *call, w
     return weft_op_exchange(op, desc, NULL, NULL, NULL, data, stride, NULL);
 }
 
-weft_status_t weft_inline_barrier(struct weft_comm *comm)
-{
-    weft_op_t op = {0};
-    weft_op_desc_t desc = {.coll = WEFT_COLL_BARRIER};
-    weft_status_t st = inline_exchange(comm, "weft_barrier", &op, &desc, NULL, 0, 0);
-    return op.comm ? weft_op_end(&op, st, 1) : st;
-}
-
 weft_status_t weft_inline_empty(struct weft_comm *comm, const char *call, weft_op_desc_t *desc)
 {
     weft_op_t op = {0};
     weft_status_t st = inline_exchange(comm, call, &op, desc, NULL, 0, 0);
     return op.comm ? weft_op_end(&op, st, 1) : st;
+}
+
+weft_status_t weft_inline_barrier(struct weft_comm *comm)
+{
+    weft_op_desc_t desc = {.coll = WEFT_COLL_BARRIER};
+    return weft_inline_empty(comm, "weft_barrier", &desc);
 }
 
 /* Sources for a reduction over inline payloads, in rank order (the same order on every rank,
