@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "util/clock.h"
@@ -228,7 +229,36 @@ static weft_status_t msg_status(ssize_t n)
 
 weft_status_t weft_ctrl_send(int sock, const weft_ctrl_msg_t *msg, int fd)
 {
-    return msg_status(weft_fdpass_send(sock, msg, sizeof *msg, fd, false));
+    ssize_t n = weft_fdpass_send(sock, msg, sizeof *msg, fd, false);
+    if (n < 0 && (errno == ENOBUFS || errno == ENOMEM || errno == ETOOMANYREFS))
+        return WEFT_ERR_NO_MEMORY; /* the kernel's shortage, not the connection's end */
+    return msg_status(n);
+}
+
+/* Send one message like weft_ctrl_send, waiting while the socket is full and retrying a
+ * transient failure every WEFT_CTRL_RETRY_NS, until deadline_ns. what names it in errors. */
+static weft_status_t send_by(int sock, const weft_ctrl_msg_t *msg, int fd, uint64_t deadline_ns,
+                             const char *what)
+{
+    for (;;) {
+        weft_status_t st = weft_ctrl_send(sock, msg, fd);
+        if (st == WEFT_ERR_TIMEOUT) {
+            st = wait_fd(sock, POLLOUT, deadline_ns, what);
+        } else if (st == WEFT_ERR_NO_MEMORY) {
+            if (weft_now_ns() + WEFT_CTRL_RETRY_NS > deadline_ns)
+                return weft_error(WEFT_ERR_TIMEOUT,
+                                  "weft_comm_init: control sockets: %s: the kernel lacked buffers "
+                                  "or descriptor room until the deadline",
+                                  what);
+            struct timespec pause = {0, (long)WEFT_CTRL_RETRY_NS};
+            nanosleep(&pause, NULL); /* an early wake-up only retries sooner */
+            st = WEFT_SUCCESS;
+        } else {
+            return st;
+        }
+        if (st != WEFT_SUCCESS)
+            return st;
+    }
 }
 
 weft_status_t weft_ctrl_recv(int sock, weft_ctrl_msg_t *msg, int *fd_out)
@@ -246,8 +276,8 @@ weft_status_t weft_ctrl_exchange_fd(const int *socks, int rank, int nranks, int 
     for (int p = 0; p < nranks && st == WEFT_SUCCESS; p++) {
         if (p == rank)
             continue;
-        st = weft_ctrl_send(socks[p], &msg, fd); /* one small message: never a full socket */
-        if (st != WEFT_SUCCESS)
+        st = send_by(socks[p], &msg, fd, deadline_ns, "control block exchange");
+        if (st == WEFT_ERR_PEER_LOST)
             st = weft_error(WEFT_ERR_PEER_LOST,
                             "weft_comm_init: sending the control block to "
                             "rank %d failed",

@@ -51,13 +51,20 @@ weft_status_t weft_ctrl_connect(weft_store_t *store, int rank, int nranks,
 
 /* Init only: send fd (bytes long) to every peer as a WEFT_CTRL_BLOCK message and receive every
  * peer's; peer_fds_out has nranks entries, [rank] = -1, the others owned by the caller on
- * success (on failure everything received is closed). Blocks until done or deadline_ns. */
+ * success (on failure everything received is closed). Blocks until done or deadline_ns (a send
+ * that fails transiently, as weft_ctrl_send describes, is retried until then). */
 weft_status_t weft_ctrl_exchange_fd(const int *socks, int rank, int nranks, int fd, size_t bytes,
                                     uint64_t deadline_ns, int *peer_fds_out);
 
-/* Send one message, with fd attached if fd >= 0 (the caller keeps its own fd). Non-blocking:
- * returns WEFT_ERR_TIMEOUT if the socket buffer is full (the caller polls POLLOUT and retries),
- * WEFT_ERR_PEER_LOST if the peer is gone. */
+/* How long a sender waits before it retries a message that failed with WEFT_ERR_NO_MEMORY. */
+#define WEFT_CTRL_RETRY_NS 1000000ull
+
+/* Send one message, with fd attached if fd >= 0 (the caller keeps its own fd). Non-blocking.
+ * Returns WEFT_ERR_TIMEOUT if the socket buffer is full (the caller polls POLLOUT and retries);
+ * WEFT_ERR_NO_MEMORY if the kernel is short of buffers or memory, or of room for descriptors in
+ * flight (ENOBUFS, ENOMEM, ETOOMANYREFS: transient, and POLLOUT does not say when it passes, so
+ * the caller retries after WEFT_CTRL_RETRY_NS, within its own deadline); WEFT_ERR_PEER_LOST for
+ * any other failure (EPIPE, ECONNRESET: the peer is gone). Logs nothing: the caller reports. */
 weft_status_t weft_ctrl_send(int sock, const weft_ctrl_msg_t *msg, int fd);
 
 /* Receive one message (non-blocking). *fd_out gets the attached descriptor or -1. Returns

@@ -107,6 +107,7 @@ struct weft_registry {
     int *bye; /* peer said BYE */
     int *closed;
     outbox_t *out;
+    uint64_t *retry_ns; /* when to retry a peer's outbox after a transient send failure; 0: none */
     uint32_t *acked;
     VEC(peer_map_t) maps;
     VEC(inflight_t) inflight; /* REG tickets not yet acknowledged by all */
@@ -215,14 +216,26 @@ static void peer_lost(weft_registry_t *reg, int peer, const char *why)
 
 static void receive_from(weft_registry_t *reg, int peer);
 
+/* Send what is queued for peer, as far as its socket takes it. A transient failure (the kernel
+ * short of buffers or of room for descriptors in flight) leaves the message queued and parks the
+ * outbox until retry_ns[peer]; the waits for its acknowledgement keep their own deadlines. */
 static void flush_outbox(weft_registry_t *reg, int peer)
 {
     outbox_t *ob = &reg->out[peer];
+    if (reg->retry_ns[peer] != 0) {
+        if (weft_now_ns() < reg->retry_ns[peer])
+            return;
+        reg->retry_ns[peer] = 0;
+    }
     while (ob->head < ob->n && !reg->closed[peer]) {
         outmsg_t *m = &ob->msgs[ob->head];
         weft_status_t st = weft_ctrl_send(reg->socks[peer], &m->msg, m->fd);
         if (st == WEFT_ERR_TIMEOUT)
             return; /* socket full: POLLOUT will bring us back */
+        if (st == WEFT_ERR_NO_MEMORY) {
+            reg->retry_ns[peer] = weft_now_ns() + WEFT_CTRL_RETRY_NS; /* poll's timeout */
+            return;
+        }
         if (st != WEFT_SUCCESS) {
             /* Read what the peer sent before it closed: a BYE makes the close orderly. */
             receive_from(reg, peer);
@@ -464,12 +477,18 @@ static void *registrar_main(void *arg)
         int n = 0;
         pfds[n] = (struct pollfd){.fd = reg->efd, .events = POLLIN};
         who[n++] = -1;
+        uint64_t now = weft_now_ns();
         for (int p = 0; p < reg->nranks; p++) {
             if (p == reg->rank || reg->closed[p])
                 continue;
             short ev = POLLIN;
-            if (reg->out[p].head < reg->out[p].n)
+            if (reg->retry_ns[p] != 0) { /* parked: wake up when it may retry */
+                int ms = reg->retry_ns[p] > now ? (int)((reg->retry_ns[p] - now) / 1000000 + 1) : 0;
+                if (timeout_ms < 0 || ms < timeout_ms)
+                    timeout_ms = ms;
+            } else if (reg->out[p].head < reg->out[p].n) {
                 ev |= POLLOUT;
+            }
             pfds[n] = (struct pollfd){.fd = reg->socks[p], .events = ev};
             who[n++] = p;
         }
@@ -528,8 +547,9 @@ weft_status_t weft_registry_create(struct weft_comm *comm, const weft_window_t *
     reg->bye = calloc((size_t)nranks, sizeof *reg->bye);
     reg->closed = calloc((size_t)nranks, sizeof *reg->closed);
     reg->out = calloc((size_t)nranks, sizeof *reg->out);
+    reg->retry_ns = calloc((size_t)nranks, sizeof *reg->retry_ns);
     reg->acked = calloc((size_t)nranks, sizeof *reg->acked);
-    if (!reg->socks || !reg->bye || !reg->closed || !reg->out || !reg->acked) {
+    if (!reg->socks || !reg->bye || !reg->closed || !reg->out || !reg->retry_ns || !reg->acked) {
         st = weft_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: registry arrays");
         goto err_free;
     }
@@ -574,6 +594,7 @@ err_free:
     free(reg->bye);
     free(reg->closed);
     free(reg->out);
+    free(reg->retry_ns);
     free(reg->acked);
     weft_heap_fini(&reg->heap);
     pthread_mutex_destroy(&reg->mu);
@@ -634,6 +655,7 @@ void weft_registry_destroy(weft_registry_t *reg, uint64_t deadline_ns)
     free(reg->bye);
     free(reg->closed);
     free(reg->out);
+    free(reg->retry_ns);
     free(reg->acked);
     pthread_mutex_destroy(&reg->mu);
     free(reg);

@@ -1,0 +1,254 @@
+/*
+ * test_registry.c - the registrar (src/core/registry.c) and its control messages (ctrl.c)
+ * against a fake peer: the registry is rank 0 of two, and this test plays rank 1 at the other
+ * end of a SOCK_SEQPACKET socketpair, acknowledging what it receives.
+ *
+ * - weft_ctrl_send maps sendmsg's errors: a full socket is WEFT_ERR_TIMEOUT, a transient
+ *   shortage (ENOBUFS, ENOMEM, ETOOMANYREFS) WEFT_ERR_NO_MEMORY, a closed connection
+ *   (EPIPE, ECONNRESET) WEFT_ERR_PEER_LOST.
+ * - Init's control-block exchange and the registrar retry a message whose sendmsg failed
+ *   transiently: the peer receives it (the registrar's registration becomes ready) and nothing
+ *   fails.
+ *
+ * Errors are injected by wrapping sendmsg (the link passes -Wl,--wrap=sendmsg, see
+ * tests/CMakeLists.txt): __wrap_sendmsg fails the next inject_left calls on inject_sock with
+ * inject_errno.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "core/comm.h"
+#include "core/ctrl.h"
+#include "core/registry.h"
+#include "mem/mem.h"
+#include "util/clock.h"
+#include "util/fdpass.h"
+#include "check.h"
+
+#define PEER_TIMEOUT_MS 5000
+#define SLICE_PAGES 1024
+
+static _Atomic int inject_sock = -1;
+static _Atomic int inject_left;
+static _Atomic int inject_errno;
+
+ssize_t __real_sendmsg(int sock, const struct msghdr *mh, int flags);
+ssize_t __wrap_sendmsg(int sock, const struct msghdr *mh, int flags);
+
+ssize_t __wrap_sendmsg(int sock, const struct msghdr *mh, int flags)
+{
+    if (sock == atomic_load(&inject_sock) && atomic_load(&inject_left) > 0) {
+        atomic_fetch_sub(&inject_left, 1);
+        errno = atomic_load(&inject_errno);
+        return -1;
+    }
+    return __real_sendmsg(sock, mh, flags);
+}
+
+static void inject(int sock, int count, int err)
+{
+    atomic_store(&inject_errno, err);
+    atomic_store(&inject_left, count);
+    atomic_store(&inject_sock, sock);
+}
+
+/* The registry of rank 0 in a two-rank window, and the fake rank 1's end of the socket. */
+typedef struct fixture {
+    struct weft_comm *comm;
+    weft_registry_t *reg;
+    int sock; /* the registry's end (owned by it) */
+    int peer; /* the fake peer's end */
+    void *base;
+    size_t window_bytes;
+} fixture_t;
+
+static int fixture_open(fixture_t *f, weft_registration_t mode)
+{
+    memset(f, 0, sizeof *f);
+    f->sock = f->peer = -1;
+    const weft_mem_ops_t *mem = &weft_mem_host_ops;
+    size_t slice = SLICE_PAGES * mem->granularity();
+    f->window_bytes = 2 * slice;
+    f->comm = calloc(1, sizeof *f->comm);
+    CHECK(f->comm != NULL, "calloc");
+    if (!f->comm)
+        return -1;
+    f->comm->rank = 0;
+    f->comm->nranks = 2;
+    f->comm->timeout_s = PEER_TIMEOUT_MS / 1000.0;
+    f->comm->wait_policy = weft_wait_policy(2, 1); /* no spinning */
+    weft_status_t st = mem->reserve(NULL, f->window_bytes, 0, &f->base);
+    CHECK(st == WEFT_SUCCESS, "reserve: %s", weft_last_error());
+    if (st != WEFT_SUCCESS)
+        return -1;
+    weft_window_t win = {mem, (uintptr_t)f->base, slice, 2};
+    int sv[2];
+    int rc = socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv);
+    CHECK(rc == 0, "socketpair: %s", strerror(errno));
+    if (rc != 0)
+        return -1;
+    int fds[2] = {-1, sv[0]};
+    f->peer = sv[1];
+    st = weft_registry_create(f->comm, &win, 0, 2, mode, 0, fds, &f->reg);
+    CHECK(st == WEFT_SUCCESS, "weft_registry_create: %s", weft_last_error());
+    if (st != WEFT_SUCCESS) {
+        close(sv[0]);
+        return -1;
+    }
+    f->sock = sv[0];
+    f->comm->registry = f->reg;
+    return 0;
+}
+
+static void fixture_close(fixture_t *f)
+{
+    weft_registry_destroy(f->reg, weft_now_ns());
+    if (f->peer >= 0)
+        close(f->peer);
+    if (f->base)
+        (void)weft_mem_host_ops.release(f->base, f->window_bytes);
+    free(f->comm);
+}
+
+/* The fake peer: receive one message, check its type, close any descriptor, acknowledge a
+ * REG or an UNREG. Returns 0, or -1 (after a failed check) when nothing valid came. */
+static int peer_serve(fixture_t *f, uint32_t want_type, weft_ctrl_msg_t *msg_out)
+{
+    weft_ctrl_msg_t msg;
+    int fd;
+    ssize_t n = weft_fdpass_recv(f->peer, &msg, sizeof msg, PEER_TIMEOUT_MS, &fd);
+    CHECK(n == (ssize_t)sizeof msg, "peer: recv returned %zd (%s)", n, strerror(errno));
+    if (n != (ssize_t)sizeof msg)
+        return -1;
+    if (fd >= 0)
+        close(fd);
+    CHECK(msg.type == want_type, "peer: message type %u, expected %u", msg.type, want_type);
+    if (msg.type != want_type)
+        return -1;
+    weft_ctrl_msg_t ack = {.type =
+                               msg.type == WEFT_CTRL_REG ? WEFT_CTRL_REG_ACK : WEFT_CTRL_UNREG_ACK,
+                           .ticket = msg.ticket};
+    CHECK(weft_fdpass_send(f->peer, &ack, sizeof ack, -1, true) == (ssize_t)sizeof ack,
+          "peer: send ack: %s", strerror(errno));
+    if (msg_out)
+        *msg_out = msg;
+    return 0;
+}
+
+/* Acquire [p, p + bytes) with the communicator's deadline; 1 when it is ready. */
+static int ready(fixture_t *f, void *p, size_t bytes)
+{
+    weft_wait_ctx_t ctx = weft_comm_wait_ctx(f->comm, "test acquire");
+    weft_buf_state_t state = WEFT_BUF_STAGED;
+    uint64_t waited;
+    weft_status_t st = weft_registry_acquire(f->reg, p, bytes, &f->comm->wait_policy,
+                                             weft_comm_check, &ctx, &state, &waited);
+    CHECK(st == WEFT_SUCCESS, "acquire %p: %s", p, weft_last_error());
+    return st == WEFT_SUCCESS && state == WEFT_BUF_READY;
+}
+
+/* weft_ctrl_send's statuses for each kind of sendmsg failure. */
+static void test_send_status(void)
+{
+    static const struct {
+        int err;
+        weft_status_t want;
+    } cases[] = {
+        {EAGAIN, WEFT_ERR_TIMEOUT},   {ENOBUFS, WEFT_ERR_NO_MEMORY},
+        {ENOMEM, WEFT_ERR_NO_MEMORY}, {ETOOMANYREFS, WEFT_ERR_NO_MEMORY},
+        {EPIPE, WEFT_ERR_PEER_LOST},  {ECONNRESET, WEFT_ERR_PEER_LOST},
+    };
+    int sv[2];
+    CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) == 0, "socketpair: %s",
+          strerror(errno));
+    weft_ctrl_msg_t msg = {.type = WEFT_CTRL_BYE};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        inject(sv[0], 1, cases[i].err);
+        weft_status_t st = weft_ctrl_send(sv[0], &msg, -1);
+        CHECK(st == cases[i].want, "sendmsg failing with %s: %s, expected %s",
+              strerror(cases[i].err), weft_status_string(st), weft_status_string(cases[i].want));
+    }
+    inject(-1, 0, 0);
+    CHECK(weft_ctrl_send(sv[0], &msg, -1) == WEFT_SUCCESS, "send without injection failed");
+    close(sv[0]);
+    close(sv[1]);
+}
+
+/* Init's control-block exchange retries a transient send failure within its deadline. */
+static void test_exchange_transient(void)
+{
+    int sv[2], pipefd[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0 || pipe(pipefd) != 0) {
+        CHECK(0, "socketpair/pipe: %s", strerror(errno));
+        return;
+    }
+    /* The fake rank 1 has sent its block already; rank 0's own send fails three times. */
+    weft_ctrl_msg_t block = {.type = WEFT_CTRL_BLOCK, .bytes = 4096, .handle_bytes = 4096};
+    CHECK(weft_fdpass_send(sv[1], &block, sizeof block, pipefd[0], true) == (ssize_t)sizeof block,
+          "peer: send block: %s", strerror(errno));
+    inject(sv[0], 3, ENOBUFS);
+    int socks[2] = {-1, sv[0]}, got[2] = {-1, -1};
+    weft_status_t st = weft_ctrl_exchange_fd(socks, 0, 2, pipefd[1], 4096,
+                                             weft_now_ns() + PEER_TIMEOUT_MS * 1000000ull, got);
+    inject(-1, 0, 0);
+    CHECK(st == WEFT_SUCCESS, "exchange with 3 transient failures: %s: %s", weft_status_string(st),
+          weft_last_error());
+    weft_ctrl_msg_t in;
+    int fd = -1;
+    ssize_t n = weft_fdpass_recv(sv[1], &in, sizeof in, PEER_TIMEOUT_MS, &fd);
+    CHECK(n == (ssize_t)sizeof in && in.type == WEFT_CTRL_BLOCK && fd >= 0,
+          "peer: no block from rank 0 (recv %zd, fd %d)", n, fd);
+    for (int i = 0; i < 2; i++) {
+        if (got[i] >= 0)
+            close(got[i]);
+    }
+    if (fd >= 0)
+        close(fd);
+    close(pipefd[0]);
+    close(pipefd[1]);
+    close(sv[0]);
+    close(sv[1]);
+}
+
+/* A registration whose sendmsg fails transiently reaches the peer after retries. */
+static void test_transient_retry(void)
+{
+    static const int errs[] = {ENOBUFS, ENOMEM, ETOOMANYREFS};
+    fixture_t f;
+    if (fixture_open(&f, WEFT_REGISTRATION_ROA) != 0) {
+        fixture_close(&f);
+        return;
+    }
+    for (size_t i = 0; i < sizeof errs / sizeof errs[0]; i++) {
+        inject(f.sock, 3, errs[i]);
+        void *p = NULL;
+        weft_status_t st = weft_registry_alloc(f.reg, 4096, 0, &p);
+        CHECK(st == WEFT_SUCCESS, "alloc: %s", weft_last_error());
+        if (st != WEFT_SUCCESS || peer_serve(&f, WEFT_CTRL_REG, NULL) != 0)
+            break;
+        CHECK(atomic_load(&inject_left) == 0, "%s: %d injected failures left", strerror(errs[i]),
+              atomic_load(&inject_left));
+        CHECK(ready(&f, p, 4096), "%s: buffer not ready after the retries", strerror(errs[i]));
+        int err = atomic_load(&f.comm->async_error);
+        CHECK(err == WEFT_SUCCESS, "%s: the communicator recorded %s", strerror(errs[i]),
+              weft_status_string((weft_status_t)err));
+    }
+    inject(-1, 0, 0);
+    fixture_close(&f);
+}
+
+int main(void)
+{
+    test_send_status();
+    test_exchange_transient();
+    test_transient_retry();
+    if (failures == 0)
+        printf("PASS test_registry\n");
+    return failures != 0;
+}
