@@ -34,7 +34,9 @@ typedef enum {
 
 typedef struct weft_ctrl_msg {
     uint32_t type;   /* weft_ctrl_type_t */
-    uint32_t ticket; /* registration sequence number of the sender (REG, UNREG) or echoed */
+    uint32_t pad;    /* zero */
+    uint64_t ticket; /* the sender's registration ticket (REG, UNREG, BYE; registry.h), or the
+                        ticket acknowledged (REG_ACK, UNREG_ACK) */
     uint64_t addr;
     uint64_t bytes;
     uint64_t handle_bytes; /* provider-specific size of the imported handle (= bytes today) */

@@ -175,7 +175,7 @@ int weft_heap_give_range(weft_heap_t *h, uintptr_t addr, size_t bytes)
 }
 
 weft_chunk_t *weft_heap_add_chunk(weft_heap_t *h, uintptr_t addr, size_t bytes, weft_mem_seg_t seg,
-                                  uint32_t ticket, int internal)
+                                  uint64_t ticket, int internal)
 {
     if (weft_array_grow((void **)&h->chunks, &h->chunks_cap, h->nchunks + 1, sizeof *h->chunks) !=
         0)

@@ -36,7 +36,7 @@ typedef struct weft_chunk {
     uintptr_t addr;
     size_t bytes;
     weft_mem_seg_t seg; /* kept while it may still be registered (jit); else given away */
-    uint32_t ticket;    /* registration ticket; 0: not registered */
+    uint64_t ticket;    /* registration ticket; 0: not registered */
     int internal;       /* holds weft's own allocations (registered whatever the mode) */
     size_t live;        /* allocations inside */
     weft_range_list_t free;
@@ -83,7 +83,7 @@ int weft_heap_give_range(weft_heap_t *h, uintptr_t addr, size_t bytes);
 /* Record a new chunk (its whole range free for allocations). Returns it, or NULL when out of
  * memory (the caller still owns everything then). */
 weft_chunk_t *weft_heap_add_chunk(weft_heap_t *h, uintptr_t addr, size_t bytes, weft_mem_seg_t seg,
-                                  uint32_t ticket, int internal);
+                                  uint64_t ticket, int internal);
 
 /* The chunk containing addr, or NULL. */
 weft_chunk_t *weft_heap_find_chunk(const weft_heap_t *h, uintptr_t addr);

@@ -21,7 +21,13 @@
  * THREADS AND LOCKS
  *   `mu` protects the heap, pending ranges, the job queue and next_ticket. The
  *   registrar owns the sockets, outboxes, peer mappings and acked[] without a lock; it publishes
- *   progress through the `acked_all` flag (futex-wakeable) and atomic counters.
+ *   progress through `acked_all` (the minimum of acked[]) and atomic counters, and rings the
+ *   futex word `acked_moved` after every change of `acked_all`, so that waiters can sleep.
+ *
+ * TICKETS
+ *   64 bits, from 1, on the wire too: they never wrap, so "ready" is a plain comparison with
+ *   `acked_all`, however long ago a chunk was registered. A peer's acknowledgement must be
+ *   above its previous one and at most the last ticket sent; anything else is malformed.
  */
 #include "core/registry.h"
 
@@ -46,12 +52,12 @@
 typedef struct pending {
     uintptr_t addr;
     size_t bytes;
-    uint32_t ticket; /* the UNREG ticket every peer must acknowledge first */
+    uint64_t ticket; /* the UNREG ticket every peer must acknowledge first */
 } pending_t;
 
 typedef struct job {
     uint32_t type; /* WEFT_CTRL_REG, WEFT_CTRL_UNREG, WEFT_CTRL_BYE */
-    uint32_t ticket;
+    uint64_t ticket;
     uintptr_t addr;
     size_t bytes;
     weft_mem_seg_t seg; /* REG: owned by the job */
@@ -73,7 +79,7 @@ typedef struct peer_map {
 } peer_map_t;
 
 typedef struct inflight {
-    uint32_t ticket;
+    uint64_t ticket;
     size_t bytes;
 } inflight_t;
 
@@ -100,7 +106,7 @@ struct weft_registry {
     weft_heap_t heap;       /* chunks and allocations of this rank's slice */
     VEC(pending_t) pending; /* released chunks waiting for UNREG acks */
     VEC(job_t) jobs;        /* FIFO, consumed whole by the registrar */
-    uint32_t next_ticket;   /* last ticket issued */
+    uint64_t next_ticket;   /* last ticket issued */
 
     /* registrar-owned */
     int *socks;
@@ -108,7 +114,8 @@ struct weft_registry {
     int *closed;
     outbox_t *out;
     uint64_t *retry_ns; /* when to retry a peer's outbox after a transient send failure; 0: none */
-    uint32_t *acked;
+    uint64_t *acked;    /* the last ticket each peer acknowledged */
+    uint64_t sent_ticket; /* the last ticket queued to the peers */
     VEC(peer_map_t) maps;
     VEC(inflight_t) inflight; /* REG tickets not yet acknowledged by all */
     int efd;
@@ -117,23 +124,51 @@ struct weft_registry {
     _Atomic int stopping;
     uint64_t stop_deadline_ns;
 
-    weft_flag_t acked_all;        /* min over peers of acked[]; futex-wakeable */
+    /* Every ticket up to acked_all is acknowledged by every peer (min over acked[]). Written by
+     * one thread: the registrar, or without peers the allocating thread under mu. */
+    _Atomic uint64_t acked_all;
+    weft_flag_t acked_moved;      /* bumped after every store to acked_all: waiters sleep on it */
     _Atomic uint64_t map_epoch;   /* registrar: bumped (release) after every peer map */
     _Atomic uint64_t reads_epoch; /* operations: bumped (release) after their remote reads */
     weft_registry_stats_t stats;
 };
+
+/* ---- acknowledgements ------------------------------------------------------------------------ */
+
+/* Publish that every peer acknowledged every ticket up to acked, and wake the waiters. */
+static void publish_acked(weft_registry_t *reg, uint64_t acked)
+{
+    atomic_store_explicit(&reg->acked_all, acked, memory_order_release);
+    uint32_t moved = atomic_load_explicit(&reg->acked_moved.value, memory_order_relaxed);
+    weft_flag_set(&reg->acked_moved, moved + 1);
+}
+
+/* Wait until every peer acknowledged ticket. The 32-bit futex word only says that acked_all
+ * moved; the comparison is on the 64-bit ticket. check(arg) bounds the wait. */
+static weft_status_t wait_acked(weft_registry_t *reg, uint64_t ticket,
+                                const weft_wait_policy_t *policy, weft_wait_check_fn check,
+                                void *arg)
+{
+    for (;;) {
+        uint32_t moved = atomic_load_explicit(&reg->acked_moved.value, memory_order_acquire);
+        if (atomic_load_explicit(&reg->acked_all, memory_order_acquire) >= ticket)
+            return WEFT_SUCCESS;
+        weft_status_t st = weft_flag_wait(&reg->acked_moved, moved + 1, policy, check, arg);
+        if (st != WEFT_SUCCESS)
+            return st;
+    }
+}
 
 /* ---- slice bookkeeping (under mu) ---------------------------------------------------------- */
 
 /* Give ranges of released chunks whose UNREG every peer acknowledged back to the slice. */
 static void reclaim_pending(weft_registry_t *reg)
 {
-    uint32_t acked = atomic_load_explicit(&reg->acked_all.value, memory_order_acquire);
+    uint64_t acked = atomic_load_explicit(&reg->acked_all, memory_order_acquire);
     size_t keep = 0;
     for (size_t i = 0; i < reg->pending.n; i++) {
         pending_t r = reg->pending.data[i];
-        if (weft_seq_reached(acked, r.ticket) &&
-            weft_heap_give_range(&reg->heap, r.addr, r.bytes) == 0)
+        if (acked >= r.ticket && weft_heap_give_range(&reg->heap, r.addr, r.bytes) == 0)
             continue;
         reg->pending.data[keep++] = r;
     }
@@ -150,14 +185,12 @@ static void wake_registrar(weft_registry_t *reg)
 }
 
 /* Queue a job with the next ticket; returns the ticket, or 0 if the queue cannot grow. */
-static uint32_t push_job(weft_registry_t *reg, uint32_t type, uintptr_t addr, size_t bytes,
+static uint64_t push_job(weft_registry_t *reg, uint32_t type, uintptr_t addr, size_t bytes,
                          weft_mem_seg_t seg)
 {
     if (VEC_RESERVE(reg->jobs, reg->jobs.n + 1) != 0)
         return 0;
-    uint32_t ticket = ++reg->next_ticket;
-    if (ticket == 0) /* 0 means "unregistered": skip it on wrap-around */
-        ticket = ++reg->next_ticket;
+    uint64_t ticket = ++reg->next_ticket;
     if (type == WEFT_CTRL_REG)
         atomic_fetch_add(&reg->stats.registrations_started, 1);
     if (reg->nranks == 1) { /* no peer: nothing to send, nothing to wait for, done now */
@@ -166,7 +199,7 @@ static uint32_t push_job(weft_registry_t *reg, uint32_t type, uintptr_t addr, si
             atomic_fetch_add(&reg->stats.registrations_completed, 1);
             atomic_fetch_add(&reg->stats.bytes_registered, bytes);
         }
-        weft_flag_set(&reg->acked_all, ticket);
+        publish_acked(reg, ticket);
         return ticket;
     }
     reg->jobs.data[reg->jobs.n++] =
@@ -272,6 +305,7 @@ static void run_job(weft_registry_t *reg, job_t *job)
         if (VEC_RESERVE(reg->inflight, reg->inflight.n + 1) == 0)
             reg->inflight.data[reg->inflight.n++] = (inflight_t){job->ticket, job->bytes};
     }
+    reg->sent_ticket = job->ticket;
     for (int p = 0; p < reg->nranks; p++) {
         if (p == reg->rank || reg->closed[p])
             continue;
@@ -309,21 +343,24 @@ static void drain_jobs(weft_registry_t *reg)
     free(jobs);
 }
 
-static void update_acked(weft_registry_t *reg)
+/* A peer acknowledged ticket: check it (above its previous one, at most the last one sent),
+ * then publish the new minimum and count the registrations it completes. */
+static void handle_ack(weft_registry_t *reg, int peer, uint64_t ticket)
 {
-    uint32_t min = 0;
-    int first = 1;
+    if (ticket <= reg->acked[peer] || ticket > reg->sent_ticket) {
+        peer_lost(reg, peer, "malformed acknowledgement");
+        return;
+    }
+    reg->acked[peer] = ticket;
+    uint64_t min = UINT64_MAX;
     for (int p = 0; p < reg->nranks; p++) {
-        if (p == reg->rank)
-            continue;
-        if (first || !weft_seq_reached(reg->acked[p], min))
+        if (p != reg->rank && reg->acked[p] < min)
             min = reg->acked[p];
-        first = 0;
     }
     size_t keep = 0;
     for (size_t i = 0; i < reg->inflight.n; i++) {
         inflight_t f = reg->inflight.data[i];
-        if (weft_seq_reached(min, f.ticket)) {
+        if (f.ticket <= min) {
             atomic_fetch_add(&reg->stats.registrations_completed, 1);
             atomic_fetch_add(&reg->stats.bytes_registered, f.bytes);
         } else {
@@ -331,7 +368,7 @@ static void update_acked(weft_registry_t *reg)
         }
     }
     reg->inflight.n = keep;
-    weft_flag_set(&reg->acked_all, min);
+    publish_acked(reg, min);
 }
 
 /* A peer asks us to map its segment: check, import, map, acknowledge. */
@@ -412,8 +449,7 @@ static void receive_from(weft_registry_t *reg, int peer)
             break;
         case WEFT_CTRL_REG_ACK:
         case WEFT_CTRL_UNREG_ACK:
-            reg->acked[peer] = msg.ticket;
-            update_acked(reg);
+            handle_ack(reg, peer, msg.ticket);
             break;
         case WEFT_CTRL_BYE:
             reg->bye[peer] = 1;
@@ -709,7 +745,7 @@ err_destroy:
 /* Unmap an empty chunk and unregister it; its range is reused once every peer unmapped it. */
 static void release_chunk(weft_registry_t *reg, weft_chunk_t *c)
 {
-    uint32_t registered = c->ticket;
+    uint64_t registered = c->ticket;
     weft_status_t st = reg->mem->unmap((void *)c->addr, c->bytes);
     reg->mem->destroy(&c->seg);
     weft_range_t r = weft_heap_remove_chunk(&reg->heap, c);
@@ -721,7 +757,7 @@ static void release_chunk(weft_registry_t *reg, weft_chunk_t *c)
     }
     if (VEC_RESERVE(reg->pending, reg->pending.n + 1) != 0)
         return; /* no bookkeeping: the range is leaked, never reused unsafely */
-    uint32_t ticket = push_job(reg, WEFT_CTRL_UNREG, r.addr, r.bytes, (weft_mem_seg_t){.fd = -1});
+    uint64_t ticket = push_job(reg, WEFT_CTRL_UNREG, r.addr, r.bytes, (weft_mem_seg_t){.fd = -1});
     if (ticket != 0)
         reg->pending.data[reg->pending.n++] = (pending_t){r.addr, r.bytes, ticket};
 }
@@ -795,14 +831,13 @@ weft_status_t weft_registry_acquire(weft_registry_t *reg, const void *ptr, size_
         }
         a->seg = (weft_mem_seg_t){.fd = -1};
     }
-    uint32_t ticket = a->ticket;
+    uint64_t ticket = a->ticket;
     pthread_mutex_unlock(&reg->mu);
 
-    if (!weft_seq_reached(atomic_load_explicit(&reg->acked_all.value, memory_order_acquire),
-                          ticket)) {
+    if (atomic_load_explicit(&reg->acked_all, memory_order_acquire) < ticket) {
         if (t0 == 0)
             t0 = weft_now_ns();
-        weft_status_t st = weft_flag_wait(&reg->acked_all, ticket, policy, check, arg);
+        weft_status_t st = wait_acked(reg, ticket, policy, check, arg);
         if (st != WEFT_SUCCESS)
             return st;
     }

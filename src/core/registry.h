@@ -4,9 +4,10 @@
  * allocation mapped at the same address on every peer (DESIGN.md, "Registration-on-allocation").
  *
  * Tickets: every registration and every unregistration of this rank gets the next ticket
- * (1, 2, ...; compared modulo 2^32). Each peer maps and unmaps in ticket order and acknowledges
- * each ticket, so "peer p acknowledged t" means every job up to t is done on p. An allocation is
- * ready when the minimum acknowledged ticket over all peers (the `acked` flag) reached its own.
+ * (1, 2, ...; 64 bits, in messages too, so they never wrap). Each peer maps and unmaps in
+ * ticket order and acknowledges each ticket, so "peer p acknowledged t" means every job up to t
+ * is done on p. An allocation is ready when the minimum acknowledged ticket over all peers
+ * reached its own.
  *
  * The registrar thread ("weft-registrar") blocks in poll() on an eventfd (new jobs, stop) and
  * every control socket; it exports and sends this rank's jobs, maps/unmaps peers' segments and

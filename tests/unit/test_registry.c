@@ -9,6 +9,14 @@
  * - Init's control-block exchange and the registrar retry a message whose sendmsg failed
  *   transiently: the peer receives it (the registrar's registration becomes ready) and nothing
  *   fails.
+ * - Tickets do not wrap: after 2^31 tickets (and again across 2^32) a chunk registered at the
+ *   start is still ready at once, and new ones become ready when acknowledged.
+ * - An acknowledgement of a ticket never sent is malformed: the peer counts as lost and the
+ *   pending registration does not become ready.
+ *
+ * The test includes registry.c itself, to reach the registry's private ticket counter: it jumps
+ * the counter forward under the registry's mutex, as 2^31 allocations and frees would (the only
+ * state they change besides the acknowledgements, which the fake peer then sends).
  *
  * Errors are injected by wrapping sendmsg (the link passes -Wl,--wrap=sendmsg, see
  * tests/CMakeLists.txt): __wrap_sendmsg fails the next inject_left calls on inject_sock with
@@ -25,7 +33,7 @@
 
 #include "core/comm.h"
 #include "core/ctrl.h"
-#include "core/registry.h"
+#include "core/registry.c" /* private state: see above */
 #include "mem/mem.h"
 #include "util/clock.h"
 #include "util/fdpass.h"
@@ -243,11 +251,107 @@ static void test_transient_retry(void)
     fixture_close(&f);
 }
 
+/* Jump the ticket counter, as allocations and frees would have, so that the next is `next`. */
+static void set_next_ticket(fixture_t *f, uint64_t next)
+{
+    pthread_mutex_lock(&f->reg->mu);
+    f->reg->next_ticket = next - 1;
+    pthread_mutex_unlock(&f->reg->mu);
+}
+
+/* Allocate a 4 KiB buffer, let the fake peer acknowledge its registration, check it is ready.
+ * Returns the buffer, or NULL after a failed check. */
+static void *alloc_registered(fixture_t *f, uint64_t *ticket_out)
+{
+    void *p = NULL;
+    weft_status_t st = weft_registry_alloc(f->reg, 4096, 0, &p);
+    CHECK(st == WEFT_SUCCESS, "alloc: %s", weft_last_error());
+    weft_ctrl_msg_t msg;
+    if (st != WEFT_SUCCESS || peer_serve(f, WEFT_CTRL_REG, &msg) != 0)
+        return NULL;
+    CHECK(msg.addr == (uintptr_t)p, "REG for 0x%llx, allocated %p", (unsigned long long)msg.addr,
+          p);
+    CHECK(ready(f, p, 4096), "buffer of ticket %llu not ready", (unsigned long long)msg.ticket);
+    *ticket_out = msg.ticket;
+    return p;
+}
+
+/* A chunk registered at ticket 1 stays ready after 2^31 more tickets and across 2^32. */
+static void test_ticket_wrap(void)
+{
+    fixture_t f;
+    if (fixture_open(&f, WEFT_REGISTRATION_ROA) != 0) {
+        fixture_close(&f);
+        return;
+    }
+    uint64_t t_old = 0, t = 0;
+    void *old = alloc_registered(&f, &t_old);
+    CHECK(old && t_old == 1, "first registration has ticket %llu", (unsigned long long)t_old);
+    static const struct {
+        const char *what;
+        uint64_t next; /* the next ticket after the jump */
+    } jumps[] = {{"2^31 tickets later", (1ull << 31) + 2}, {"at 2^32", (1ull << 32) - 1}};
+    for (size_t j = 0; j < sizeof jumps / sizeof jumps[0] && old; j++) {
+        set_next_ticket(&f, jumps[j].next);
+        for (uint64_t i = 0; i < 3; i++) { /* 2^32 - 1, 2^32, 2^32 + 1 in the second round */
+            void *p = alloc_registered(&f, &t);
+            if (!p)
+                break;
+            CHECK(t == jumps[j].next + i, "%s: ticket %llu, expected %llu", jumps[j].what,
+                  (unsigned long long)t, (unsigned long long)(jumps[j].next + i));
+        }
+        weft_wait_ctx_t ctx = weft_comm_wait_ctx(f.comm, "test acquire");
+        weft_buf_state_t state = WEFT_BUF_STAGED;
+        uint64_t waited = 1;
+        weft_status_t st = weft_registry_acquire(f.reg, old, 4096, &f.comm->wait_policy,
+                                                 weft_comm_check, &ctx, &state, &waited);
+        CHECK(st == WEFT_SUCCESS && state == WEFT_BUF_READY && waited == 0,
+              "%s: the buffer of ticket 1: %s (%s), waited %llu ns", jumps[j].what,
+              weft_status_string(st), weft_last_error(), (unsigned long long)waited);
+    }
+    fixture_close(&f);
+}
+
+/* An acknowledgement beyond the last ticket sent is refused; nothing becomes ready by it. */
+static void test_ack_bounds(void)
+{
+    fixture_t f;
+    if (fixture_open(&f, WEFT_REGISTRATION_ROA) != 0) {
+        fixture_close(&f);
+        return;
+    }
+    void *p = NULL;
+    weft_status_t st = weft_registry_alloc(f.reg, 4096, 0, &p);
+    CHECK(st == WEFT_SUCCESS, "alloc: %s", weft_last_error());
+    weft_ctrl_msg_t msg;
+    int fd = -1;
+    ssize_t n = weft_fdpass_recv(f.peer, &msg, sizeof msg, PEER_TIMEOUT_MS, &fd);
+    CHECK(n == (ssize_t)sizeof msg && msg.type == WEFT_CTRL_REG, "peer: no REG (recv %zd)", n);
+    if (fd >= 0)
+        close(fd);
+    weft_ctrl_msg_t ack = {.type = WEFT_CTRL_REG_ACK, .ticket = msg.ticket + 1000};
+    CHECK(weft_fdpass_send(f.peer, &ack, sizeof ack, -1, true) == (ssize_t)sizeof ack,
+          "peer: send ack: %s", strerror(errno));
+    f.comm->timeout_s = 0.5; /* the acquire must not succeed: let it fail soon */
+    weft_wait_ctx_t ctx = weft_comm_wait_ctx(f.comm, "test acquire");
+    weft_buf_state_t state = WEFT_BUF_STAGED;
+    uint64_t waited;
+    st = weft_registry_acquire(f.reg, p, 4096, &f.comm->wait_policy, weft_comm_check, &ctx, &state,
+                               &waited);
+    CHECK(st == WEFT_ERR_PEER_LOST && state != WEFT_BUF_READY,
+          "acquire after an acknowledgement of ticket %llu (sent %llu): %s, state %d",
+          (unsigned long long)ack.ticket, (unsigned long long)msg.ticket, weft_status_string(st),
+          (int)state);
+    fixture_close(&f);
+}
+
 int main(void)
 {
     test_send_status();
     test_exchange_transient();
     test_transient_retry();
+    test_ticket_wrap();
+    test_ack_bounds();
     if (failures == 0)
         printf("PASS test_registry\n");
     return failures != 0;
