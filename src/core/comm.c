@@ -348,7 +348,7 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **c
      * driver); on the host every allocation is its own memfd. */
     size_t chunk_min = cfg.backend == WEFT_BACKEND_CUDA ? env->cuda_chunk_bytes : 0;
     st = weft_registry_create(comm, &comm->window, cfg.rank, cfg.nranks, cfg.registration,
-                              chunk_min, fds, &comm->registry);
+                              chunk_min, (unsigned)env->registration_backlog, fds, &comm->registry);
     if (st != WEFT_SUCCESS)
         goto err_release_window;
 

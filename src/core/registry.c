@@ -7,9 +7,12 @@
  *   Physical memory comes in chunks (heap.h: one per allocation on the host, large ones carved
  *   into allocations on the GPU); registration is per chunk.
  *
- *   new chunk (roa, or internal): create segment -> map in own slice -> job REG (the job owns
- *                  the segment; the registrar exports it, sends a descriptor to every peer,
- *                  then destroys the segment: the mappings keep the memory alive).
+ *   new chunk (roa, or internal): [wait while `backlog` jobs are unacknowledged] -> create
+ *                  segment -> map in own slice -> job REG (the job owns the segment; the
+ *                  registrar exports it once, destroys the segment - the mappings keep the
+ *                  memory alive - and attaches that one descriptor to the REG of every peer,
+ *                  closing it after the last was sent). So descriptors stay bounded: at most
+ *                  one per unacknowledged registration, whatever the number of peers.
  *   new chunk (jit): as roa, but the segment stays with the chunk until the first acquire.
  *   new chunk (staged, user): the segment is destroyed at once; never registered.
  *   free         : the allocation's range goes back to its chunk; a chunk left empty (beyond
@@ -32,7 +35,6 @@
 #include "core/registry.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -63,9 +65,17 @@ typedef struct job {
     weft_mem_seg_t seg; /* REG: owned by the job */
 } job_t;
 
+/* A registration's exported descriptor, shared by its REG message to every peer (sendmsg gives
+ * each receiver a copy of its own) and closed after the last of them was sent or dropped: a
+ * registration holds one descriptor here whatever the number of peers. */
+typedef struct shared_fd {
+    int fd;
+    int refs;
+} shared_fd_t;
+
 typedef struct outmsg {
     weft_ctrl_msg_t msg;
-    int fd; /* owned; closed once sent */
+    shared_fd_t *sfd; /* REG: a reference to the descriptor to attach; NULL for other messages */
 } outmsg_t;
 
 typedef struct outbox {
@@ -101,6 +111,7 @@ struct weft_registry {
     int rank, nranks;
     weft_registration_t mode;
     size_t gran;
+    uint64_t backlog; /* jobs queued or unacknowledged before an allocation waits (>= 1) */
 
     pthread_mutex_t mu;
     weft_heap_t heap;       /* chunks and allocations of this rank's slice */
@@ -210,20 +221,31 @@ static uint64_t push_job(weft_registry_t *reg, uint32_t type, uintptr_t addr, si
 
 /* ---- registrar thread ------------------------------------------------------------------------ */
 
-static void outbox_push(weft_registry_t *reg, int peer, const weft_ctrl_msg_t *msg, int fd)
+/* Drop one reference to sfd (NULL: nothing); the last one closes the descriptor. */
+static void shared_fd_drop(shared_fd_t *sfd)
+{
+    if (sfd && --sfd->refs == 0) {
+        close(sfd->fd);
+        free(sfd);
+    }
+}
+
+/* Queue msg for peer, with a new reference to sfd (may be NULL). */
+static void outbox_push(weft_registry_t *reg, int peer, const weft_ctrl_msg_t *msg,
+                        shared_fd_t *sfd)
 {
     outbox_t *ob = &reg->out[peer];
     if (ob->head == ob->n) {
         ob->head = ob->n = 0;
     }
     if (weft_array_grow((void **)&ob->msgs, &ob->cap, ob->n + 1, sizeof *ob->msgs) != 0) {
-        if (fd >= 0)
-            close(fd);
         weft_comm_set_async_error(
             reg->comm, weft_error(WEFT_ERR_NO_MEMORY, "registrar: outbox to rank %d", peer));
         return;
     }
-    ob->msgs[ob->n++] = (outmsg_t){*msg, fd};
+    if (sfd)
+        sfd->refs++;
+    ob->msgs[ob->n++] = (outmsg_t){*msg, sfd};
 }
 
 /* Stop talking to peer: drop what is queued for it, and shut the socket down so that the peer
@@ -237,10 +259,8 @@ static void peer_lost(weft_registry_t *reg, int peer, const char *why)
     reg->closed[peer] = 1;
     shutdown(reg->socks[peer], SHUT_RDWR);
     outbox_t *ob = &reg->out[peer];
-    for (size_t i = ob->head; i < ob->n; i++) {
-        if (ob->msgs[i].fd >= 0)
-            close(ob->msgs[i].fd);
-    }
+    for (size_t i = ob->head; i < ob->n; i++)
+        shared_fd_drop(ob->msgs[i].sfd);
     ob->head = ob->n = 0;
     if (!reg->bye[peer] && !atomic_load(&reg->stopping))
         weft_comm_set_async_error(reg->comm,
@@ -262,7 +282,7 @@ static void flush_outbox(weft_registry_t *reg, int peer)
     }
     while (ob->head < ob->n && !reg->closed[peer]) {
         outmsg_t *m = &ob->msgs[ob->head];
-        weft_status_t st = weft_ctrl_send(reg->socks[peer], &m->msg, m->fd);
+        weft_status_t st = weft_ctrl_send(reg->socks[peer], &m->msg, m->sfd ? m->sfd->fd : -1);
         if (st == WEFT_ERR_TIMEOUT)
             return; /* socket full: POLLOUT will bring us back */
         if (st == WEFT_ERR_NO_MEMORY) {
@@ -275,10 +295,28 @@ static void flush_outbox(weft_registry_t *reg, int peer)
             peer_lost(reg, peer, "control socket send failed");
             return;
         }
-        if (m->fd >= 0)
-            close(m->fd);
+        shared_fd_drop(m->sfd);
         ob->head++;
     }
+}
+
+/* Export a REG job's segment into *sfd_out (one reference, the caller's) and destroy the
+ * segment: the mappings keep the memory. */
+static weft_status_t export_job(weft_registry_t *reg, job_t *job, shared_fd_t **sfd_out)
+{
+    int fd;
+    weft_status_t st = reg->mem->export_fd(&job->seg, &fd);
+    reg->mem->destroy(&job->seg);
+    if (st != WEFT_SUCCESS)
+        return st;
+    shared_fd_t *sfd = malloc(sizeof *sfd);
+    if (!sfd) {
+        close(fd);
+        return weft_error(WEFT_ERR_NO_MEMORY, "registrar: shared descriptor record");
+    }
+    *sfd = (shared_fd_t){.fd = fd, .refs = 1};
+    *sfd_out = sfd;
+    return WEFT_SUCCESS;
 }
 
 static void run_job(weft_registry_t *reg, job_t *job)
@@ -288,10 +326,9 @@ static void run_job(weft_registry_t *reg, job_t *job)
                            .addr = job->addr,
                            .bytes = job->bytes,
                            .handle_bytes = job->bytes};
-    int fd = -1;
+    shared_fd_t *sfd = NULL;
     if (job->type == WEFT_CTRL_REG) {
-        weft_status_t st = reg->mem->export_fd(&job->seg, &fd);
-        reg->mem->destroy(&job->seg);
+        weft_status_t st = export_job(reg, job, &sfd);
         if (st != WEFT_SUCCESS) {
             /* No peer maps this ticket: none may acknowledge a later one either, since
              * acknowledgements are cumulative and would make the chunk look registered. */
@@ -307,21 +344,10 @@ static void run_job(weft_registry_t *reg, job_t *job)
     }
     reg->sent_ticket = job->ticket;
     for (int p = 0; p < reg->nranks; p++) {
-        if (p == reg->rank || reg->closed[p])
-            continue;
-        int pfd = -1;
-        if (fd >= 0) {
-            pfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-            if (pfd < 0) {
-                weft_comm_set_async_error(
-                    reg->comm, weft_error_errno(WEFT_ERR_SYSTEM, errno, "registrar: dup"));
-                continue;
-            }
-        }
-        outbox_push(reg, p, &msg, pfd);
+        if (p != reg->rank && !reg->closed[p])
+            outbox_push(reg, p, &msg, sfd);
     }
-    if (fd >= 0)
-        close(fd);
+    shared_fd_drop(sfd);
 }
 
 static void drain_jobs(weft_registry_t *reg)
@@ -402,7 +428,7 @@ static void handle_reg(weft_registry_t *reg, int peer, const weft_ctrl_msg_t *ms
     atomic_fetch_add_explicit(&reg->map_epoch, 1, memory_order_release);
     atomic_fetch_add(&reg->stats.peer_mappings, 1);
     weft_ctrl_msg_t ack = {.type = WEFT_CTRL_REG_ACK, .ticket = msg->ticket};
-    outbox_push(reg, peer, &ack, -1);
+    outbox_push(reg, peer, &ack, NULL);
 }
 
 static void handle_unreg(weft_registry_t *reg, int peer, const weft_ctrl_msg_t *msg)
@@ -421,7 +447,7 @@ static void handle_unreg(weft_registry_t *reg, int peer, const weft_ctrl_msg_t *
         }
     }
     weft_ctrl_msg_t ack = {.type = WEFT_CTRL_UNREG_ACK, .ticket = msg->ticket};
-    outbox_push(reg, peer, &ack, -1);
+    outbox_push(reg, peer, &ack, NULL);
 }
 
 static void receive_from(weft_registry_t *reg, int peer)
@@ -564,7 +590,7 @@ static void *registrar_main(void *arg)
 
 weft_status_t weft_registry_create(struct weft_comm *comm, const weft_window_t *win, int rank,
                                    int nranks, weft_registration_t mode, size_t chunk_min_bytes,
-                                   int *ctrl_fds, weft_registry_t **reg_out)
+                                   unsigned backlog, int *ctrl_fds, weft_registry_t **reg_out)
 {
     weft_status_t st;
     weft_registry_t *reg = calloc(1, sizeof *reg);
@@ -577,6 +603,7 @@ weft_status_t weft_registry_create(struct weft_comm *comm, const weft_window_t *
     reg->nranks = nranks;
     reg->mode = mode;
     reg->gran = win->mem->granularity();
+    reg->backlog = backlog > 0 ? backlog : 1;
     reg->efd = -1;
     pthread_mutex_init(&reg->mu, NULL);
     reg->socks = calloc((size_t)nranks, sizeof *reg->socks);
@@ -667,10 +694,8 @@ void weft_registry_destroy(weft_registry_t *reg, uint64_t deadline_ns)
     }
     for (int p = 0; p < reg->nranks; p++) {
         outbox_t *ob = &reg->out[p];
-        for (size_t i = ob->head; i < ob->n; i++) {
-            if (ob->msgs[i].fd >= 0)
-                close(ob->msgs[i].fd);
-        }
+        for (size_t i = ob->head; i < ob->n; i++)
+            shared_fd_drop(ob->msgs[i].sfd);
         free(ob->msgs);
         weft_forksafe_close(reg->socks[p]);
     }
@@ -697,6 +722,22 @@ void weft_registry_destroy(weft_registry_t *reg, uint64_t deadline_ns)
     free(reg);
 }
 
+/* Whether a new chunk is registered as soon as it is made (internal ones whatever the mode). */
+static int registers_at_once(const weft_registry_t *reg, int internal)
+{
+    return internal || reg->mode == WEFT_REGISTRATION_ROA;
+}
+
+/* The ticket every peer must have acknowledged before a new chunk may queue its registration:
+ * at most `backlog` jobs are then unacknowledged. 0 when it may queue now (under mu). */
+static uint64_t backlog_wait_ticket(weft_registry_t *reg, int internal)
+{
+    if (!registers_at_once(reg, internal) || reg->next_ticket < reg->backlog)
+        return 0;
+    uint64_t need = reg->next_ticket + 1 - reg->backlog;
+    return atomic_load_explicit(&reg->acked_all, memory_order_acquire) >= need ? 0 : need;
+}
+
 /* Map a new chunk of bytes in the slice and register it as the mode says (under mu). */
 static weft_status_t add_chunk(weft_registry_t *reg, size_t bytes, int internal,
                                weft_chunk_t **chunk_out)
@@ -719,7 +760,7 @@ static weft_status_t add_chunk(weft_registry_t *reg, size_t bytes, int internal,
         st = weft_error(WEFT_ERR_NO_MEMORY, "weft_malloc: chunk table");
         goto err_unmap;
     }
-    if (internal || reg->mode == WEFT_REGISTRATION_ROA) {
+    if (registers_at_once(reg, internal)) {
         c->ticket = push_job(reg, WEFT_CTRL_REG, addr, bytes, seg);
         if (c->ticket == 0) {
             (void)weft_heap_remove_chunk(&reg->heap, c);
@@ -767,18 +808,32 @@ weft_status_t weft_registry_alloc(weft_registry_t *reg, size_t bytes, int intern
     if (bytes > reg->win.slice_bytes)
         return weft_error(WEFT_ERR_NO_MEMORY, "weft_malloc: %zu bytes exceed the window slice",
                           bytes);
+    weft_wait_ctx_t ctx = weft_comm_wait_ctx(
+        reg->comm, "weft_malloc: the registration backlog (WEFT_REGISTRATION_BACKLOG)");
     pthread_mutex_lock(&reg->mu);
     reclaim_pending(reg);
     size_t size = weft_heap_alloc_size(&reg->heap, bytes);
     uintptr_t addr;
     weft_chunk_t *c;
     weft_status_t st = WEFT_SUCCESS;
-    if (weft_heap_alloc(&reg->heap, size, internal, &addr, &c) != 0) {
-        st = add_chunk(reg, weft_heap_next_chunk(&reg->heap, size), internal, &c);
-        if (st == WEFT_SUCCESS && weft_heap_alloc(&reg->heap, size, internal, &addr, &c) != 0) {
-            release_chunk(reg, c); /* empty: nothing else would ever release it */
-            st = weft_error(WEFT_ERR_NO_MEMORY, "weft_malloc: allocation table");
+    while (weft_heap_alloc(&reg->heap, size, internal, &addr, &c) != 0) {
+        uint64_t need = backlog_wait_ticket(reg, internal);
+        if (need == 0) {
+            st = add_chunk(reg, weft_heap_next_chunk(&reg->heap, size), internal, &c);
+            if (st == WEFT_SUCCESS && weft_heap_alloc(&reg->heap, size, internal, &addr, &c) != 0) {
+                release_chunk(reg, c); /* empty: nothing else would ever release it */
+                st = weft_error(WEFT_ERR_NO_MEMORY, "weft_malloc: allocation table");
+            }
+            break;
         }
+        /* A new chunk would exceed the backlog: wait for the oldest jobs' acknowledgements, then
+         * look again (meanwhile another thread may have made room in a chunk, or queued more). */
+        pthread_mutex_unlock(&reg->mu);
+        st = wait_acked(reg, need, &reg->comm->wait_policy, weft_comm_check, &ctx);
+        pthread_mutex_lock(&reg->mu);
+        if (st != WEFT_SUCCESS)
+            break;
+        reclaim_pending(reg);
     }
     pthread_mutex_unlock(&reg->mu);
     if (st == WEFT_SUCCESS)

@@ -48,10 +48,14 @@ typedef struct weft_registry_stats {
  * entered in util/forksafe.h's table, so a forked child does not keep them.
  * chunk_min_bytes: 0 gives every allocation a segment of its own; otherwise physical memory is
  * made, mapped and registered in chunks of at least that size, growing geometrically, and
- * allocations are carved out of them (heap.h): one export per chunk, not per allocation. */
+ * allocations are carved out of them (heap.h): one export per chunk, not per allocation.
+ * backlog (WEFT_REGISTRATION_BACKLOG; 0 counts as 1): how many jobs (registrations,
+ * unregistrations) may wait for peers' acknowledgements before a new registration waits for
+ * room (weft_registry_alloc). A registration holds one descriptor until it was sent to every
+ * peer, so this bounds the descriptors a burst of allocations holds. */
 weft_status_t weft_registry_create(struct weft_comm *comm, const weft_window_t *win, int rank,
                                    int nranks, weft_registration_t mode, size_t chunk_min_bytes,
-                                   int *ctrl_fds, weft_registry_t **reg_out);
+                                   unsigned backlog, int *ctrl_fds, weft_registry_t **reg_out);
 
 /* Stop the registrar: send BYE to every peer and wait for theirs (bounded by deadline_ns), join
  * the thread, unmap every peer segment and every own allocation, close the sockets, free.
@@ -63,8 +67,11 @@ void weft_registry_shutdown_sockets(weft_registry_t *reg);
 
 /* Allocate bytes in this rank's slice, mapped locally at once. internal != 0 (staging scratch,
  * control blocks): always registered at once, whatever the mode. Otherwise the mode decides:
- * roa registers now (in the background), jit at first use, staged never.
- * Statuses: WEFT_ERR_NO_MEMORY (slice full, provider failure). */
+ * roa registers now (in the background), jit at first use, staged never. Returns at once,
+ * unless the allocation needs a new chunk registered at once while the backlog is full: then
+ * it first waits (without the registry's lock) until peers acknowledged enough jobs, at most
+ * the communicator's timeout. Statuses: WEFT_ERR_NO_MEMORY (slice full, provider failure);
+ * from the wait, WEFT_ERR_TIMEOUT, WEFT_ERR_ABORTED or the communicator's stored error. */
 weft_status_t weft_registry_alloc(weft_registry_t *reg, size_t bytes, int internal, void **ptr_out);
 
 /* Free an allocation made by weft_registry_alloc (ptr must be its start). Returns at once. A

@@ -13,6 +13,9 @@
  *   start is still ready at once, and new ones become ready when acknowledged.
  * - An acknowledgement of a ticket never sent is malformed: the peer counts as lost and the
  *   pending registration does not become ready.
+ * - The registration backlog: with `backlog` jobs unacknowledged, the next allocation that needs
+ *   a registration waits, and fails with WEFT_ERR_TIMEOUT at the communicator's timeout; one
+ *   acknowledgement lets it through.
  *
  * The test includes registry.c itself, to reach the registry's private ticket counter: it jumps
  * the counter forward under the registry's mutex, as 2^31 allocations and frees would (the only
@@ -23,6 +26,7 @@
  * inject_errno.
  */
 #include <errno.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -40,6 +44,7 @@
 #include "check.h"
 
 #define PEER_TIMEOUT_MS 5000
+#define BACKLOG 64 /* WEFT_REGISTRATION_BACKLOG's default */
 #define SLICE_PAGES 1024
 
 static _Atomic int inject_sock = -1;
@@ -76,7 +81,7 @@ typedef struct fixture {
     size_t window_bytes;
 } fixture_t;
 
-static int fixture_open(fixture_t *f, weft_registration_t mode)
+static int fixture_open(fixture_t *f, weft_registration_t mode, unsigned backlog)
 {
     memset(f, 0, sizeof *f);
     f->sock = f->peer = -1;
@@ -103,7 +108,7 @@ static int fixture_open(fixture_t *f, weft_registration_t mode)
         return -1;
     int fds[2] = {-1, sv[0]};
     f->peer = sv[1];
-    st = weft_registry_create(f->comm, &win, 0, 2, mode, 0, fds, &f->reg);
+    st = weft_registry_create(f->comm, &win, 0, 2, mode, 0, backlog, fds, &f->reg);
     CHECK(st == WEFT_SUCCESS, "weft_registry_create: %s", weft_last_error());
     if (st != WEFT_SUCCESS) {
         close(sv[0]);
@@ -229,7 +234,7 @@ static void test_transient_retry(void)
 {
     static const int errs[] = {ENOBUFS, ENOMEM, ETOOMANYREFS};
     fixture_t f;
-    if (fixture_open(&f, WEFT_REGISTRATION_ROA) != 0) {
+    if (fixture_open(&f, WEFT_REGISTRATION_ROA, BACKLOG) != 0) {
         fixture_close(&f);
         return;
     }
@@ -280,7 +285,9 @@ static void *alloc_registered(fixture_t *f, uint64_t *ticket_out)
 static void test_ticket_wrap(void)
 {
     fixture_t f;
-    if (fixture_open(&f, WEFT_REGISTRATION_ROA) != 0) {
+    /* The jump leaves the skipped tickets unacknowledged (real ones would have been): a backlog
+     * above them keeps the next allocation from waiting for those acknowledgements. */
+    if (fixture_open(&f, WEFT_REGISTRATION_ROA, UINT_MAX) != 0) {
         fixture_close(&f);
         return;
     }
@@ -316,7 +323,7 @@ static void test_ticket_wrap(void)
 static void test_ack_bounds(void)
 {
     fixture_t f;
-    if (fixture_open(&f, WEFT_REGISTRATION_ROA) != 0) {
+    if (fixture_open(&f, WEFT_REGISTRATION_ROA, BACKLOG) != 0) {
         fixture_close(&f);
         return;
     }
@@ -345,6 +352,36 @@ static void test_ack_bounds(void)
     fixture_close(&f);
 }
 
+/* With the backlog full, an allocation waits for an acknowledgement, up to the timeout. */
+static void test_backlog(void)
+{
+    enum { SMALL_BACKLOG = 4 };
+    fixture_t f;
+    if (fixture_open(&f, WEFT_REGISTRATION_ROA, SMALL_BACKLOG) != 0) {
+        fixture_close(&f);
+        return;
+    }
+    f.comm->timeout_s = 0.3;
+    void *p[SMALL_BACKLOG + 1] = {NULL};
+    for (int i = 0; i < SMALL_BACKLOG; i++) {
+        weft_status_t st = weft_registry_alloc(f.reg, 4096, 0, &p[i]);
+        CHECK(st == WEFT_SUCCESS, "alloc %d of a backlog of %d: %s", i, SMALL_BACKLOG,
+              weft_last_error());
+    }
+    uint64_t t0 = weft_now_ns();
+    weft_status_t st = weft_registry_alloc(f.reg, 4096, 0, &p[SMALL_BACKLOG]);
+    double waited_s = (double)(weft_now_ns() - t0) * 1e-9;
+    CHECK(st == WEFT_ERR_TIMEOUT && waited_s >= 0.25,
+          "alloc past a full backlog: %s after %.3f s, expected a timeout after 0.3 s",
+          weft_status_string(st), waited_s);
+    CHECK(atomic_load(&f.comm->async_error) == WEFT_SUCCESS, "the timeout failed the registry");
+    if (peer_serve(&f, WEFT_CTRL_REG, NULL) == 0) { /* the oldest is acknowledged: room for one */
+        st = weft_registry_alloc(f.reg, 4096, 0, &p[SMALL_BACKLOG]);
+        CHECK(st == WEFT_SUCCESS, "alloc after an acknowledgement: %s", weft_last_error());
+    }
+    fixture_close(&f);
+}
+
 int main(void)
 {
     test_send_status();
@@ -352,6 +389,7 @@ int main(void)
     test_transient_retry();
     test_ticket_wrap();
     test_ack_bounds();
+    test_backlog();
     if (failures == 0)
         printf("PASS test_registry\n");
     return failures != 0;
