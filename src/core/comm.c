@@ -396,7 +396,7 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **c
     return WEFT_SUCCESS;
 
 err_destroy_registry:
-    weft_registry_destroy(comm->registry, weft_now_ns()); /* joins the registrar first */
+    weft_registry_destroy(comm->registry, 0, 0); /* joins the registrar first; peers see a loss */
     comm->registry = NULL;
     weft_cuda_comm_teardown(comm);
 err_release_window:
@@ -453,11 +453,13 @@ weft_status_t weft_comm_teardown(struct weft_comm *comm)
     while (atomic_load(&comm->aborts_in_flight) > 0)
         sched_yield();
     comm->exec_ops->destroy(comm->exec);
-    /* Healthy peers are destroying too: give the closing BYEs a few seconds. After an error
-     * nobody is waited for. The registrar stops first: until it is joined it may record an
-     * error, which raises the CUDA state's abort word. */
+    /* Healthy peers are destroying too: exchange BYEs, for a few seconds at most. After an error
+     * nobody is waited for and no BYE is sent: the sockets are shut down, so peers that still
+     * wait on this rank fail with WEFT_ERR_PEER_LOST at once rather than at their timeout. The
+     * registrar stops first: until it is joined it may record an error, which raises the CUDA
+     * state's abort word. */
     double bye_s = comm->timeout_s < 5 ? comm->timeout_s : 5;
-    weft_registry_destroy(comm->registry, healthy ? weft_deadline_after_s(bye_s) : weft_now_ns());
+    weft_registry_destroy(comm->registry, healthy, healthy ? weft_deadline_after_s(bye_s) : 0);
     weft_cuda_comm_teardown(comm);
     weft_window_release(&comm->window);
     weft_ctrlblk_unmap(comm->blocks, comm->nranks, comm->layout.bytes);

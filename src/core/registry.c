@@ -132,7 +132,7 @@ struct weft_registry {
     int efd;
     pthread_t thread;
     int thread_started;
-    _Atomic int stopping;
+    _Atomic int stopping; /* STOP_* */
     uint64_t stop_deadline_ns;
 
     /* Every ticket up to acked_all is acknowledged by every peer (min over acked[]). Written by
@@ -142,6 +142,13 @@ struct weft_registry {
     _Atomic uint64_t map_epoch;   /* registrar: bumped (release) after every peer map */
     _Atomic uint64_t reads_epoch; /* operations: bumped (release) after their remote reads */
     weft_registry_stats_t stats;
+};
+
+/* Values of `stopping`. */
+enum {
+    STOP_NOT = 0,
+    STOP_ORDERLY, /* send what is queued, the BYE last, and wait for the peers' BYEs */
+    STOP_NOW      /* leave at once: the sockets are shut down, nothing more is sent */
 };
 
 /* ---- acknowledgements ------------------------------------------------------------------------ */
@@ -262,7 +269,7 @@ static void peer_lost(weft_registry_t *reg, int peer, const char *why)
     for (size_t i = ob->head; i < ob->n; i++)
         shared_fd_drop(ob->msgs[i].sfd);
     ob->head = ob->n = 0;
-    if (!reg->bye[peer] && !atomic_load(&reg->stopping))
+    if (!reg->bye[peer] && atomic_load(&reg->stopping) == STOP_NOT)
         weft_comm_set_async_error(reg->comm,
                                   weft_error(WEFT_ERR_PEER_LOST, "rank %d lost: %s", peer, why));
 }
@@ -522,7 +529,9 @@ static void *registrar_main(void *arg)
     for (;;) {
         int stopping = atomic_load(&reg->stopping);
         int timeout_ms = -1;
-        if (stopping) {
+        if (stopping == STOP_NOW)
+            break;
+        if (stopping == STOP_ORDERLY) {
             /* Send what is queued (the BYE last of all), then leave. */
             drain_jobs(reg);
             for (int p = 0; p < reg->nranks; p++) {
@@ -675,16 +684,20 @@ void weft_registry_shutdown_sockets(weft_registry_t *reg)
     }
 }
 
-void weft_registry_destroy(weft_registry_t *reg, uint64_t deadline_ns)
+void weft_registry_destroy(weft_registry_t *reg, int orderly, uint64_t deadline_ns)
 {
     if (!reg)
         return;
     if (reg->thread_started) {
-        pthread_mutex_lock(&reg->mu);
-        (void)push_job(reg, WEFT_CTRL_BYE, 0, 0, (weft_mem_seg_t){.fd = -1});
-        pthread_mutex_unlock(&reg->mu);
-        reg->stop_deadline_ns = deadline_ns;
-        atomic_store(&reg->stopping, 1);
+        if (orderly) {
+            pthread_mutex_lock(&reg->mu);
+            (void)push_job(reg, WEFT_CTRL_BYE, 0, 0, (weft_mem_seg_t){.fd = -1});
+            pthread_mutex_unlock(&reg->mu);
+            reg->stop_deadline_ns = deadline_ns;
+        }
+        atomic_store(&reg->stopping, orderly ? STOP_ORDERLY : STOP_NOW);
+        if (!orderly) /* after `stopping`: our own hang-up is no lost peer to the registrar */
+            weft_registry_shutdown_sockets(reg);
         wake_registrar(reg);
         pthread_join(reg->thread, NULL);
     }

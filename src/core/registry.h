@@ -57,10 +57,14 @@ weft_status_t weft_registry_create(struct weft_comm *comm, const weft_window_t *
                                    int nranks, weft_registration_t mode, size_t chunk_min_bytes,
                                    unsigned backlog, int *ctrl_fds, weft_registry_t **reg_out);
 
-/* Stop the registrar: send BYE to every peer and wait for theirs (bounded by deadline_ns), join
- * the thread, unmap every peer segment and every own allocation, close the sockets, free.
- * NULL is a no-op. */
-void weft_registry_destroy(weft_registry_t *reg, uint64_t deadline_ns);
+/* Stop the registrar, join it, unmap every peer segment and every own allocation, close the
+ * sockets, free. orderly (every rank destroys in step, after the closing handshake): first send
+ * what is queued and a BYE to every peer, and wait for theirs until deadline_ns, so that each
+ * side reads the other's close as orderly. Otherwise (an error, an abort, a failed init): send
+ * nothing, shut the sockets down at once, so that peers fail with WEFT_ERR_PEER_LOST at once
+ * instead of at their timeout; deadline_ns is unused. Never waits past deadline_ns (orderly)
+ * or at all (otherwise). NULL is a no-op. */
+void weft_registry_destroy(weft_registry_t *reg, int orderly, uint64_t deadline_ns);
 
 /* Close every control socket at once (abort): never blocks; peers see the loss. */
 void weft_registry_shutdown_sockets(weft_registry_t *reg);

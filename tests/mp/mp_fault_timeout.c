@@ -3,8 +3,10 @@
  *
  * A first communicator (default timeout) synchronises the ranks and is destroyed; the second is
  * created with timeout_s = 1 in its config. Rank 0 sleeps 3 s before joining an all_reduce: the
- * others must get WEFT_ERR_TIMEOUT after about 1 s (between 0.9 and 2.5 s), and their next
- * operation must fail as well (the communicator is unusable). Rank 0's late all_reduce must fail
+ * others must get WEFT_ERR_TIMEOUT after about 1 s (between 0.9 and 2.5 s) - or, from 3 ranks,
+ * WEFT_ERR_PEER_LOST at that time, when another waiting rank timed out first and destroyed its
+ * failed communicator, which closes its connections - and their next operation must fail as
+ * well (the communicator is unusable). Rank 0's late all_reduce must fail
  * too (WEFT_ERR_PEER_LOST or WEFT_ERR_TIMEOUT: its peers have given up), within 2.5 s. All ranks
  * destroy the communicator and exit 0 with a PASS line (mp_fault.sh checks them). Needs at least
  * 2 ranks.
@@ -59,8 +61,9 @@ int main(void)
         double t0 = mp_now_s();
         weft_status_t st = weft_all_reduce(ctx.comm, buf, buf, COUNT, WEFT_FLOAT32, WEFT_SUM, NULL);
         double dt = mp_now_s() - t0;
-        mp_check(&ctx, st == WEFT_ERR_TIMEOUT, "all_reduce returned %s, expected %s: %s",
-                 weft_status_string(st), weft_status_string(WEFT_ERR_TIMEOUT), weft_last_error());
+        mp_check(&ctx, st == WEFT_ERR_TIMEOUT || (st == WEFT_ERR_PEER_LOST && ctx.nranks > 2),
+                 "all_reduce returned %s, expected %s: %s", weft_status_string(st),
+                 weft_status_string(WEFT_ERR_TIMEOUT), weft_last_error());
         mp_check(&ctx, dt >= 0.9 * TIMEOUT_S && dt < 2.5,
                  "all_reduce gave up after %.2f s with a %.1f s timeout", dt, TIMEOUT_S);
         mp_case(&ctx, "next operation after the timeout");
