@@ -232,7 +232,8 @@ WEFT_API weft_status_t weft_barrier(weft_comm_t comm, void *stream);
  * n). Both calls are collective (every rank calls them, in the same order as the other
  * operations) and accept any pointer, as the collectives do: weft_malloc memory is read by the
  * peers in place, other memory through the staging scratch. Neither is in place: an array a call
- * writes must not overlap another of its arrays (WEFT_ERR_INVALID_ARGUMENT), and every array is
+ * writes must not overlap another of its arrays (WEFT_ERR_INVALID_ARGUMENT; on the CUDA backend
+ * combine's y, whose row count is on the device, is not checked against out), and every array is
  * aligned to its elements. Ranks must agree on topk and num_experts (WEFT_ERR_MISMATCH on every
  * rank otherwise). On the host backend stream must be
  * NULL and the calls complete before returning. On the CUDA backend every array argument

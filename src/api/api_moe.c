@@ -191,10 +191,10 @@ weft_status_t weft_moe_combine(weft_comm_t comm, weft_moe_handle_t handle, const
         return INVALID("%s: handle comes from a dispatch on another communicator", call);
     if (handle->num_tokens > 0 && !out)
         return INVALID("%s: out is NULL with num_tokens %zu", call, handle->num_tokens);
-    /* On CUDA the received count is on the device, and y may hold just that many rows: only
-     * its first row is known to be there (when y is not NULL). */
+    /* On CUDA the received count is on the device and y may hold just that many rows, none at
+     * all on a rank that received nothing: its overlap with out is not checked there. */
     size_t esize = weft_dtype_size(handle->dtype), row_bytes = handle->hidden * esize;
-    size_t y_rows = comm->backend != WEFT_BACKEND_CUDA ? handle->num_recv : y ? 1 : 0;
+    size_t y_rows = comm->backend != WEFT_BACKEND_CUDA ? handle->num_recv : 0;
     const char *type = weft_dtype_name(handle->dtype);
     const moe_array_t arrays[] = {
         {"y", y, y_rows * row_bytes, esize, type, 0},
