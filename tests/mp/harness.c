@@ -521,6 +521,19 @@ void mp_comm_open(mp_ctx_t *ctx, weft_registration_t reg)
     mp_comm_open_cfg(ctx, &cfg);
 }
 
+void mp_comm_reopen_with_timeout(mp_ctx_t *ctx, double timeout_s)
+{
+    mp_comm_open(ctx, WEFT_REGISTRATION_ROA);
+    mp_case(ctx, "synchronising barrier");
+    mp_ok(ctx, weft_barrier(ctx->comm, NULL), "weft_barrier");
+    mp_comm_close(ctx);
+    weft_config_t cfg;
+    weft_config_default(&cfg);
+    cfg.backend = WEFT_BACKEND_HOST;
+    cfg.timeout_s = timeout_s;
+    mp_comm_open_cfg(ctx, &cfg);
+}
+
 void mp_comm_close(mp_ctx_t *ctx)
 {
     if (!ctx->comm)
@@ -1009,6 +1022,25 @@ void mp_stats(mp_ctx_t *ctx, weft_stats_t *out)
     weft_status_t st = weft_get_stats(ctx->comm, out);
     if (st != WEFT_SUCCESS)
         mp_fatal(ctx, "weft_get_stats returned %s: %s", weft_status_string(st), weft_last_error());
+}
+
+void mp_check_registrations_settle(mp_ctx_t *ctx, const weft_stats_t *before, uint64_t expected,
+                                   double limit_s, weft_stats_t *out)
+{
+    mp_ok(ctx, weft_barrier(ctx->comm, NULL), "weft_barrier");
+    double t0 = mp_now_s();
+    do {
+        mp_stats(ctx, out);
+        if (out->registrations_completed == out->registrations_started)
+            break;
+        mp_sleep_ms(10);
+    } while (mp_now_s() - t0 < limit_s);
+    mp_check(ctx, out->registrations_started - before->registrations_started >= expected,
+             "%" PRIu64 " registrations started for %" PRIu64 " allocations",
+             out->registrations_started - before->registrations_started, expected);
+    mp_check(ctx, out->registrations_completed == out->registrations_started,
+             "registrations: %" PRIu64 " started, %" PRIu64 " completed after %.0f s",
+             out->registrations_started, out->registrations_completed, limit_s);
 }
 
 int mp_expect_zero_copy(const mp_ctx_t *ctx, mp_buf_kind_t kind)

@@ -114,6 +114,10 @@ void mp_comm_open(mp_ctx_t *ctx, weft_registration_t reg);
 /* Like mp_comm_open with a caller-filled config (from weft_config_default). */
 void mp_comm_open_cfg(mp_ctx_t *ctx, const weft_config_t *cfg);
 
+/* For the fault tests: a barrier on a default communicator (so that every rank has started),
+ * which is then destroyed, and ctx->comm opened anew on the host backend with timeout_s. */
+void mp_comm_reopen_with_timeout(mp_ctx_t *ctx, double timeout_s);
+
 /* Destroy ctx->comm (collective); a failure is counted. No-op if none is open. */
 void mp_comm_close(mp_ctx_t *ctx);
 
@@ -266,6 +270,12 @@ void mp_raw_check(mp_ctx_t *ctx, const char *what, const void *got, weft_dtype_t
 
 /* weft_get_stats on ctx->comm; exits 1 if it fails. */
 void mp_stats(mp_ctx_t *ctx, weft_stats_t *out);
+
+/* After a barrier, poll the statistics (every 10 ms, for at most limit_s) until every
+ * registration started has completed, then check that at least expected more were started than
+ * in before and that all completed. out gets the last statistics. */
+void mp_check_registrations_settle(mp_ctx_t *ctx, const weft_stats_t *before, uint64_t expected,
+                                   double limit_s, weft_stats_t *out);
 
 /* Whether a collective on buffers of this kind should take the zero-copy path under ctx->reg:
  * weft_malloc memory (registered or interior) in roa or jit mode. */

@@ -79,20 +79,7 @@ int main(void)
     }
 
     mp_case(&ctx, "registrations after the burst");
-    mp_ok(&ctx, weft_barrier(ctx.comm, NULL), "weft_barrier");
-    double t0 = mp_now_s();
-    do {
-        mp_stats(&ctx, &s1);
-        if (s1.registrations_completed == s1.registrations_started)
-            break;
-        mp_sleep_ms(10);
-    } while (mp_now_s() - t0 < SETTLE_LIMIT_S);
-    mp_check(&ctx, s1.registrations_started - s0.registrations_started >= BURST,
-             "%" PRIu64 " registrations started for %d allocations",
-             s1.registrations_started - s0.registrations_started, BURST);
-    mp_check(&ctx, s1.registrations_completed == s1.registrations_started,
-             "registrations: %" PRIu64 " started, %" PRIu64 " completed after %.0f s",
-             s1.registrations_started, s1.registrations_completed, SETTLE_LIMIT_S);
+    mp_check_registrations_settle(&ctx, &s0, BURST, SETTLE_LIMIT_S, &s1);
     for (int i = 0; i < n; i++)
         mp_ok(&ctx, weft_free(ctx.comm, bufs[i]), "weft_free");
     free(bufs);

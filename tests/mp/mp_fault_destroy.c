@@ -39,16 +39,7 @@ int main(void)
         mp_note(&ctx, "SKIP: needs at least 2 ranks");
         return mp_finish(&ctx);
     }
-    mp_comm_open(&ctx, WEFT_REGISTRATION_ROA);
-    mp_case(&ctx, "synchronising barrier");
-    mp_ok(&ctx, weft_barrier(ctx.comm, NULL), "weft_barrier");
-    mp_comm_close(&ctx);
-
-    weft_config_t cfg;
-    weft_config_default(&cfg);
-    cfg.backend = WEFT_BACKEND_HOST;
-    cfg.timeout_s = TIMEOUT_S;
-    mp_comm_open_cfg(&ctx, &cfg);
+    mp_comm_reopen_with_timeout(&ctx, TIMEOUT_S);
     mp_case(&ctx, "barrier with a %.0f s timeout, everyone on time", TIMEOUT_S);
     mp_ok(&ctx, weft_barrier(ctx.comm, NULL), "weft_barrier");
 

@@ -26,11 +26,7 @@ int main(void)
         mp_note(&ctx, "SKIP: needs at least 2 ranks");
         return mp_finish(&ctx);
     }
-    weft_config_t cfg;
-    weft_config_default(&cfg);
-    cfg.backend = WEFT_BACKEND_HOST;
-    cfg.timeout_s = TIMEOUT_S;
-    mp_comm_open_cfg(&ctx, &cfg);
+    mp_comm_reopen_with_timeout(&ctx, TIMEOUT_S);
     int last = ctx.rank == ctx.nranks - 1;
     float *buf = NULL;
     void *hog = NULL;
