@@ -534,6 +534,17 @@ void mp_comm_reopen_with_timeout(mp_ctx_t *ctx, double timeout_s)
     mp_comm_open_cfg(ctx, &cfg);
 }
 
+void mp_comm_close_within(mp_ctx_t *ctx, double limit_s)
+{
+    double t0 = mp_now_s();
+    weft_status_t st = weft_comm_destroy(ctx->comm);
+    double dt = mp_now_s() - t0;
+    ctx->comm = NULL;
+    mp_check(ctx, st == WEFT_SUCCESS, "weft_comm_destroy returned %s: %s", weft_status_string(st),
+             weft_last_error());
+    mp_check(ctx, dt < limit_s, "weft_comm_destroy took %.2f s", dt);
+}
+
 void mp_comm_close(mp_ctx_t *ctx)
 {
     if (!ctx->comm)

@@ -118,6 +118,9 @@ void mp_comm_open_cfg(mp_ctx_t *ctx, const weft_config_t *cfg);
  * which is then destroyed, and ctx->comm opened anew on the host backend with timeout_s. */
 void mp_comm_reopen_with_timeout(mp_ctx_t *ctx, double timeout_s);
 
+/* For the fault tests: destroy ctx->comm, which must succeed within limit_s (both checked). */
+void mp_comm_close_within(mp_ctx_t *ctx, double limit_s);
+
 /* Destroy ctx->comm (collective); a failure is counted. No-op if none is open. */
 void mp_comm_close(mp_ctx_t *ctx);
 
