@@ -194,7 +194,7 @@ static int peer_segment(const ctx_t *c, const msg_t *m, int fd, msg_t *reply)
     void *addr = (void *)(uintptr_t)m->addr;
     weft_mem_seg_t seg;
     uint64_t t0 = weft_now_ns();
-    weft_status_t st = ops->import_fd(fd, m->bytes, &seg);
+    weft_status_t st = ops->import_fd(fd, 0, m->bytes, &seg);
     reply->ns[P_IMPORT] = weft_now_ns() - t0;
     if (st != WEFT_SUCCESS)
         return fail("import");

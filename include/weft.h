@@ -162,12 +162,9 @@ WEFT_API weft_backend_t weft_comm_backend(weft_comm_t comm);
  * Memory: registration-on-allocation
  * ------------------------------------------------------------------------------------------- */
 
-/* Local. Host memory on the host backend, device memory on the CUDA backend. The pointer is
- * usable locally at once and, after background registration, at the same address on every peer.
- * Returns at once, unless the memory needs a new registration while WEFT_REGISTRATION_BACKLOG
- * jobs of this rank still wait for the peers' acknowledgements: then it first waits for the
- * oldest, at most the communicator's timeout (WEFT_ERR_TIMEOUT). bytes == 0 sets *ptr to NULL
- * and succeeds. */
+/* Local, returns at once. Host memory on the host backend, device memory on the CUDA backend.
+ * The pointer is usable locally at once and, after background registration, at the same
+ * address on every peer. bytes == 0 sets *ptr to NULL and succeeds. */
 WEFT_API weft_status_t weft_malloc(weft_comm_t comm, void **ptr, size_t bytes);
 
 /* Local, returns at once; peers unmap in the background. ptr must be a pointer returned by

@@ -52,7 +52,7 @@ weft_status_t weft_ctrlblk_share(const int *socks, int rank, int nranks, size_t 
         if (p == rank)
             continue;
         weft_mem_seg_t theirs;
-        st = host->import_fd(peer_fds[p], bytes, &theirs); /* checks seals and size */
+        st = host->import_fd(peer_fds[p], 0, bytes, &theirs); /* checks seals and size */
         peer_fds[p] = -1;
         if (st == WEFT_SUCCESS) {
             blocks_out[p] = map_block(theirs.fd, bytes);

@@ -3,22 +3,30 @@
  *
  * DESIGN
  *   The caller's path (alloc, free, acquire) only touches the table under the mutex, maps or
- *   unmaps locally, and queues jobs; the registrar thread does everything that involves peers.
- *   Physical memory comes in chunks (heap.h: one per allocation on the host, large ones carved
- *   into allocations on the GPU); registration is per chunk.
+ *   unmaps locally, and queues jobs; it never waits for the registrar or a peer. The registrar
+ *   thread does everything that involves peers. Physical memory comes in chunks (heap.h: one
+ *   per allocation on the host, large ones carved into allocations on the GPU); registration is
+ *   per chunk.
  *
- *   new chunk (roa, or internal): [wait while `backlog` jobs are unacknowledged] -> create
- *                  segment -> map in own slice -> job REG (the job owns the segment; the
- *                  registrar exports it once, destroys the segment - the mappings keep the
- *                  memory alive - and attaches that one descriptor to the REG of every peer,
- *                  closing it after the last was sent). So descriptors stay bounded: at most
- *                  one per unacknowledged registration, whatever the number of peers.
+ *   Segments hold no descriptor until the registrar exports them: a sparse provider's (host)
+ *   are ranges of one memfd the size of the slice (`file`, made at creation), a VMM handle's
+ *   (cuda) descriptor is made by the export. So a burst of allocations holds no descriptors;
+ *   the registrar holds one per registration sent and not yet acknowledged by every peer, and
+ *   sends at most `backlog` of those (later jobs wait in its queue, in ticket order).
+ *
+ *   new chunk (roa, or internal): create segment -> map in own slice -> job REG (the job owns
+ *                  the segment; the registrar exports it once, destroys the segment - the
+ *                  mappings, or the slice's memfd, keep the memory - and attaches that one
+ *                  descriptor to the REG of every peer, closing it after the last was sent).
  *   new chunk (jit): as roa, but the segment stays with the chunk until the first acquire.
  *   new chunk (staged, user): the segment is destroyed at once; never registered.
  *   free         : the allocation's range goes back to its chunk; a chunk left empty (beyond
- *                  one spare) is unmapped locally -> job UNREG -> its range waits in `pending`
- *                  until every peer acknowledged the UNREG ticket, then is reusable.
- *   peer REG     : check the range lies in the sender's slice -> import -> map -> ack.
+ *                  one spare) is unmapped locally (and its memory discarded from the slice's
+ *                  memfd) -> job UNREG -> its range waits in `pending` until every peer
+ *                  acknowledged the UNREG ticket, then is reusable.
+ *   peer REG     : check the range lies in the sender's slice -> import (a sparse provider's
+ *                  descriptor is the sender's whole slice memfd; the range's offset in it is
+ *                  its offset in the slice) -> map -> ack.
  *   peer UNREG   : unmap -> ack.
  *
  * THREADS AND LOCKS
@@ -111,12 +119,13 @@ struct weft_registry {
     int rank, nranks;
     weft_registration_t mode;
     size_t gran;
-    uint64_t backlog; /* jobs queued or unacknowledged before an allocation waits (>= 1) */
+    uint64_t backlog;    /* REGs sent and not acknowledged by all, at most (>= 1) */
+    weft_mem_seg_t file; /* sparse providers: the memfd of the whole slice; else fd -1 */
 
     pthread_mutex_t mu;
     weft_heap_t heap;       /* chunks and allocations of this rank's slice */
     VEC(pending_t) pending; /* released chunks waiting for UNREG acks */
-    VEC(job_t) jobs;        /* FIFO, consumed whole by the registrar */
+    VEC(job_t) jobs;        /* FIFO, moved whole into `queue` by the registrar */
     uint64_t next_ticket;   /* last ticket issued */
 
     /* registrar-owned */
@@ -127,6 +136,8 @@ struct weft_registry {
     uint64_t *retry_ns; /* when to retry a peer's outbox after a transient send failure; 0: none */
     uint64_t *acked;    /* the last ticket each peer acknowledged */
     uint64_t sent_ticket; /* the last ticket queued to the peers */
+    VEC(job_t) queue;     /* jobs taken from `jobs`, not yet run: the head waits for the backlog */
+    size_t queue_head;
     VEC(peer_map_t) maps;
     VEC(inflight_t) inflight; /* REG tickets not yet acknowledged by all */
     int efd;
@@ -357,23 +368,44 @@ static void run_job(weft_registry_t *reg, job_t *job)
     shared_fd_drop(sfd);
 }
 
+/* Run queued jobs in ticket order while the backlog has room for the next REG. */
+static void run_queue(weft_registry_t *reg)
+{
+    while (reg->queue_head < reg->queue.n) {
+        job_t *job = &reg->queue.data[reg->queue_head];
+        if (job->type == WEFT_CTRL_REG && reg->inflight.n >= reg->backlog)
+            return; /* an acknowledgement will bring us back (handle_ack) */
+        reg->queue_head++;
+        run_job(reg, job);
+    }
+    reg->queue_head = reg->queue.n = 0;
+}
+
+/* Move the jobs callers queued behind the registrar's own, then run what the backlog allows. */
 static void drain_jobs(weft_registry_t *reg)
 {
     uint64_t count;
     ssize_t n = read(reg->efd, &count, sizeof count);
     (void)n;
     pthread_mutex_lock(&reg->mu);
-    size_t njobs = reg->jobs.n;
-    job_t *jobs = NULL;
-    if (njobs > 0) {
-        jobs = reg->jobs.data; /* take the array; the caller side starts a new one */
+    if (reg->queue.n == 0) { /* take the array; the caller side starts a new one */
+        free(reg->queue.data);
+        reg->queue.data = reg->jobs.data;
+        reg->queue.n = reg->jobs.n;
+        reg->queue.cap = reg->jobs.cap;
         reg->jobs.data = NULL;
         reg->jobs.n = reg->jobs.cap = 0;
+    } else if (reg->jobs.n > 0 && VEC_RESERVE(reg->queue, reg->queue.n + reg->jobs.n) == 0) {
+        memcpy(reg->queue.data + reg->queue.n, reg->jobs.data,
+               reg->jobs.n * sizeof *reg->jobs.data);
+        reg->queue.n += reg->jobs.n;
+        reg->jobs.n = 0;
+    } else if (reg->jobs.n > 0) {
+        weft_comm_set_async_error(reg->comm,
+                                  weft_error(WEFT_ERR_NO_MEMORY, "registrar: job queue"));
     }
     pthread_mutex_unlock(&reg->mu);
-    for (size_t i = 0; i < njobs; i++)
-        run_job(reg, &jobs[i]);
-    free(jobs);
+    run_queue(reg);
 }
 
 /* A peer acknowledged ticket: check it (above its previous one, at most the last one sent),
@@ -402,6 +434,7 @@ static void handle_ack(weft_registry_t *reg, int peer, uint64_t ticket)
     }
     reg->inflight.n = keep;
     publish_acked(reg, min);
+    run_queue(reg); /* the backlog may have room again */
 }
 
 /* A peer asks us to map its segment: check, import, map, acknowledge. */
@@ -415,8 +448,9 @@ static void handle_reg(weft_registry_t *reg, int peer, const weft_ctrl_msg_t *ms
         peer_lost(reg, peer, "malformed registration");
         return;
     }
+    size_t offset = reg->mem->sparse ? msg->addr - slice : 0;
     weft_mem_seg_t seg;
-    weft_status_t st = reg->mem->import_fd(fd, msg->bytes, &seg);
+    weft_status_t st = reg->mem->import_fd(fd, offset, msg->bytes, &seg);
     if (st == WEFT_SUCCESS) {
         st = reg->mem->map(&seg, (void *)msg->addr);
         reg->mem->destroy(&seg);
@@ -500,13 +534,15 @@ static void receive_from(weft_registry_t *reg, int peer)
  * stopping too, and our EOF cannot look like a loss to it). */
 static int ready_to_close(const weft_registry_t *reg)
 {
+    int connected = 0;
     for (int p = 0; p < reg->nranks; p++) {
         if (p == reg->rank || reg->closed[p])
             continue;
         if (reg->out[p].head < reg->out[p].n || !reg->bye[p])
             return 0;
+        connected++;
     }
-    return 1;
+    return connected == 0 || reg->queue_head == reg->queue.n;
 }
 
 static void *registrar_main(void *arg)
@@ -614,6 +650,7 @@ weft_status_t weft_registry_create(struct weft_comm *comm, const weft_window_t *
     reg->gran = win->mem->granularity();
     reg->backlog = backlog > 0 ? backlog : 1;
     reg->efd = -1;
+    reg->file = (weft_mem_seg_t){.fd = -1};
     pthread_mutex_init(&reg->mu, NULL);
     reg->socks = calloc((size_t)nranks, sizeof *reg->socks);
     reg->bye = calloc((size_t)nranks, sizeof *reg->bye);
@@ -636,6 +673,11 @@ weft_status_t weft_registry_create(struct weft_comm *comm, const weft_window_t *
                        chunk_min_bytes, CHUNK_MAX_BYTES) != 0) {
         st = weft_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: registry free list");
         goto err_free;
+    }
+    if (reg->mem->sparse) { /* takes memory only where allocations touch it */
+        st = reg->mem->create(win->slice_bytes, &reg->file);
+        if (st != WEFT_SUCCESS)
+            goto err_free;
     }
     reg->efd = weft_forksafe_eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (reg->efd < 0) {
@@ -662,6 +704,7 @@ err_close:
     }
     weft_forksafe_close(reg->efd);
 err_free:
+    reg->mem->destroy(&reg->file);
     free(reg->socks);
     free(reg->bye);
     free(reg->closed);
@@ -705,6 +748,10 @@ void weft_registry_destroy(weft_registry_t *reg, int orderly, uint64_t deadline_
         if (reg->jobs.data[i].type == WEFT_CTRL_REG)
             reg->mem->destroy(&reg->jobs.data[i].seg);
     }
+    for (size_t i = reg->queue_head; i < reg->queue.n; i++) {
+        if (reg->queue.data[i].type == WEFT_CTRL_REG)
+            reg->mem->destroy(&reg->queue.data[i].seg);
+    }
     for (int p = 0; p < reg->nranks; p++) {
         outbox_t *ob = &reg->out[p];
         for (size_t i = ob->head; i < ob->n; i++)
@@ -719,8 +766,10 @@ void weft_registry_destroy(weft_registry_t *reg, int orderly, uint64_t deadline_
         reg->mem->unmap((void *)c->addr, c->bytes);
         reg->mem->destroy(&c->seg);
     }
+    reg->mem->destroy(&reg->file); /* its memory lives on while peers still map it */
     weft_forksafe_close(reg->efd);
     free(reg->jobs.data);
+    free(reg->queue.data);
     free(reg->maps.data);
     free(reg->inflight.data);
     weft_heap_fini(&reg->heap);
@@ -741,33 +790,25 @@ static int registers_at_once(const weft_registry_t *reg, int internal)
     return internal || reg->mode == WEFT_REGISTRATION_ROA;
 }
 
-/* The ticket every peer must have acknowledged before a new chunk may queue its registration:
- * at most `backlog` jobs are then unacknowledged. 0 when it may queue now (under mu). */
-static uint64_t backlog_wait_ticket(weft_registry_t *reg, int internal)
-{
-    if (!registers_at_once(reg, internal) || reg->next_ticket < reg->backlog)
-        return 0;
-    uint64_t need = reg->next_ticket + 1 - reg->backlog;
-    return atomic_load_explicit(&reg->acked_all, memory_order_acquire) >= need ? 0 : need;
-}
-
 /* Map a new chunk of bytes in the slice and register it as the mode says (under mu). */
 static weft_status_t add_chunk(weft_registry_t *reg, size_t bytes, int internal,
                                weft_chunk_t **chunk_out)
 {
-    weft_mem_seg_t seg;
-    weft_status_t st = reg->mem->create(bytes, &seg);
-    if (st != WEFT_SUCCESS)
-        return st;
     uintptr_t addr;
-    if (weft_heap_take_range(&reg->heap, bytes, &addr) != 0) {
-        st = weft_error(WEFT_ERR_NO_MEMORY,
-                        "weft_malloc: no %zu bytes left in this rank's window slice", bytes);
-        goto err_destroy;
-    }
-    st = reg->mem->map(&seg, (void *)addr);
+    if (weft_heap_take_range(&reg->heap, bytes, &addr) != 0)
+        return weft_error(WEFT_ERR_NO_MEMORY,
+                          "weft_malloc: no %zu bytes left in this rank's window slice", bytes);
+    weft_mem_seg_t seg;
+    weft_status_t st = WEFT_SUCCESS;
+    if (reg->mem->sparse)
+        seg = weft_mem_range(&reg->file, addr - weft_window_slice(&reg->win, reg->rank), bytes);
+    else
+        st = reg->mem->create(bytes, &seg);
     if (st != WEFT_SUCCESS)
         goto err_give;
+    st = reg->mem->map(&seg, (void *)addr);
+    if (st != WEFT_SUCCESS)
+        goto err_destroy;
     weft_chunk_t *c = weft_heap_add_chunk(&reg->heap, addr, bytes, seg, 0, internal);
     if (!c) {
         st = weft_error(WEFT_ERR_NO_MEMORY, "weft_malloc: chunk table");
@@ -789,10 +830,10 @@ static weft_status_t add_chunk(weft_registry_t *reg, size_t bytes, int internal,
 
 err_unmap:
     reg->mem->unmap((void *)addr, bytes);
-err_give:
-    (void)weft_heap_give_range(&reg->heap, addr, bytes);
 err_destroy:
     reg->mem->destroy(&seg);
+err_give:
+    (void)weft_heap_give_range(&reg->heap, addr, bytes);
     return st;
 }
 
@@ -803,6 +844,9 @@ static void release_chunk(weft_registry_t *reg, weft_chunk_t *c)
     weft_status_t st = reg->mem->unmap((void *)c->addr, c->bytes);
     reg->mem->destroy(&c->seg);
     weft_range_t r = weft_heap_remove_chunk(&reg->heap, c);
+    if (reg->mem->sparse) /* peers' mappings of it read zeros from now on; nothing may use it */
+        (void)reg->mem->discard(&reg->file, r.addr - weft_window_slice(&reg->win, reg->rank),
+                                r.bytes);
     if (st != WEFT_SUCCESS)
         return; /* still mapped here: never reuse the range */
     if (!registered) {
@@ -821,32 +865,18 @@ weft_status_t weft_registry_alloc(weft_registry_t *reg, size_t bytes, int intern
     if (bytes > reg->win.slice_bytes)
         return weft_error(WEFT_ERR_NO_MEMORY, "weft_malloc: %zu bytes exceed the window slice",
                           bytes);
-    weft_wait_ctx_t ctx = weft_comm_wait_ctx(
-        reg->comm, "weft_malloc: the registration backlog (WEFT_REGISTRATION_BACKLOG)");
     pthread_mutex_lock(&reg->mu);
     reclaim_pending(reg);
     size_t size = weft_heap_alloc_size(&reg->heap, bytes);
     uintptr_t addr;
     weft_chunk_t *c;
     weft_status_t st = WEFT_SUCCESS;
-    while (weft_heap_alloc(&reg->heap, size, internal, &addr, &c) != 0) {
-        uint64_t need = backlog_wait_ticket(reg, internal);
-        if (need == 0) {
-            st = add_chunk(reg, weft_heap_next_chunk(&reg->heap, size), internal, &c);
-            if (st == WEFT_SUCCESS && weft_heap_alloc(&reg->heap, size, internal, &addr, &c) != 0) {
-                release_chunk(reg, c); /* empty: nothing else would ever release it */
-                st = weft_error(WEFT_ERR_NO_MEMORY, "weft_malloc: allocation table");
-            }
-            break;
+    if (weft_heap_alloc(&reg->heap, size, internal, &addr, &c) != 0) {
+        st = add_chunk(reg, weft_heap_next_chunk(&reg->heap, size), internal, &c);
+        if (st == WEFT_SUCCESS && weft_heap_alloc(&reg->heap, size, internal, &addr, &c) != 0) {
+            release_chunk(reg, c); /* empty: nothing else would ever release it */
+            st = weft_error(WEFT_ERR_NO_MEMORY, "weft_malloc: allocation table");
         }
-        /* A new chunk would exceed the backlog: wait for the oldest jobs' acknowledgements, then
-         * look again (meanwhile another thread may have made room in a chunk, or queued more). */
-        pthread_mutex_unlock(&reg->mu);
-        st = wait_acked(reg, need, &reg->comm->wait_policy, weft_comm_check, &ctx);
-        pthread_mutex_lock(&reg->mu);
-        if (st != WEFT_SUCCESS)
-            break;
-        reclaim_pending(reg);
     }
     pthread_mutex_unlock(&reg->mu);
     if (st == WEFT_SUCCESS)

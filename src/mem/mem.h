@@ -6,9 +6,12 @@
  * same address. It knows nothing of ranks, windows or registration: that is core's job.
  *
  *   host: memfd_create (sealed against shrink and grow) + mmap(MAP_FIXED | MAP_SHARED) inside a
- *         PROT_NONE reservation; the descriptor is the memfd itself.
+ *         PROT_NONE reservation; the descriptor is the memfd itself. Sparse: a memfd takes
+ *         memory only where it is touched, so one memfd can back a whole window slice and a
+ *         segment be a range of it (weft_mem_range) that holds no descriptor of its own.
  *   cuda: cuMemCreate with POSIX file-descriptor handles + cuMemMap inside cuMemAddressReserve,
- *         cuMemSetAccess; the descriptor comes from cuMemExportToShareableHandle.
+ *         cuMemSetAccess; the descriptor comes from cuMemExportToShareableHandle. Not sparse:
+ *         cuMemCreate commits its memory at once.
  *
  * Every slot is filled; a slot a provider cannot do points to a named stub returning
  * WEFT_ERR_UNSUPPORTED. All functions are thread-safe (they touch no shared state).
@@ -21,15 +24,21 @@
 
 #include "weft.h"
 
-/* One piece of physical memory. */
+/* One piece of physical memory: a range of a memfd (host) or a VMM handle (cuda). */
 typedef struct weft_mem_seg {
-    int fd;          /* host: the memfd (owned); cuda: -1 (exported on demand) */
+    int fd;          /* host: the memfd holding the memory; cuda: -1 (exported on demand) */
+    int fd_borrowed; /* host: fd belongs to the segment this one is a range of: destroy leaves it */
     uint64_t handle; /* cuda: CUmemGenericAllocationHandle; host: 0 */
+    size_t offset;   /* host: where the segment starts in fd; cuda: 0 */
     size_t bytes;    /* a multiple of the provider's granularity */
 } weft_mem_seg_t;
 
 typedef struct weft_mem_ops {
     const char *name;
+
+    /* 1 when create takes no memory until the memory is touched, segments can be cut into ranges
+     * (weft_mem_range) and discard gives a range's memory back (host); 0 otherwise (cuda). */
+    int sparse;
 
     /* Make the calling thread able to use the provider (cuda: the device's primary context is
      * current). Called by every thread that maps or exports before its first call. */
@@ -49,19 +58,37 @@ typedef struct weft_mem_ops {
     /* Make physical memory of bytes (a multiple of the granularity). */
     weft_status_t (*create)(size_t bytes, weft_mem_seg_t *seg_out);
     /* Free a segment's handle; mappings keep the memory alive until unmapped. A segment with
-     * fd == -1 and handle == 0 (already given away) is left alone. */
+     * fd == -1 and handle == 0 (already given away), or one whose fd is borrowed, is left
+     * alone (its memory stays with the segment it is a range of: see discard). */
     void (*destroy)(weft_mem_seg_t *seg);
+    /* Sparse providers: give back the memory of [offset, offset + bytes) of seg (granularity
+     * multiples, relative to seg's start). The range then reads as zeros, through every mapping
+     * of it in any process. Others: WEFT_ERR_UNSUPPORTED. */
+    weft_status_t (*discard)(const weft_mem_seg_t *seg, size_t offset, size_t bytes);
 
     /* Map seg read/write at addr, which lies inside a reservation made by reserve. */
     weft_status_t (*map)(const weft_mem_seg_t *seg, void *addr);
     /* Undo map: the range returns to the reservation (no access). */
     weft_status_t (*unmap)(void *addr, size_t bytes);
 
-    /* A new descriptor for seg that another process can import (caller closes it). */
+    /* A new descriptor for seg that another process can import (caller closes it). For a range
+     * of a sparse provider's segment it is the descriptor of the whole: the importer learns the
+     * range's offset and size from elsewhere (the core: from the shadow address). */
     weft_status_t (*export_fd)(const weft_mem_seg_t *seg, int *fd_out);
-    /* Import a descriptor received from a peer; takes ownership of fd in every case. */
-    weft_status_t (*import_fd)(int fd, size_t bytes, weft_mem_seg_t *seg_out);
+    /* Import [offset, offset + bytes) of what a descriptor received from a peer holds (offset
+     * must be 0 unless the provider is sparse); checks that the descriptor holds that much.
+     * Takes ownership of fd in every case. */
+    weft_status_t (*import_fd)(int fd, size_t offset, size_t bytes, weft_mem_seg_t *seg_out);
 } weft_mem_ops_t;
+
+/* The range [offset, offset + bytes) of a sparse provider's segment whole, as a segment that
+ * borrows whole's descriptor: whole must outlive it, and discard gives its memory back. */
+static inline weft_mem_seg_t weft_mem_range(const weft_mem_seg_t *whole, size_t offset,
+                                            size_t bytes)
+{
+    return (weft_mem_seg_t){
+        .fd = whole->fd, .fd_borrowed = 1, .offset = whole->offset + offset, .bytes = bytes};
+}
 
 extern const weft_mem_ops_t weft_mem_host_ops;
 extern const weft_mem_ops_t weft_mem_cuda_ops; /* defined only in builds with CUDA */

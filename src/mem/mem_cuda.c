@@ -157,9 +157,7 @@ static weft_status_t cuda_create(size_t bytes, weft_mem_seg_t *seg_out)
     CUresult res = drv->cuMemCreate(&handle, bytes, &prop, 0);
     if (res != CUDA_SUCCESS)
         return weft_cuda_error(res, "cuMemCreate(%zu bytes on device %d)", bytes, (int)dev);
-    seg_out->fd = -1;
-    seg_out->handle = (uint64_t)handle;
-    seg_out->bytes = bytes;
+    *seg_out = (weft_mem_seg_t){.fd = -1, .handle = (uint64_t)handle, .bytes = bytes};
     return WEFT_SUCCESS;
 }
 
@@ -175,6 +173,15 @@ static void cuda_destroy(weft_mem_seg_t *seg)
     if (res != CUDA_SUCCESS)
         weft_cuda_error(res, "cuMemRelease(%zu bytes)", seg->bytes);
     seg->handle = 0;
+}
+
+static weft_status_t cuda_discard_unsupported(const weft_mem_seg_t *seg, size_t offset,
+                                              size_t bytes)
+{
+    (void)seg;
+    return weft_error(WEFT_ERR_UNSUPPORTED,
+                      "cuda memory provider: discard [%zu, +%zu): segments are not sparse", offset,
+                      bytes);
 }
 
 static weft_status_t cuda_map(const weft_mem_seg_t *seg, void *addr)
@@ -245,12 +252,16 @@ err_close_fd:
     return st;
 }
 
-static weft_status_t cuda_import(int fd, size_t bytes, weft_mem_seg_t *seg_out)
+static weft_status_t cuda_import(int fd, size_t offset, size_t bytes, weft_mem_seg_t *seg_out)
 {
     const weft_cuda_driver_t *drv;
     weft_status_t st = weft_cuda_driver_get(&drv);
     if (st != WEFT_SUCCESS)
         goto out_close_fd;
+    if (offset != 0) {
+        st = weft_error(WEFT_ERR_INTERNAL, "cuda import at offset %zu: segments are whole", offset);
+        goto out_close_fd;
+    }
     /* For POSIX descriptors the "OS handle" is the descriptor's value itself. The imported
      * handle holds its own reference to the memory, so the descriptor is closed either way. */
     CUmemGenericAllocationHandle handle;
@@ -260,9 +271,7 @@ static weft_status_t cuda_import(int fd, size_t bytes, weft_mem_seg_t *seg_out)
         st = weft_cuda_error(res, "cuMemImportFromShareableHandle(fd %d, %zu bytes)", fd, bytes);
         goto out_close_fd;
     }
-    seg_out->fd = -1;
-    seg_out->handle = (uint64_t)handle;
-    seg_out->bytes = bytes;
+    *seg_out = (weft_mem_seg_t){.fd = -1, .handle = (uint64_t)handle, .bytes = bytes};
 
 out_close_fd:
     if (fd >= 0)
@@ -278,6 +287,7 @@ const weft_mem_ops_t weft_mem_cuda_ops = {
     .release = cuda_release,
     .create = cuda_create,
     .destroy = cuda_destroy,
+    .discard = cuda_discard_unsupported,
     .map = cuda_map,
     .unmap = cuda_unmap,
     .export_fd = cuda_export,

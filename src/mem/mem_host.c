@@ -5,6 +5,12 @@
  * under our mapping and turn a load into SIGBUS) and passed by descriptor, never by name, so
  * nothing is left in /dev/shm or the file system whatever way a process ends.
  *
+ * Sparse: a memfd takes memory only for the pages touched, so one memfd the size of a window
+ * slice can back every allocation in it. A range of it (weft_mem_range) is mapped with its
+ * offset, exported as the whole memfd (the peer maps only the range it is told), and its memory
+ * is given back by punching a hole (fallocate): the size never changes, so a mapping of a
+ * discarded range reads zeros instead of faulting.
+ *
  * Thread safety: stateless; every function may be called from any thread.
  */
 #include "mem/mem.h"
@@ -73,22 +79,32 @@ static weft_status_t host_create(size_t bytes, weft_mem_seg_t *seg_out)
         close(fd);
         return weft_error_errno(WEFT_ERR_SYSTEM, err, "fcntl(F_ADD_SEALS)");
     }
-    seg_out->fd = fd;
-    seg_out->handle = 0;
-    seg_out->bytes = bytes;
+    *seg_out = (weft_mem_seg_t){.fd = fd, .bytes = bytes};
     return WEFT_SUCCESS;
 }
 
 static void host_destroy(weft_mem_seg_t *seg)
 {
-    if (seg->fd >= 0)
+    if (seg->fd >= 0 && !seg->fd_borrowed)
         close(seg->fd);
     seg->fd = -1;
 }
 
+static weft_status_t host_discard(const weft_mem_seg_t *seg, size_t offset, size_t bytes)
+{
+    if (offset > seg->bytes || bytes > seg->bytes - offset)
+        return weft_error(WEFT_ERR_INTERNAL, "discard [%zu, +%zu) past a segment of %zu bytes",
+                          offset, bytes, seg->bytes);
+    if (fallocate(seg->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                  (off_t)(seg->offset + offset), (off_t)bytes) != 0)
+        return weft_error_errno(WEFT_ERR_SYSTEM, errno, "fallocate(memfd, punch %zu bytes)", bytes);
+    return WEFT_SUCCESS;
+}
+
 static weft_status_t host_map(const weft_mem_seg_t *seg, void *addr)
 {
-    void *p = mmap(addr, seg->bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, seg->fd, 0);
+    void *p = mmap(addr, seg->bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, seg->fd,
+                   (off_t)seg->offset);
     if (p == MAP_FAILED)
         return weft_error_errno(WEFT_ERR_NO_MEMORY, errno, "mmap(memfd, %zu bytes at %p)",
                                 seg->bytes, addr);
@@ -116,32 +132,33 @@ static weft_status_t host_export(const weft_mem_seg_t *seg, int *fd_out)
     return WEFT_SUCCESS;
 }
 
-static weft_status_t host_import(int fd, size_t bytes, weft_mem_seg_t *seg_out)
+static weft_status_t host_import(int fd, size_t offset, size_t bytes, weft_mem_seg_t *seg_out)
 {
-    /* The peer's memfd must be sealed and at least as large as claimed, or a mapping could
-     * fault later. */
+    /* The peer's memfd must be sealed and hold the whole range, or a mapping could fault
+     * later. */
     int seals = fcntl(fd, F_GET_SEALS);
     off_t size = lseek(fd, 0, SEEK_END);
     if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW) ||
-        size < 0 || (size_t)size < bytes) {
+        size < 0 || (size_t)size < bytes || (size_t)size - bytes < offset) {
         close(fd);
-        return weft_error(WEFT_ERR_INTERNAL, "imported segment is not a sealed memfd of %zu bytes",
-                          bytes);
+        return weft_error(WEFT_ERR_INTERNAL,
+                          "imported segment is not a sealed memfd holding [%zu, +%zu bytes)",
+                          offset, bytes);
     }
-    seg_out->fd = fd;
-    seg_out->handle = 0;
-    seg_out->bytes = bytes;
+    *seg_out = (weft_mem_seg_t){.fd = fd, .offset = offset, .bytes = bytes};
     return WEFT_SUCCESS;
 }
 
 const weft_mem_ops_t weft_mem_host_ops = {
     .name = "host",
+    .sparse = 1,
     .attach_thread = host_attach_thread,
     .granularity = host_granularity,
     .reserve = host_reserve,
     .release = host_release,
     .create = host_create,
     .destroy = host_destroy,
+    .discard = host_discard,
     .map = host_map,
     .unmap = host_unmap,
     .export_fd = host_export,

@@ -75,9 +75,9 @@ static const cfg_row_t rows[] = {
      "initial size of the registered staging scratch (grows on demand)",
      RANGE(4096, 0x1p40)},
     {"WEFT_REGISTRATION_BACKLOG", NULL, "64", "jobs", CFG_INT, OFF(registration_backlog), NULL,
-     "registrations and unregistrations of a rank that peers have not all acknowledged, at most; "
-     "past it weft_malloc waits (up to the timeout) for the oldest, which bounds the descriptors "
-     "a burst of allocations holds (at most one per unacknowledged registration)",
+     "registrations of a rank the registrar sends before every peer acknowledged them; later "
+     "ones wait in its queue (weft_malloc never waits): bounds the descriptors a burst of "
+     "allocations holds (one exported, and one in flight per peer, per registration)",
      RANGE(1, 65536)},
     {"WEFT_HOST_WORKERS", NULL, "1", "threads", CFG_INT, OFF(host_workers), NULL,
      "threads per rank that move data on the host backend (the caller is one of them)",

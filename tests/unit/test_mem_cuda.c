@@ -181,7 +181,7 @@ static void check_import_bad_fd(weft_status_t expected)
         return;
     }
     weft_mem_seg_t seg = {.fd = -7, .handle = 7, .bytes = 7};
-    weft_status_t st = ops->import_fd(p[0], SMALL_BYTES, &seg);
+    weft_status_t st = ops->import_fd(p[0], 0, SMALL_BYTES, &seg);
     if (expected == WEFT_SUCCESS)
         CHECK(st != WEFT_SUCCESS, "import_fd(pipe) succeeded");
     else
@@ -272,6 +272,8 @@ static int run_without_device(const char *reason)
     weft_mem_seg_t given_away = {.fd = -1, .handle = 0, .bytes = SMALL_BYTES};
     ops->destroy(&given_away);
     CHECK(given_away.fd == -1 && given_away.handle == 0, "destroy of a given-away segment");
+    CHECK(!ops->sparse && ops->discard(&seg, 0, SMALL_BYTES) == WEFT_ERR_UNSUPPORTED,
+          "a sparse provider, or discard");
     CHECK(ops->map(&seg, (void *)(uintptr_t)(1ull << 40)) == WEFT_ERR_UNSUPPORTED, "map");
     CHECK(ops->unmap((void *)(uintptr_t)(1ull << 40), SMALL_BYTES) == WEFT_ERR_UNSUPPORTED,
           "unmap");
@@ -302,7 +304,7 @@ static void child_segment(const msg_t *m, int fd, uint8_t *host)
 {
     void *addr = (void *)(uintptr_t)m->addr;
     weft_mem_seg_t seg = {.fd = -1, .handle = 0, .bytes = 0};
-    weft_status_t st = ops->import_fd(fd, m->bytes, &seg);
+    weft_status_t st = ops->import_fd(fd, 0, m->bytes, &seg);
     CHECK(st == WEFT_SUCCESS, "import_fd(%zu bytes)", (size_t)m->bytes);
     if (st != WEFT_SUCCESS)
         return;
