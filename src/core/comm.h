@@ -153,7 +153,11 @@ struct weft_comm {
     weft_steal_t steal;       /* the host workers' claims over a plan (exec/steal.h) */
     weft_tier_t *peer_tier;   /* nranks entries */
     weft_wait_policy_t wait_policy;
-    struct weft_cuda_state *cuda;     /* CUDA backend only (comm_cuda.c) */
+    struct weft_cuda_state *cuda; /* CUDA backend only (comm_cuda.c) */
+    /* CUDA: the host-mapped word that makes kernels give up, published (release) once set up
+     * and withdrawn before it is freed: the registrar may fail the communicator while init is
+     * still filling `cuda` (weft_cuda_abort). NULL otherwise. */
+    _Atomic(volatile int32_t *) cuda_abort_word;
     uint32_t moe_rejections_reported; /* CUDA MoE: rejected dispatches already returned */
 
     _Atomic int async_error; /* first fatal error (weft_status_t): of a background thread, or a

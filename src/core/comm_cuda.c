@@ -163,6 +163,7 @@ weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store)
     }
     memset(words, 0, WORDS_BYTES);
     cs->words = words;
+    atomic_store_explicit(&comm->cuda_abort_word, cs->words + ABORT_WORD, memory_order_release);
     err = cudaHostGetDevicePointer((void **)&cs->dev_words, words, 0);
     if (err != cudaSuccess) {
         st = cuda_error(err, "weft_comm_init: cudaHostGetDevicePointer");
@@ -265,6 +266,7 @@ void weft_cuda_comm_teardown(struct weft_comm *comm)
     struct weft_cuda_state *cs = comm->cuda;
     if (!cs)
         return;
+    atomic_store(&comm->cuda_abort_word, NULL); /* the registrar was joined already */
     if (cs->words)
         cudaFreeHost((void *)cs->words);
     for (int j = 0; j < cs->nside; j++) {
@@ -308,8 +310,9 @@ weft_status_t weft_cuda_check(struct weft_comm *comm, const char *call)
 
 void weft_cuda_abort(struct weft_comm *comm)
 {
-    if (comm->cuda && comm->cuda->words)
-        comm->cuda->words[ABORT_WORD] = 1;
+    volatile int32_t *word = atomic_load_explicit(&comm->cuda_abort_word, memory_order_acquire);
+    if (word)
+        *word = 1;
 }
 
 weft_status_t weft_cuda_local_copy(struct weft_comm *comm, weft_cuda_copy_t *pending, void *dst,

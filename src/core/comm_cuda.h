@@ -109,7 +109,8 @@ weft_status_t weft_cuda_execute(struct weft_comm *comm, const weft_work_t *work,
                                 const weft_cuda_push_t *push, void *stream,
                                 weft_cuda_usage_t *usage);
 
-/* Tell running kernels to give up (abort, lost peer): never blocks. */
+/* Tell running kernels to give up (abort, lost peer): never blocks. Any thread, also while
+ * init is still setting the backend up (before it is, there is nothing to stop). */
 void weft_cuda_abort(struct weft_comm *comm);
 
 /* The entry and closing signals of an operation whose data movement is a kernel of its own
