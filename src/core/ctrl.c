@@ -269,7 +269,7 @@ weft_status_t weft_ctrl_recv(int sock, weft_ctrl_msg_t *msg, int *fd_out)
 weft_status_t weft_ctrl_exchange_fd(const int *socks, int rank, int nranks, int fd, size_t bytes,
                                     uint64_t deadline_ns, int *peer_fds_out)
 {
-    weft_ctrl_msg_t msg = {.type = WEFT_CTRL_BLOCK, .bytes = bytes, .handle_bytes = bytes};
+    weft_ctrl_msg_t msg = {.type = WEFT_CTRL_BLOCK, .bytes = bytes};
     weft_status_t st = WEFT_SUCCESS;
     for (int p = 0; p < nranks; p++)
         peer_fds_out[p] = -1;

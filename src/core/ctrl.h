@@ -39,7 +39,8 @@ typedef struct weft_ctrl_msg {
                         ticket acknowledged (REG_ACK, UNREG_ACK) */
     uint64_t addr;
     uint64_t bytes;
-    uint64_t handle_bytes; /* provider-specific size of the imported handle (= bytes today) */
+    uint64_t offset; /* REG: where the segment starts in the memory the descriptor holds (a
+                        sparse provider's memfd, mem.h); 0 otherwise */
 } weft_ctrl_msg_t;
 
 /* Build the full mesh. fds_out has nranks entries; fds_out[rank] is set to -1; the caller owns

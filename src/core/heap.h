@@ -36,6 +36,7 @@ typedef struct weft_chunk {
     uintptr_t addr;
     size_t bytes;
     weft_mem_seg_t seg; /* kept while it may still be registered (jit); else given away */
+    size_t file_offset; /* sparse providers: where it lies in the rank's memfd (registry.c) */
     uint64_t ticket;    /* registration ticket; 0: not registered */
     int internal;       /* holds weft's own allocations (registered whatever the mode) */
     size_t live;        /* allocations inside */

@@ -9,31 +9,38 @@
  *   per chunk.
  *
  *   Segments hold no descriptor until the registrar exports them: a sparse provider's (host)
- *   are ranges of one memfd the size of the slice (`file`, made at creation), a VMM handle's
- *   (cuda) descriptor is made by the export. So a burst of allocations holds no descriptors;
- *   the registrar holds one per registration sent and not yet acknowledged by every peer, and
- *   sends at most `backlog` of those (later jobs wait in its queue, in ticket order).
+ *   are ranges of one huge memfd (`file`, made at creation), a VMM handle's (cuda) descriptor
+ *   is made by the export. So a burst of allocations holds no descriptors; the registrar holds
+ *   one per registration being sent, and sends at most `backlog` registrations that not every
+ *   peer acknowledged yet (later jobs wait in its `queue`, in ticket order).
  *
- *   new chunk (roa, or internal): create segment -> map in own slice -> job REG (the job owns
- *                  the segment; the registrar exports it once, destroys the segment - the
- *                  mappings, or the slice's memfd, keep the memory - and attaches that one
- *                  descriptor to the REG of every peer, closing it after the last was sent).
+ *   Ranges of `file` are handed out at offsets that only grow (`file_next`) and are never
+ *   reused, though addresses are: a process that still maps a freed chunk (a forked child, or
+ *   a peer's) then reads zeros (the chunk's memory was discarded), never a later allocation,
+ *   and its writes reach no one. 2^62 bytes of offsets last centuries of allocations; past
+ *   them (or past a lower RLIMIT_FSIZE) weft_malloc fails with WEFT_ERR_NO_MEMORY.
+ *
+ *   new chunk (roa, or internal): create segment (or take a range of `file`) -> map in own
+ *                  slice -> job REG (the job owns the segment; the registrar exports it once,
+ *                  destroys the segment - the mappings, or `file`, keep the memory - and
+ *                  attaches that one descriptor to the REG of every peer, with the range's
+ *                  offset, closing it after the last was sent).
  *   new chunk (jit): as roa, but the segment stays with the chunk until the first acquire.
  *   new chunk (staged, user): the segment is destroyed at once; never registered.
  *   free         : the allocation's range goes back to its chunk; a chunk left empty (beyond
- *                  one spare) is unmapped locally (and its memory discarded from the slice's
- *                  memfd) -> job UNREG -> its range waits in `pending` until every peer
- *                  acknowledged the UNREG ticket, then is reusable.
- *   peer REG     : check the range lies in the sender's slice -> import (a sparse provider's
- *                  descriptor is the sender's whole slice memfd; the range's offset in it is
- *                  its offset in the slice) -> map -> ack.
+ *                  one spare) is unmapped locally (and its memory discarded from `file`) -> job
+ *                  UNREG -> its address range waits in `pending` until every peer acknowledged
+ *                  the UNREG ticket, then is reusable.
+ *   peer REG     : check the range lies in the sender's slice -> import the descriptor's
+ *                  [offset, offset + bytes) -> map -> ack.
  *   peer UNREG   : unmap -> ack.
  *
  * THREADS AND LOCKS
- *   `mu` protects the heap, pending ranges, the job queue and next_ticket. The
- *   registrar owns the sockets, outboxes, peer mappings and acked[] without a lock; it publishes
- *   progress through `acked_all` (the minimum of acked[]) and atomic counters, and rings the
- *   futex word `acked_moved` after every change of `acked_all`, so that waiters can sleep.
+ *   `mu` protects the heap, pending ranges, `jobs`, next_ticket and file_next. The registrar
+ *   owns the sockets, outboxes, `queue`, `inflight`, peer mappings and acked[] without a lock;
+ *   it publishes progress through `acked_all` (the minimum of acked[]) and atomic counters, and
+ *   rings the futex word `acked_moved` after every change of `acked_all`, so that waiters can
+ *   sleep.
  *
  * TICKETS
  *   64 bits, from 1, on the wire too: they never wrap, so "ready" is a plain comparison with
@@ -120,7 +127,8 @@ struct weft_registry {
     weft_registration_t mode;
     size_t gran;
     uint64_t backlog;    /* REGs sent and not acknowledged by all, at most (>= 1) */
-    weft_mem_seg_t file; /* sparse providers: the memfd of the whole slice; else fd -1 */
+    weft_mem_seg_t file; /* sparse providers: the memfd behind every chunk; else fd -1 */
+    size_t file_next;    /* the lowest offset of `file` never handed out (under mu) */
 
     pthread_mutex_t mu;
     weft_heap_t heap;       /* chunks and allocations of this rank's slice */
@@ -343,7 +351,7 @@ static void run_job(weft_registry_t *reg, job_t *job)
                            .ticket = job->ticket,
                            .addr = job->addr,
                            .bytes = job->bytes,
-                           .handle_bytes = job->bytes};
+                           .offset = job->seg.offset};
     shared_fd_t *sfd = NULL;
     if (job->type == WEFT_CTRL_REG) {
         weft_status_t st = export_job(reg, job, &sfd);
@@ -388,6 +396,12 @@ static void drain_jobs(weft_registry_t *reg)
     ssize_t n = read(reg->efd, &count, sizeof count);
     (void)n;
     pthread_mutex_lock(&reg->mu);
+    if (reg->queue_head > 0) { /* drop what ran: the queue holds only what waits */
+        reg->queue.n -= reg->queue_head;
+        memmove(reg->queue.data, reg->queue.data + reg->queue_head,
+                reg->queue.n * sizeof *reg->queue.data);
+        reg->queue_head = 0;
+    }
     if (reg->queue.n == 0) { /* take the array; the caller side starts a new one */
         free(reg->queue.data);
         reg->queue.data = reg->jobs.data;
@@ -448,9 +462,8 @@ static void handle_reg(weft_registry_t *reg, int peer, const weft_ctrl_msg_t *ms
         peer_lost(reg, peer, "malformed registration");
         return;
     }
-    size_t offset = reg->mem->sparse ? msg->addr - slice : 0;
     weft_mem_seg_t seg;
-    weft_status_t st = reg->mem->import_fd(fd, offset, msg->bytes, &seg);
+    weft_status_t st = reg->mem->import_fd(fd, msg->offset, msg->bytes, &seg);
     if (st == WEFT_SUCCESS) {
         st = reg->mem->map(&seg, (void *)msg->addr);
         reg->mem->destroy(&seg);
@@ -674,8 +687,9 @@ weft_status_t weft_registry_create(struct weft_comm *comm, const weft_window_t *
         st = weft_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: registry free list");
         goto err_free;
     }
-    if (reg->mem->sparse) { /* takes memory only where allocations touch it */
-        st = reg->mem->create(win->slice_bytes, &reg->file);
+    size_t file_bytes = reg->mem->sparse_bytes();
+    if (file_bytes > 0) { /* takes memory only where allocations touch it */
+        st = reg->mem->create(file_bytes, &reg->file);
         if (st != WEFT_SUCCESS)
             goto err_free;
     }
@@ -800,10 +814,17 @@ static weft_status_t add_chunk(weft_registry_t *reg, size_t bytes, int internal,
                           "weft_malloc: no %zu bytes left in this rank's window slice", bytes);
     weft_mem_seg_t seg;
     weft_status_t st = WEFT_SUCCESS;
-    if (reg->mem->sparse)
-        seg = weft_mem_range(&reg->file, addr - weft_window_slice(&reg->win, reg->rank), bytes);
-    else
+    if (reg->file.fd < 0) {
         st = reg->mem->create(bytes, &seg);
+    } else if (reg->file.bytes - reg->file_next >= bytes) {
+        seg = weft_mem_range(&reg->file, reg->file_next, bytes);
+        reg->file_next += bytes; /* never handed out again, even if this fails */
+    } else {
+        st = weft_error(WEFT_ERR_NO_MEMORY,
+                        "weft_malloc: this rank's memfd has no unused %zu bytes left (%zu bytes "
+                        "were handed out, and are never reused)",
+                        bytes, reg->file_next);
+    }
     if (st != WEFT_SUCCESS)
         goto err_give;
     st = reg->mem->map(&seg, (void *)addr);
@@ -814,6 +835,7 @@ static weft_status_t add_chunk(weft_registry_t *reg, size_t bytes, int internal,
         st = weft_error(WEFT_ERR_NO_MEMORY, "weft_malloc: chunk table");
         goto err_unmap;
     }
+    c->file_offset = seg.offset;
     if (registers_at_once(reg, internal)) {
         c->ticket = push_job(reg, WEFT_CTRL_REG, addr, bytes, seg);
         if (c->ticket == 0) {
@@ -843,10 +865,9 @@ static void release_chunk(weft_registry_t *reg, weft_chunk_t *c)
     uint64_t registered = c->ticket;
     weft_status_t st = reg->mem->unmap((void *)c->addr, c->bytes);
     reg->mem->destroy(&c->seg);
+    if (reg->file.fd >= 0) /* any mapping left (a peer's, a forked child's) reads zeros now */
+        (void)reg->mem->discard(&reg->file, c->file_offset, c->bytes);
     weft_range_t r = weft_heap_remove_chunk(&reg->heap, c);
-    if (reg->mem->sparse) /* peers' mappings of it read zeros from now on; nothing may use it */
-        (void)reg->mem->discard(&reg->file, r.addr - weft_window_slice(&reg->win, reg->rank),
-                                r.bytes);
     if (st != WEFT_SUCCESS)
         return; /* still mapped here: never reuse the range */
     if (!registered) {

@@ -46,14 +46,15 @@ typedef struct weft_registry_stats {
  * sockets ctrl_fds (nranks entries, -1 at rank, from weft_ctrl_connect; ownership passes to the
  * registry on success and stays with the caller on failure). Its eventfd and the sockets are
  * entered in util/forksafe.h's table, so a forked child does not keep them. With a sparse
- * provider (mem.h: host) one memfd the size of the slice backs every allocation.
+ * provider (mem.h: host) one memfd backs every allocation, at offsets never reused.
  * chunk_min_bytes: 0 gives every allocation a segment of its own; otherwise physical memory is
  * made, mapped and registered in chunks of at least that size, growing geometrically, and
  * allocations are carved out of them (heap.h): one export per chunk, not per allocation.
  * backlog (WEFT_REGISTRATION_BACKLOG; 0 counts as 1): how many registrations the registrar
  * sends before every peer acknowledged them; later jobs wait in its queue, in ticket order.
- * Each such registration holds one exported descriptor here and one in flight per peer, so
- * this bounds the descriptors a burst of allocations costs; allocations never wait for it. */
+ * Each holds an exported descriptor here until sent, and one in flight to each peer until
+ * received, so this bounds the descriptors a burst of allocations costs; allocations never
+ * wait for it. */
 weft_status_t weft_registry_create(struct weft_comm *comm, const weft_window_t *win, int rank,
                                    int nranks, weft_registration_t mode, size_t chunk_min_bytes,
                                    unsigned backlog, int *ctrl_fds, weft_registry_t **reg_out);
@@ -73,8 +74,8 @@ void weft_registry_shutdown_sockets(weft_registry_t *reg);
 /* Allocate bytes in this rank's slice, mapped locally at once. internal != 0 (staging scratch,
  * control blocks): always registered at once, whatever the mode. Otherwise the mode decides:
  * roa registers now (in the background), jit at first use, staged never. Returns at once: it
- * never waits for the registrar or a peer. WEFT_ERR_NO_MEMORY when the slice is full or the
- * provider fails. */
+ * never waits for the registrar or a peer. WEFT_ERR_NO_MEMORY when the slice is full, the
+ * provider fails, or a sparse provider's memfd has no unused offsets left (registry.c). */
 weft_status_t weft_registry_alloc(weft_registry_t *reg, size_t bytes, int internal, void **ptr_out);
 
 /* Free an allocation made by weft_registry_alloc (ptr must be its start). Returns at once. A

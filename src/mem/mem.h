@@ -7,8 +7,8 @@
  *
  *   host: memfd_create (sealed against shrink and grow) + mmap(MAP_FIXED | MAP_SHARED) inside a
  *         PROT_NONE reservation; the descriptor is the memfd itself. Sparse: a memfd takes
- *         memory only where it is touched, so one memfd can back a whole window slice and a
- *         segment be a range of it (weft_mem_range) that holds no descriptor of its own.
+ *         memory only where it is touched, so one huge memfd can back every allocation of a
+ *         rank, each a range of it (weft_mem_range) holding no descriptor of its own.
  *   cuda: cuMemCreate with POSIX file-descriptor handles + cuMemMap inside cuMemAddressReserve,
  *         cuMemSetAccess; the descriptor comes from cuMemExportToShareableHandle. Not sparse:
  *         cuMemCreate commits its memory at once.
@@ -36,9 +36,11 @@ typedef struct weft_mem_seg {
 typedef struct weft_mem_ops {
     const char *name;
 
-    /* 1 when create takes no memory until the memory is touched, segments can be cut into ranges
-     * (weft_mem_range) and discard gives a range's memory back (host); 0 otherwise (cuda). */
-    int sparse;
+    /* Sparse providers (host): the largest segment create makes, which takes memory only where
+     * it is touched, can be cut into ranges (weft_mem_range) and gives a range's memory back
+     * with discard (host: 2^62 bytes, or the file size limit RLIMIT_FSIZE if lower). 0 for the
+     * others (cuda: cuMemCreate commits its memory at once). */
+    size_t (*sparse_bytes)(void);
 
     /* Make the calling thread able to use the provider (cuda: the device's primary context is
      * current). Called by every thread that maps or exports before its first call. */

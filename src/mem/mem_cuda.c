@@ -175,6 +175,11 @@ static void cuda_destroy(weft_mem_seg_t *seg)
     seg->handle = 0;
 }
 
+static size_t cuda_sparse_bytes(void)
+{
+    return 0; /* cuMemCreate commits its memory at once */
+}
+
 static weft_status_t cuda_discard_unsupported(const weft_mem_seg_t *seg, size_t offset,
                                               size_t bytes)
 {
@@ -287,6 +292,7 @@ const weft_mem_ops_t weft_mem_cuda_ops = {
     .release = cuda_release,
     .create = cuda_create,
     .destroy = cuda_destroy,
+    .sparse_bytes = cuda_sparse_bytes,
     .discard = cuda_discard_unsupported,
     .map = cuda_map,
     .unmap = cuda_unmap,

@@ -5,10 +5,10 @@
  * under our mapping and turn a load into SIGBUS) and passed by descriptor, never by name, so
  * nothing is left in /dev/shm or the file system whatever way a process ends.
  *
- * Sparse: a memfd takes memory only for the pages touched, so one memfd the size of a window
- * slice can back every allocation in it. A range of it (weft_mem_range) is mapped with its
- * offset, exported as the whole memfd (the peer maps only the range it is told), and its memory
- * is given back by punching a hole (fallocate): the size never changes, so a mapping of a
+ * Sparse: a memfd takes memory only for the pages touched, so one memfd of 2^62 bytes can back
+ * every allocation of a rank. A range of it (weft_mem_range) is mapped with its offset,
+ * exported as the whole memfd (the peer maps only the range it is told), and its memory is
+ * given back by punching a hole (fallocate): the size never changes, so a mapping of a
  * discarded range reads zeros instead of faulting.
  *
  * Thread safety: stateless; every function may be called from any thread.
@@ -17,7 +17,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "util/log.h"
@@ -34,6 +36,24 @@ static weft_status_t host_attach_thread(void)
 static size_t host_granularity(void)
 {
     return (size_t)sysconf(_SC_PAGESIZE);
+}
+
+#define HOST_SPARSE_MAX ((size_t)1 << 62)
+
+/* The file size limit (RLIMIT_FSIZE): ftruncate past it raises SIGXFSZ, which kills. */
+static size_t file_size_limit(void)
+{
+    struct rlimit lim;
+    if (getrlimit(RLIMIT_FSIZE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY ||
+        lim.rlim_cur > SIZE_MAX)
+        return SIZE_MAX;
+    return (size_t)lim.rlim_cur;
+}
+
+static size_t host_sparse_bytes(void)
+{
+    size_t limit = file_size_limit(), gran = host_granularity();
+    return limit < HOST_SPARSE_MAX ? limit / gran * gran : HOST_SPARSE_MAX;
 }
 
 static weft_status_t host_reserve(void *hint, size_t bytes, int exact, void **addr_out)
@@ -64,6 +84,10 @@ static weft_status_t host_release(void *addr, size_t bytes)
 
 static weft_status_t host_create(size_t bytes, weft_mem_seg_t *seg_out)
 {
+    if (bytes > file_size_limit())
+        return weft_error(WEFT_ERR_NO_MEMORY,
+                          "memfd of %zu bytes: above the file size limit (ulimit -f, %zu bytes)",
+                          bytes, file_size_limit());
     int fd = memfd_create("weft", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0)
         return weft_error_errno(WEFT_ERR_SYSTEM, errno, "memfd_create");
@@ -151,7 +175,7 @@ static weft_status_t host_import(int fd, size_t offset, size_t bytes, weft_mem_s
 
 const weft_mem_ops_t weft_mem_host_ops = {
     .name = "host",
-    .sparse = 1,
+    .sparse_bytes = host_sparse_bytes,
     .attach_thread = host_attach_thread,
     .granularity = host_granularity,
     .reserve = host_reserve,

@@ -57,7 +57,7 @@ typedef struct weft_env {
     int log_level;                    /* WEFT_LOG_LEVEL (weft_log_level_t) */
     uint64_t window_slice_bytes;      /* WEFT_WINDOW_SLICE_BYTES (0: backend default) */
     uint64_t staging_bytes;           /* WEFT_STAGING_BYTES: initial staging scratch */
-    int registration_backlog;         /* WEFT_REGISTRATION_BACKLOG: unacknowledged jobs, at most */
+    int registration_backlog; /* WEFT_REGISTRATION_BACKLOG: registrations sent, unacknowledged */
 
     /* host backend */
     int host_workers;                 /* WEFT_HOST_WORKERS */

@@ -272,7 +272,7 @@ static int run_without_device(const char *reason)
     weft_mem_seg_t given_away = {.fd = -1, .handle = 0, .bytes = SMALL_BYTES};
     ops->destroy(&given_away);
     CHECK(given_away.fd == -1 && given_away.handle == 0, "destroy of a given-away segment");
-    CHECK(!ops->sparse && ops->discard(&seg, 0, SMALL_BYTES) == WEFT_ERR_UNSUPPORTED,
+    CHECK(ops->sparse_bytes() == 0 && ops->discard(&seg, 0, SMALL_BYTES) == WEFT_ERR_UNSUPPORTED,
           "a sparse provider, or discard");
     CHECK(ops->map(&seg, (void *)(uintptr_t)(1ull << 40)) == WEFT_ERR_UNSUPPORTED, "map");
     CHECK(ops->unmap((void *)(uintptr_t)(1ull << 40), SMALL_BYTES) == WEFT_ERR_UNSUPPORTED,

@@ -1,10 +1,12 @@
 /*
  * test_mem_host.c - the host memory provider (src/mem/mem_host.c) as the registry uses it: one
- * sparse memfd the size of a slice, cut into ranges.
+ * sparse memfd of sparse_bytes() (2^62), cut into ranges.
  *
- * - A memfd of 64 GiB takes no memory until touched; two ranges of it mapped at two addresses
- *   of a reservation hold their own bytes (each mapped at its offset), and destroying a range
- *   leaves the memfd open.
+ * - sparse_bytes() is 2^62, or the file size limit (RLIMIT_FSIZE) when lower; create above that
+ *   limit fails with WEFT_ERR_NO_MEMORY instead of raising SIGXFSZ.
+ * - A memfd of sparse_bytes() takes no memory until touched; two ranges of it mapped at two
+ *   addresses of a reservation hold their own bytes (each mapped at its offset, one at the very
+ *   end), and destroying a range leaves the memfd open.
  * - Export gives the whole memfd; an import of a range maps exactly the bytes written through
  *   the exporter's mapping of it, at the range's offset.
  * - Import refuses a range past the end of the memfd (also when offset + bytes would wrap) and
@@ -19,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -26,8 +29,10 @@
 #include "util/log.h"
 #include "check.h"
 
-#define SLICE_BYTES (64ull << 30)
+#define SPARSE_MAX ((size_t)1 << 62)
 #define RANGE_PAGES 16
+
+static size_t file_bytes; /* the sparse memfd's size: sparse_bytes() */
 
 static const weft_mem_ops_t *mem = &weft_mem_host_ops;
 
@@ -46,14 +51,45 @@ static int is_closed(int fd)
     return fcntl(fd, F_GETFD) < 0 && errno == EBADF;
 }
 
+/* sparse_bytes() follows RLIMIT_FSIZE, and create never goes past it (SIGXFSZ would kill). */
+static void test_file_size_limit(size_t gran)
+{
+    struct rlimit saved, lim;
+    if (getrlimit(RLIMIT_FSIZE, &saved) != 0) {
+        CHECK(0, "getrlimit: %s", strerror(errno));
+        return;
+    }
+    CHECK(saved.rlim_cur != RLIM_INFINITY || mem->sparse_bytes() == SPARSE_MAX,
+          "sparse_bytes() %zu without a file size limit", mem->sparse_bytes());
+    lim = saved;
+    lim.rlim_cur = 1000 * gran + 1;
+    if (saved.rlim_max != RLIM_INFINITY && saved.rlim_max < lim.rlim_cur) {
+        printf("note: RLIMIT_FSIZE's hard limit is below %llu: its checks skipped\n",
+               (unsigned long long)lim.rlim_cur);
+        return;
+    }
+    CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0, "setrlimit: %s", strerror(errno));
+    CHECK(mem->sparse_bytes() == 1000 * gran, "sparse_bytes() %zu under a limit of %llu bytes",
+          mem->sparse_bytes(), (unsigned long long)lim.rlim_cur);
+    weft_mem_seg_t seg = {.fd = -7};
+    weft_status_t st = mem->create(1001 * gran, &seg);
+    CHECK(st == WEFT_ERR_NO_MEMORY && seg.fd == -7 && strstr(weft_last_error(), "ulimit -f"),
+          "create past the file size limit: %s (%s)", weft_status_string(st), weft_last_error());
+    st = mem->create(1000 * gran, &seg);
+    CHECK(st == WEFT_SUCCESS, "create at the file size limit: %s", weft_last_error());
+    if (st == WEFT_SUCCESS)
+        mem->destroy(&seg);
+    CHECK(setrlimit(RLIMIT_FSIZE, &saved) == 0, "restore RLIMIT_FSIZE: %s", strerror(errno));
+}
+
 static void test_import_refusals(const weft_mem_seg_t *file, size_t range_bytes)
 {
-    static const struct {
+    const struct {
         const char *what;
         size_t offset, bytes;
     } bad[] = {
-        {"past the end", SLICE_BYTES - 4096, 2 * 4096},
-        {"offset past the end", SLICE_BYTES, 4096},
+        {"past the end", file_bytes - 4096, 2 * 4096},
+        {"offset past the end", file_bytes, 4096},
         {"offset + bytes wrapping", SIZE_MAX - 4095, 2 * 4096},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -82,15 +118,19 @@ int main(void)
 {
     size_t gran = mem->granularity();
     size_t range_bytes = RANGE_PAGES * gran;
-    CHECK(mem->sparse, "the host provider is not sparse");
+    test_file_size_limit(gran);
+    file_bytes = mem->sparse_bytes();
+    CHECK(file_bytes >= ((size_t)1 << 40), "sparse_bytes() %zu", file_bytes);
+    if (file_bytes < 4 * range_bytes)
+        return 1;
     weft_mem_seg_t file;
-    weft_status_t st = mem->create(SLICE_BYTES, &file);
-    CHECK(st == WEFT_SUCCESS, "create(64 GiB): %s", weft_last_error());
+    weft_status_t st = mem->create(file_bytes, &file);
+    CHECK(st == WEFT_SUCCESS, "create(%zu bytes): %s", file_bytes, weft_last_error());
     if (st != WEFT_SUCCESS)
         return 1;
     struct stat sb;
-    CHECK(fstat(file.fd, &sb) == 0 && (uint64_t)sb.st_size == SLICE_BYTES && sb.st_blocks == 0,
-          "a fresh memfd of 64 GiB: size %lld, %lld blocks", (long long)sb.st_size,
+    CHECK(fstat(file.fd, &sb) == 0 && (uint64_t)sb.st_size == file_bytes && sb.st_blocks == 0,
+          "a fresh sparse memfd: size %lld, %lld blocks", (long long)sb.st_size,
           (long long)sb.st_blocks);
 
     /* Two ranges, far apart in the file, mapped side by side. */
@@ -99,7 +139,7 @@ int main(void)
     CHECK(st == WEFT_SUCCESS, "reserve: %s", weft_last_error());
     if (st != WEFT_SUCCESS)
         return 1;
-    const size_t offsets[2] = {3 * range_bytes, SLICE_BYTES - range_bytes};
+    const size_t offsets[2] = {3 * range_bytes, file_bytes - range_bytes};
     weft_mem_seg_t ranges[2];
     uint8_t *maps[2];
     for (int i = 0; i < 2; i++) {
@@ -141,14 +181,14 @@ int main(void)
     long long blocks_before = (long long)sb.st_blocks;
     st = mem->discard(&file, offsets[0], range_bytes);
     CHECK(st == WEFT_SUCCESS, "discard: %s", weft_last_error());
-    CHECK(fstat(file.fd, &sb) == 0 && (uint64_t)sb.st_size == SLICE_BYTES &&
+    CHECK(fstat(file.fd, &sb) == 0 && (uint64_t)sb.st_size == file_bytes &&
               (long long)sb.st_blocks < blocks_before,
           "after discard: size %lld, %lld blocks (before: %lld)", (long long)sb.st_size,
           (long long)sb.st_blocks, blocks_before);
     /* (Reading after the size check: a read fault on a hole of a memfd allocates a page.) */
     CHECK(count_not(maps[0], range_bytes, 0) == 0, "a discarded range does not read zeros");
     CHECK(count_not(maps[1], range_bytes, 0x5b) == 0, "discard touched the other range");
-    CHECK(mem->discard(&file, SLICE_BYTES - gran, 2 * gran) != WEFT_SUCCESS,
+    CHECK(mem->discard(&file, file_bytes - gran, 2 * gran) != WEFT_SUCCESS,
           "discard past the end succeeded");
 
     /* Ranges borrow the file's descriptor: destroying one leaves it open. */

@@ -16,8 +16,11 @@
  * - The registration backlog: allocations never wait for it, even with a peer that acknowledges
  *   nothing; the registrar sends `backlog` registrations and holds the rest back, in order, until
  *   acknowledgements make room: one acknowledgement lets exactly one more through.
- * - Every registration's descriptor is the slice's one memfd (host: allocations are ranges of
+ * - Every registration's descriptor is the rank's one memfd (host: allocations are ranges of
  *   it): the fake peer maps the range it is told and sees what rank 0 wrote there.
+ * - Offsets in that memfd are never reused, though addresses are: after a free, a mapping the
+ *   peer kept of the old buffer (as a forked child would) reads zeros, never the new buffer at
+ *   the same address, and its writes do not reach the new buffer.
  *
  * The test includes registry.c itself, to reach the registry's private ticket counter: it jumps
  * the counter forward under the registry's mutex, as 2^31 allocations and frees would (the only
@@ -234,7 +237,7 @@ static void test_exchange_transient(void)
         return;
     }
     /* The fake rank 1 has sent its block already; rank 0's own send fails three times. */
-    weft_ctrl_msg_t block = {.type = WEFT_CTRL_BLOCK, .bytes = 4096, .handle_bytes = 4096};
+    weft_ctrl_msg_t block = {.type = WEFT_CTRL_BLOCK, .bytes = 4096};
     CHECK(weft_fdpass_send(sv[1], &block, sizeof block, pipefd[0], true) == (ssize_t)sizeof block,
           "peer: send block: %s", strerror(errno));
     inject(sv[0], 3, ENOBUFS);
@@ -458,7 +461,7 @@ static void test_range_descriptor(void)
               (unsigned long long)msg.addr, (unsigned long long)msg.bytes, p[i],
               (size_t)(i + 1) * gran);
         weft_mem_seg_t seg;
-        weft_status_t st = mem->import_fd(fd, msg.addr - (uintptr_t)f.base, msg.bytes, &seg);
+        weft_status_t st = mem->import_fd(fd, msg.offset, msg.bytes, &seg);
         CHECK(st == WEFT_SUCCESS, "import REG %d: %s", i, weft_last_error());
         if (st == WEFT_SUCCESS) {
             const uint8_t *view =
@@ -479,6 +482,84 @@ out:
     fixture_close(&f);
 }
 
+/* The fake peer maps REG msg's range read/write through its descriptor fd (closed here);
+ * NULL after a failed check. */
+static uint8_t *peer_map(const weft_ctrl_msg_t *msg, int fd)
+{
+    weft_mem_seg_t seg;
+    weft_status_t st = weft_mem_host_ops.import_fd(fd, msg->offset, msg->bytes, &seg);
+    CHECK(st == WEFT_SUCCESS, "import ticket %llu: %s", (unsigned long long)msg->ticket,
+          weft_last_error());
+    if (st != WEFT_SUCCESS)
+        return NULL;
+    uint8_t *view =
+        mmap(NULL, seg.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, seg.fd, (off_t)seg.offset);
+    weft_mem_host_ops.destroy(&seg);
+    CHECK(view != MAP_FAILED, "mmap: %s", strerror(errno));
+    return view == MAP_FAILED ? NULL : view;
+}
+
+/* Free a buffer and allocate one at the same address: a new offset; the old mapping reads
+ * zeros and its writes do not reach the new buffer. */
+static void test_offsets_not_reused(void)
+{
+    enum { PAGES = 4 };
+    fixture_t f;
+    if (fixture_open(&f, WEFT_REGISTRATION_ROA, BACKLOG) != 0) {
+        fixture_close(&f);
+        return;
+    }
+    size_t bytes = PAGES * weft_mem_host_ops.granularity();
+    uint8_t *old_view = NULL, *new_view = NULL;
+    void *p = NULL, *q = NULL;
+    weft_ctrl_msg_t reg_old, unreg, reg_new;
+    int fd = -1;
+    CHECK(weft_registry_alloc(f.reg, bytes, 0, &p) == WEFT_SUCCESS, "alloc: %s", weft_last_error());
+    if (!p)
+        goto out;
+    memset(p, 0x11, bytes);
+    if (peer_recv(&f, WEFT_CTRL_REG, &reg_old, &fd) != 0 || !(old_view = peer_map(&reg_old, fd)))
+        goto out;
+    peer_ack(&f, &reg_old);
+    CHECK(weft_registry_free(f.reg, p) == WEFT_SUCCESS, "free: %s", weft_last_error());
+    if (peer_serve(&f, WEFT_CTRL_UNREG, &unreg) != 0) /* the peer keeps old_view mapped */
+        goto out;
+    uint64_t deadline = weft_now_ns() + PEER_TIMEOUT_MS * 1000000ull;
+    while (atomic_load(&f.reg->acked_all) < unreg.ticket && weft_now_ns() < deadline)
+        usleep(1000);
+    CHECK(weft_registry_alloc(f.reg, bytes, 0, &q) == WEFT_SUCCESS, "alloc: %s", weft_last_error());
+    CHECK(q == p, "the address %p was not reused (got %p): the check below proves less", p, q);
+    if (!q)
+        goto out;
+    memset(q, 0x22, bytes);
+    if (peer_recv(&f, WEFT_CTRL_REG, &reg_new, &fd) != 0 || !(new_view = peer_map(&reg_new, fd)))
+        goto out;
+    peer_ack(&f, &reg_new);
+    CHECK(reg_new.offset != reg_old.offset, "offset %llu handed out twice",
+          (unsigned long long)reg_new.offset);
+    size_t old_nonzero = 0, new_wrong = 0;
+    for (size_t i = 0; i < bytes; i++) {
+        old_nonzero += old_view[i] != 0;
+        new_wrong += new_view[i] != 0x22;
+    }
+    CHECK(old_nonzero == 0, "the freed buffer's old mapping: %zu of %zu bytes not zero",
+          old_nonzero, bytes);
+    CHECK(new_wrong == 0, "the new buffer seen by the peer: %zu of %zu bytes wrong", new_wrong,
+          bytes);
+    memset(old_view, 0x33, bytes);
+    size_t reached = 0;
+    for (size_t i = 0; i < bytes; i++)
+        reached += ((uint8_t *)q)[i] != 0x22;
+    CHECK(reached == 0, "writes through the old mapping changed %zu bytes of the new buffer",
+          reached);
+out:
+    if (old_view)
+        munmap(old_view, bytes);
+    if (new_view)
+        munmap(new_view, bytes);
+    fixture_close(&f);
+}
+
 int main(void)
 {
     test_send_status();
@@ -488,6 +569,7 @@ int main(void)
     test_ack_bounds();
     test_backlog();
     test_range_descriptor();
+    test_offsets_not_reused();
     if (failures == 0)
         printf("PASS test_registry\n");
     return failures != 0;
