@@ -432,56 +432,6 @@ out:
     fixture_close(&f);
 }
 
-/* A registration's descriptor is the slice's memfd: the range at the allocation's offset in the
- * slice holds what rank 0 wrote at the allocation. */
-static void test_range_descriptor(void)
-{
-    fixture_t f;
-    if (fixture_open(&f, WEFT_REGISTRATION_ROA, BACKLOG) != 0) {
-        fixture_close(&f);
-        return;
-    }
-    const weft_mem_ops_t *mem = &weft_mem_host_ops;
-    size_t gran = mem->granularity();
-    void *p[3] = {NULL};
-    for (int i = 0; i < 3; i++) {
-        weft_status_t st = weft_registry_alloc(f.reg, (size_t)(i + 1) * gran, 0, &p[i]);
-        CHECK(st == WEFT_SUCCESS, "alloc %d: %s", i, weft_last_error());
-        if (st != WEFT_SUCCESS)
-            goto out;
-        memset(p[i], 0xa0 + i, (size_t)(i + 1) * gran);
-    }
-    for (int i = 0; i < 3; i++) {
-        weft_ctrl_msg_t msg;
-        int fd = -1;
-        if (peer_recv(&f, WEFT_CTRL_REG, &msg, &fd) != 0)
-            goto out;
-        CHECK(fd >= 0 && msg.addr == (uintptr_t)p[i] && msg.bytes == (size_t)(i + 1) * gran,
-              "REG %d: fd %d, 0x%llx + %llu, expected %p + %zu", i, fd,
-              (unsigned long long)msg.addr, (unsigned long long)msg.bytes, p[i],
-              (size_t)(i + 1) * gran);
-        weft_mem_seg_t seg;
-        weft_status_t st = mem->import_fd(fd, msg.offset, msg.bytes, &seg);
-        CHECK(st == WEFT_SUCCESS, "import REG %d: %s", i, weft_last_error());
-        if (st == WEFT_SUCCESS) {
-            const uint8_t *view =
-                mmap(NULL, seg.bytes, PROT_READ, MAP_SHARED, seg.fd, (off_t)seg.offset);
-            CHECK(view != MAP_FAILED, "mmap REG %d: %s", i, strerror(errno));
-            if (view != MAP_FAILED) {
-                size_t bad = 0;
-                for (size_t b = 0; b < seg.bytes; b++)
-                    bad += view[b] != (uint8_t)(0xa0 + i);
-                CHECK(bad == 0, "REG %d: %zu of %zu bytes differ from rank 0's", i, bad, seg.bytes);
-                munmap((void *)view, seg.bytes);
-            }
-            mem->destroy(&seg);
-        }
-        peer_ack(&f, &msg);
-    }
-out:
-    fixture_close(&f);
-}
-
 /* The fake peer maps REG msg's range read/write through its descriptor fd (closed here);
  * NULL after a failed check. */
 static uint8_t *peer_map(const weft_ctrl_msg_t *msg, int fd)
@@ -497,6 +447,47 @@ static uint8_t *peer_map(const weft_ctrl_msg_t *msg, int fd)
     weft_mem_host_ops.destroy(&seg);
     CHECK(view != MAP_FAILED, "mmap: %s", strerror(errno));
     return view == MAP_FAILED ? NULL : view;
+}
+
+/* A registration's descriptor is the rank's memfd: the range at the REG's offset holds what
+ * rank 0 wrote at the allocation. */
+static void test_range_descriptor(void)
+{
+    fixture_t f;
+    if (fixture_open(&f, WEFT_REGISTRATION_ROA, BACKLOG) != 0) {
+        fixture_close(&f);
+        return;
+    }
+    size_t gran = weft_mem_host_ops.granularity();
+    void *p[3] = {NULL};
+    for (int i = 0; i < 3; i++) {
+        weft_status_t st = weft_registry_alloc(f.reg, (size_t)(i + 1) * gran, 0, &p[i]);
+        CHECK(st == WEFT_SUCCESS, "alloc %d: %s", i, weft_last_error());
+        if (st != WEFT_SUCCESS)
+            goto out;
+        memset(p[i], 0xa0 + i, (size_t)(i + 1) * gran);
+    }
+    for (int i = 0; i < 3; i++) {
+        weft_ctrl_msg_t msg;
+        int fd = -1;
+        if (peer_recv(&f, WEFT_CTRL_REG, &msg, &fd) != 0)
+            goto out;
+        size_t bytes = (size_t)(i + 1) * gran;
+        CHECK(fd >= 0 && msg.addr == (uintptr_t)p[i] && msg.bytes == bytes,
+              "REG %d: fd %d, 0x%llx + %llu, expected %p + %zu", i, fd,
+              (unsigned long long)msg.addr, (unsigned long long)msg.bytes, p[i], bytes);
+        uint8_t *view = peer_map(&msg, fd);
+        if (view) {
+            size_t bad = 0;
+            for (size_t b = 0; b < msg.bytes; b++)
+                bad += view[b] != (uint8_t)(0xa0 + i);
+            CHECK(bad == 0, "REG %d: %zu of %zu bytes differ from rank 0's", i, bad, bytes);
+            munmap(view, msg.bytes);
+        }
+        peer_ack(&f, &msg);
+    }
+out:
+    fixture_close(&f);
 }
 
 /* Free a buffer and allocate one at the same address: a new offset; the old mapping reads
