@@ -20,8 +20,8 @@
  * weft_get_stats, the collectives and MoE calls, and weft_moe_handle_destroy of a CUDA backend
  * handle; only weft_comm_rank, weft_comm_size and weft_comm_backend still answer. Memory from
  * weft_malloc on the host backend stays mapped in the child (arrays over it still read; writes
- * reach the memory the ranks share) until the parent frees it: the child's view then reads
- * zeros, never a later allocation, and its writes there reach no other process. A child may
+ * reach the memory the ranks share) until the parent frees it; from then on the child's view
+ * never shows a later allocation, and its writes there reach no live allocation. A child may
  * create communicators of its own. Only fork() runs the handler: a child made by vfork or
  * posix_spawn keeps the descriptors until it execs (they are close-on-exec). CUDA itself cannot be
  * used in a forked child.

@@ -345,7 +345,7 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **c
     if (st != WEFT_SUCCESS)
         goto err_unmap_blocks;
     /* The CUDA provider registers chunks (an export costs ~0.7 ms and is serialised in the
-     * driver); on the host every allocation is its own range of the slice's memfd. */
+     * driver); on the host every allocation is its own range of the rank's memfd. */
     size_t chunk_min = cfg.backend == WEFT_BACKEND_CUDA ? env->cuda_chunk_bytes : 0;
     st = weft_registry_create(comm, &comm->window, cfg.rank, cfg.nranks, cfg.registration,
                               chunk_min, (unsigned)env->registration_backlog, fds, &comm->registry);

@@ -7,7 +7,7 @@
  * mutex around every call and does the mapping and registration itself).
  *
  * With chunk_min == 0 every allocation gets a chunk of its own, exactly its size rounded to the
- * granularity (the host backend: one range of the slice's memfd per allocation). Otherwise chunks
+ * granularity (the host backend: one range of the rank's memfd per allocation). Otherwise chunks
  * are at least chunk_min bytes, each new one twice the last up to chunk_max (or the allocation's
  * own size if larger), and allocations are carved out of them on 256-byte boundaries, first fit.
  */

@@ -16,9 +16,10 @@
  *
  *   Ranges of `file` are handed out at offsets that only grow (`file_next`) and are never
  *   reused, though addresses are: a process that still maps a freed chunk (a forked child, or
- *   a peer's) then reads zeros (the chunk's memory was discarded), never a later allocation,
- *   and its writes reach no one. 2^62 bytes of offsets last centuries of allocations; past
- *   them (or past a lower RLIMIT_FSIZE) weft_malloc fails with WEFT_ERR_NO_MEMORY.
+ *   a peer's) then reads zeros (the chunk's memory was discarded) or what another such process
+ *   wrote there, never a later allocation, and its writes reach no live allocation. 2^62 bytes
+ *   of offsets last centuries of allocations; past them weft_malloc fails with
+ *   WEFT_ERR_NO_MEMORY.
  *
  *   new chunk (roa, or internal): create segment (or take a range of `file`) -> map in own
  *                  slice -> job REG (the job owns the segment; the registrar exports it once,
@@ -456,7 +457,8 @@ static void handle_reg(weft_registry_t *reg, int peer, const weft_ctrl_msg_t *ms
 {
     uintptr_t slice = weft_window_slice(&reg->win, peer);
     if (fd < 0 || msg->addr < slice || msg->bytes == 0 || msg->bytes > reg->win.slice_bytes ||
-        msg->addr - slice > reg->win.slice_bytes - msg->bytes || msg->addr % reg->gran != 0) {
+        msg->addr - slice > reg->win.slice_bytes - msg->bytes || msg->addr % reg->gran != 0 ||
+        msg->offset % reg->gran != 0 || (reg->file.fd < 0 && msg->offset != 0)) {
         if (fd >= 0)
             close(fd);
         peer_lost(reg, peer, "malformed registration");

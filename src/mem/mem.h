@@ -38,8 +38,9 @@ typedef struct weft_mem_ops {
 
     /* Sparse providers (host): the largest segment create makes, which takes memory only where
      * it is touched, can be cut into ranges (weft_mem_range) and gives a range's memory back
-     * with discard (host: 2^62 bytes, or the file size limit RLIMIT_FSIZE if lower). 0 for the
-     * others (cuda: cuMemCreate commits its memory at once). */
+     * with discard (host: 2^62 bytes). 0 for the others: cuda (cuMemCreate commits its memory
+     * at once), and host under a file size limit (ulimit -f) below 2^62, which would then bound
+     * the memory of all segments together instead of each one's. */
     size_t (*sparse_bytes)(void);
 
     /* Make the calling thread able to use the provider (cuda: the device's primary context is
@@ -75,7 +76,7 @@ typedef struct weft_mem_ops {
 
     /* A new descriptor for seg that another process can import (caller closes it). For a range
      * of a sparse provider's segment it is the descriptor of the whole: the importer learns the
-     * range's offset and size from elsewhere (the core: from the shadow address). */
+     * range's offset and size from elsewhere (the core: the registration message). */
     weft_status_t (*export_fd)(const weft_mem_seg_t *seg, int *fd_out);
     /* Import [offset, offset + bytes) of what a descriptor received from a peer holds (offset
      * must be 0 unless the provider is sparse); checks that the descriptor holds that much.

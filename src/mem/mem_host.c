@@ -5,11 +5,11 @@
  * under our mapping and turn a load into SIGBUS) and passed by descriptor, never by name, so
  * nothing is left in /dev/shm or the file system whatever way a process ends.
  *
- * Sparse: a memfd takes memory only for the pages touched, so one memfd of 2^62 bytes can back
- * every allocation of a rank. A range of it (weft_mem_range) is mapped with its offset,
- * exported as the whole memfd (the peer maps only the range it is told), and its memory is
- * given back by punching a hole (fallocate): the size never changes, so a mapping of a
- * discarded range reads zeros instead of faulting.
+ * Sparse (unless a file size limit, ulimit -f, is set): a memfd takes memory only for the pages
+ * touched, so one memfd of 2^62 bytes can back every allocation of a rank. A range of it
+ * (weft_mem_range) is mapped with its offset, exported as the whole memfd (the peer maps only the
+ * range it is told), and its memory is given back by punching a hole (fallocate): the size never
+ * changes, so a mapping of a discarded range reads zeros instead of faulting.
  *
  * Thread safety: stateless; every function may be called from any thread.
  */
@@ -52,8 +52,9 @@ static size_t file_size_limit(void)
 
 static size_t host_sparse_bytes(void)
 {
-    size_t limit = file_size_limit(), gran = host_granularity();
-    return limit < HOST_SPARSE_MAX ? limit / gran * gran : HOST_SPARSE_MAX;
+    /* Under a file size limit one memfd would bound all memory together: not sparse then, so
+     * that every segment is a memfd of its own, which the limit bounds one by one. */
+    return file_size_limit() < HOST_SPARSE_MAX ? 0 : HOST_SPARSE_MAX;
 }
 
 static weft_status_t host_reserve(void *hint, size_t bytes, int exact, void **addr_out)

@@ -17,7 +17,9 @@
  *   nothing; the registrar sends `backlog` registrations and holds the rest back, in order, until
  *   acknowledgements make room: one acknowledgement lets exactly one more through.
  * - Every registration's descriptor is the rank's one memfd (host: allocations are ranges of
- *   it): the fake peer maps the range it is told and sees what rank 0 wrote there.
+ *   it): the fake peer maps the range it is told and sees what rank 0 wrote there. Under a file
+ *   size limit (ulimit -f) every allocation is a memfd of its own, at offset 0, and the same
+ *   holds.
  * - Offsets in that memfd are never reused, though addresses are: after a free, a mapping the
  *   peer kept of the old buffer (as a forked child would) reads zeros, never the new buffer at
  *   the same address, and its writes do not reach the new buffer.
@@ -38,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -450,14 +453,20 @@ static uint8_t *peer_map(const weft_ctrl_msg_t *msg, int fd)
 }
 
 /* A registration's descriptor is the rank's memfd: the range at the REG's offset holds what
- * rank 0 wrote at the allocation. */
-static void test_range_descriptor(void)
+ * rank 0 wrote at the allocation. With limited != 0, under a file size limit: a memfd per
+ * allocation, offset 0. */
+static void test_range_descriptor(int limited)
 {
-    fixture_t f;
-    if (fixture_open(&f, WEFT_REGISTRATION_ROA, BACKLOG) != 0) {
-        fixture_close(&f);
-        return;
+    struct rlimit saved;
+    CHECK(getrlimit(RLIMIT_FSIZE, &saved) == 0, "getrlimit: %s", strerror(errno));
+    if (limited) {
+        struct rlimit lim = saved;
+        lim.rlim_cur = 1ull << 30;
+        CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0, "setrlimit: %s", strerror(errno));
     }
+    fixture_t f;
+    if (fixture_open(&f, WEFT_REGISTRATION_ROA, BACKLOG) != 0)
+        goto out;
     size_t gran = weft_mem_host_ops.granularity();
     void *p[3] = {NULL};
     for (int i = 0; i < 3; i++) {
@@ -476,6 +485,8 @@ static void test_range_descriptor(void)
         CHECK(fd >= 0 && msg.addr == (uintptr_t)p[i] && msg.bytes == bytes,
               "REG %d: fd %d, 0x%llx + %llu, expected %p + %zu", i, fd,
               (unsigned long long)msg.addr, (unsigned long long)msg.bytes, p[i], bytes);
+        CHECK(!limited || msg.offset == 0, "REG %d at offset %llu of a memfd of its own", i,
+              (unsigned long long)msg.offset);
         uint8_t *view = peer_map(&msg, fd);
         if (view) {
             size_t bad = 0;
@@ -488,6 +499,7 @@ static void test_range_descriptor(void)
     }
 out:
     fixture_close(&f);
+    CHECK(setrlimit(RLIMIT_FSIZE, &saved) == 0, "restore RLIMIT_FSIZE: %s", strerror(errno));
 }
 
 /* Free a buffer and allocate one at the same address: a new offset; the old mapping reads
@@ -559,7 +571,8 @@ int main(void)
     test_ticket_wrap();
     test_ack_bounds();
     test_backlog();
-    test_range_descriptor();
+    test_range_descriptor(0);
+    test_range_descriptor(1);
     test_offsets_not_reused();
     if (failures == 0)
         printf("PASS test_registry\n");
