@@ -769,6 +769,47 @@ def case_edges(ctx, _):
     handle.close()  # after its communicator: nothing to free, no error
 
 
+@case("unaligned", kinds=("numpy",))
+def case_unaligned(ctx, _):
+    """Arrays not aligned to their elements, which the library refuses to reduce and to take in
+    MoE calls, are refused in Python (ValueError) before the C call; the calls that copy bytes
+    (all_gather) take them."""
+    comm, n, me = ctx.comm, ctx.n, ctx.rank
+
+    def unaligned(count, dtype=np.float32):
+        raw = np.zeros(count * np.dtype(dtype).itemsize + 1, np.uint8)
+        return np.ndarray((count,), dtype, raw.data, offset=1)
+
+    una = unaligned(8)
+    ctx.expect(not una.flags.aligned, "test setup: the array is aligned")
+    ctx.expect_raises(ValueError, lambda: comm.all_reduce(una), "all_reduce unaligned",
+                      "aligned")
+    ctx.expect_raises(ValueError, lambda: comm.reduce_scatter_tensor(
+        np.zeros(2, np.float32), unaligned(2 * n)), "reduce_scatter unaligned input", "aligned")
+    ctx.expect_raises(ValueError, lambda: comm.reduce_scatter_tensor(
+        unaligned(2), np.zeros(2 * n, np.float32)), "reduce_scatter unaligned output", "aligned")
+    x = unaligned(8).reshape(2, 4)
+    idx = np.zeros((2, 1), np.int64)
+    w = np.ones((2, 1), np.float32)
+    ctx.expect_raises(ValueError, lambda: comm.moe_dispatch(x, idx, w, n), "moe x unaligned",
+                      "aligned")
+    res = comm.moe_dispatch(np.ones((2, 4), np.float32), idx, w, n)
+    y = unaligned(res.num_recv_tokens * 4).reshape(res.num_recv_tokens, 4)
+    if res.num_recv_tokens:
+        ctx.expect_raises(ValueError, lambda: comm.moe_combine(res.handle, y), "moe y unaligned",
+                          "aligned")
+    res.handle.close()
+    src = unaligned(3)
+    src[:] = [me, me + 1, me + 2]
+    out = np.zeros(3 * n, np.float32)
+    comm.all_gather_into_tensor(out, src)
+    ctx.expect_values(out, np.array([[r, r + 1, r + 2] for r in range(n)]).reshape(-1),
+                      "all_gather of an unaligned input")
+    t = np.full(8, me + 1, np.int32)
+    comm.all_reduce(t)
+    ctx.expect_values(t, np.full(8, n * (n + 1) // 2), "all_reduce after the refusals")
+
+
 KINDS = ("numpy", "torch-cpu", "torch-cuda", "torch-cuda-pool", "torch-cuda-global",
          "torch-cuda-hostcomm")
 

@@ -7,7 +7,8 @@ a torch tensor if the caller already imported torch, so sys.modules tells.
 Checks, each raising before anything is sent (so a rank never enters a collective its peers
 would wait in with bad arguments of its own making):
   TypeError   not an array or tensor; a dtype weft has no reduction for; dtypes that differ
-  ValueError  non-contiguous; read-only output; wrong size; wrong device or backend
+  ValueError  non-contiguous; not aligned to its elements (reductions, MoE); read-only output;
+              wrong size; wrong device or backend
 """
 
 import sys
@@ -168,6 +169,19 @@ def check_numel(call, buf, expected, why):
             f"{call}: {buf.what} has {buf.numel} elements (shape {buf.shape}), expected "
             f"{expected} ({why})"
         )
+
+
+def check_aligned(call, bufs):
+    """Every buffer with elements starts at a multiple of its element size: the library refuses
+    others in reductions and MoE calls (WEFT_ERR_INVALID_ARGUMENT), which would come after the
+    counts exchange a MoE dispatch makes first."""
+    for buf in bufs:
+        if buf.numel and buf.ptr % (buf.nbytes // buf.numel):
+            raise ValueError(
+                f"{call}: {buf.what} at {buf.ptr:#x} is not aligned to its "
+                f"{buf.nbytes // buf.numel}-byte {buf.dtype_name} elements: pass a copy "
+                f"({buf.what}.copy())"
+            )
 
 
 def check_device(call, comm, bufs):

@@ -271,6 +271,7 @@ class Comm:
         call = "all_reduce"
         t = B.as_buffer(call, "tensor", tensor, writable=True)
         code = _redop(call, op)
+        B.check_aligned(call, [t])
         B.check_device(call, self, [t])
         self._run(
             call, library().weft_all_reduce, t.ptr, t.ptr, t.numel, t.dtype, code,
@@ -302,6 +303,7 @@ class Comm:
         code = _redop(call, op)
         B.check_same_dtype(call, out, inp)
         B.check_numel(call, inp, out.numel * self.size, f"{self.size} ranks x the output's size")
+        B.check_aligned(call, [out, inp])
         B.check_device(call, self, [out, inp])
         self._run(
             call, library().weft_reduce_scatter, inp.ptr, out.ptr, out.numel, out.dtype, code,
@@ -417,6 +419,7 @@ class Comm:
             if b.kind != xb.kind:
                 raise TypeError(f"{call}: {name} is a {b.kind} buffer but x is {xb.kind}; they "
                                 "must be of one kind")
+        B.check_aligned(call, [xb, ib, wb])
         B.check_device(call, self, [xb, ib, wb])
         if xb.dtype not in (B.FLOAT32, B.FLOAT16, B.BFLOAT16):
             raise TypeError(f"{call}: x has dtype {xb.dtype_name}; it must be float32, float16 "
@@ -480,6 +483,7 @@ class Comm:
         self._live(call)
         self._check_moe_handle(call, handle)
         xb = B.as_buffer(call, "x", x)
+        B.check_aligned(call, [xb])
         B.check_device(call, self, [xb])
         hx = handle._x
         if xb.dtype != hx.dtype or len(xb.shape) != 2 or xb.shape[0] != handle.num_tokens or \
@@ -521,6 +525,7 @@ class Comm:
         self._check_moe_handle(call, handle)
         xb = handle._x
         yb = B.as_buffer(call, "y", y)
+        B.check_aligned(call, [yb])
         B.check_device(call, self, [yb])
         if yb.kind != xb.kind:
             raise TypeError(f"{call}: y is a {yb.kind} buffer but the dispatch's x was {xb.kind}")
@@ -532,6 +537,7 @@ class Comm:
         if out is None:
             out = B.empty_like_kind(xb, (handle.num_tokens, handle.hidden), "same")
         ob = B.as_buffer(call, "out", out, writable=True)
+        B.check_aligned(call, [ob])
         B.check_device(call, self, [ob])
         B.check_same_dtype(call, ob, xb)
         if ob.shape != (handle.num_tokens, handle.hidden):
