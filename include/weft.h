@@ -140,7 +140,11 @@ WEFT_API void weft_config_default(weft_config_t *cfg);
 
 /* Create a communicator over all ranks of the job. Collective: every rank calls it, and it
  * returns when every rank has joined (or on error, within the timeout). cfg may be NULL, which
- * means weft_config_default. On success *comm is set; on failure it is left untouched. */
+ * means weft_config_default. On success *comm is set; on failure it is left untouched.
+ * On the CUDA backend the communicator's GPU is device LOCAL_RANK (WEFT_LOCAL_RANK, else the
+ * rank) modulo the visible devices, left current on the calling thread. Every later call on the
+ * communicator makes that GPU current for its span and gives the caller's back, as NCCL does:
+ * any thread may call, whatever its current device (the stream passed must be the GPU's). */
 WEFT_API weft_status_t weft_comm_init(weft_comm_t *comm, const weft_config_t *cfg);
 
 /* Collective: waits for every rank, then frees everything the communicator owns, including

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/comm.h"
+#include "core/comm_cuda.h"
 #include "core/registry.h"
 #include "util/config.h"
 #include "util/log.h"
@@ -40,7 +41,14 @@ weft_status_t weft_comm_destroy(weft_comm_t comm)
     weft_status_t st = weft_comm_owned(comm, "weft_comm_destroy");
     if (st != WEFT_SUCCESS)
         return st; /* a forked child's copy: the parent's threads, peers and memory stay as is */
-    return weft_comm_teardown(comm);
+    int restore;
+    st = weft_cuda_device_enter(comm, "weft_comm_destroy", &restore);
+    if (st == WEFT_SUCCESS) /* else: no CUDA call can work; still tear down, never leak */
+        st = weft_comm_teardown(comm);
+    else
+        (void)weft_comm_teardown(comm);
+    weft_cuda_device_leave(restore);
+    return st;
 }
 
 weft_status_t weft_comm_abort(weft_comm_t comm)
@@ -84,7 +92,12 @@ weft_status_t weft_malloc(weft_comm_t comm, void **ptr, size_t bytes)
         *ptr = NULL;
         return WEFT_SUCCESS;
     }
-    return weft_registry_alloc(comm->registry, bytes, 0, ptr);
+    int restore;
+    st = weft_cuda_device_enter(comm, "weft_malloc", &restore);
+    if (st == WEFT_SUCCESS)
+        st = weft_registry_alloc(comm->registry, bytes, 0, ptr);
+    weft_cuda_device_leave(restore);
+    return st;
 }
 
 weft_status_t weft_free(weft_comm_t comm, void *ptr)
@@ -97,7 +110,12 @@ weft_status_t weft_free(weft_comm_t comm, void *ptr)
         return st;
     if (!ptr)
         return WEFT_SUCCESS;
-    return weft_registry_free(comm->registry, ptr);
+    int restore;
+    st = weft_cuda_device_enter(comm, "weft_free", &restore);
+    if (st == WEFT_SUCCESS)
+        st = weft_registry_free(comm->registry, ptr);
+    weft_cuda_device_leave(restore);
+    return st;
 }
 
 weft_status_t weft_get_stats(weft_comm_t comm, weft_stats_t *out)

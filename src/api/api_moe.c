@@ -15,6 +15,7 @@
 
 #include "api/api.h"
 #include "core/comm.h"
+#include "core/comm_cuda.h"
 #include "op/moe.h"
 #include "util/dtype.h"
 #include "util/log.h"
@@ -214,12 +215,17 @@ weft_status_t weft_moe_combine(weft_comm_t comm, weft_moe_handle_t handle, const
 weft_status_t weft_moe_handle_destroy(weft_moe_handle_t handle)
 {
     weft_error_clear();
+    int restore = -1;
+    weft_status_t st = WEFT_SUCCESS;
     if (handle && handle->dev) {
         /* Freeing its device memory reaches the registrar (a host handle is local memory). */
-        weft_status_t st = weft_comm_owned(handle->comm, "weft_moe_handle_destroy");
+        st = weft_comm_owned(handle->comm, "weft_moe_handle_destroy");
         if (st != WEFT_SUCCESS)
             return st;
+        /* On failure still freed: its synchronisation then fails too and is logged. */
+        st = weft_cuda_device_enter(handle->comm, "weft_moe_handle_destroy", &restore);
     }
     weft_moe_handle_free(handle);
-    return WEFT_SUCCESS;
+    weft_cuda_device_leave(restore);
+    return st;
 }

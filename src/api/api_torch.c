@@ -94,8 +94,12 @@ void weft_torch_free(void *ptr, ssize_t size, int device, void *stream)
          * with its communicator. A failure stays in weft_last_error(); the memory is then
          * released with the communicator. */
         held_segments--;
-        if (bound_comm && weft_cuda_synchronize("weft_torch_free") == WEFT_SUCCESS)
+        int restore = -1;
+        if (bound_comm &&
+            weft_cuda_device_enter(bound_comm, "weft_torch_free", &restore) == WEFT_SUCCESS &&
+            weft_cuda_synchronize("weft_torch_free") == WEFT_SUCCESS)
             weft_free(bound_comm, ptr);
+        weft_cuda_device_leave(restore);
     }
     pthread_mutex_unlock(&torch_mu);
 }

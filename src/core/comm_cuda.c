@@ -289,6 +289,31 @@ size_t weft_cuda_ctl_bytes(const struct weft_comm *comm)
     return comm->cuda ? comm->cuda->ctl_bytes : 0;
 }
 
+weft_status_t weft_cuda_device_enter(const struct weft_comm *comm, const char *call, int *restore)
+{
+    *restore = -1;
+    if (!comm->cuda)
+        return WEFT_SUCCESS;
+    int current = -1;
+    cudaError_t err = cudaGetDevice(&current);
+    /* Also when it is current already: on a thread that never used CUDA the runtime reports
+     * device 0 without a current context, which the memory provider's driver calls need. */
+    if (err == cudaSuccess)
+        err = cudaSetDevice(comm->cuda->device);
+    if (err != cudaSuccess)
+        return weft_error(WEFT_ERR_CUDA, "%s: cudaSetDevice(%d): %s: %s", call, comm->cuda->device,
+                          cudaGetErrorName(err), cudaGetErrorString(err));
+    if (current != comm->cuda->device)
+        *restore = current;
+    return WEFT_SUCCESS;
+}
+
+void weft_cuda_device_leave(int restore)
+{
+    if (restore >= 0)
+        (void)cudaSetDevice(restore); /* it was current a moment ago */
+}
+
 weft_status_t weft_cuda_synchronize(const char *call)
 {
     cudaError_t err = cudaDeviceSynchronize();

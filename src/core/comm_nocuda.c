@@ -38,6 +38,14 @@ size_t weft_cuda_ctl_bytes(const struct weft_comm *comm)
     return 0;
 }
 
+weft_status_t weft_cuda_device_enter(const struct weft_comm *comm, const char *call, int *restore)
+{
+    *restore = -1;
+    return WEFT_SUCCESS;
+}
+
+void weft_cuda_device_leave(int restore) {}
+
 weft_status_t weft_cuda_synchronize(const char *call)
 {
     return not_built(call);

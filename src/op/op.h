@@ -48,19 +48,21 @@ typedef struct weft_op {
     weft_cuda_copy_t pending; /* CUDA: a local copy the next launch runs (weft_op_local_copy) */
     weft_cuda_push_t push;    /* CUDA: the push path's payloads for the next launch (coll_push.c) */
     weft_cuda_usage_t usage;  /* CUDA: what its launches held of the GPU (counted in the stats) */
+    int device;               /* CUDA: the caller's device, given back at the end (-1: none) */
 } weft_op_t;
 
 /* Start an operation on a communicator the API layer found usable (weft_api_check_comm): fails
  * with the first error a kernel reported (CUDA backend), and with WEFT_ERR_INVALID_ARGUMENT if
- * another thread is inside an operation on it. On success the caller must reach weft_op_end on
- * every path. */
+ * another thread is inside an operation on it. On the CUDA backend the communicator's device is
+ * current from here to weft_op_end (weft_cuda_device_enter). On success the caller must reach
+ * weft_op_end on every path. */
 weft_status_t weft_op_begin(struct weft_comm *comm, const char *call, void *stream, weft_op_t *op);
 
-/* Finish: count the operation (zero-copy, staged or inline; on CUDA also its usage); on
- * WEFT_ERR_PEER_LOST / TIMEOUT / ABORTED / INTERNAL store the status so every later call returns
- * it; let the next operation begin. A failure before the descriptor went to the peers (out of
- * staging memory, say) is fatal too, and closes the connections: the peers wait in the
- * handshake for a descriptor that will never come, and this rank's sequence number has moved on
+/* Finish: give the caller's device back; count the operation (zero-copy, staged or inline; on CUDA
+ * also its usage); on WEFT_ERR_PEER_LOST / TIMEOUT / ABORTED / INTERNAL store the status so every
+ * later call returns it; let the next operation begin. A failure before the descriptor went to the
+ * peers (out of staging memory, say) is fatal too, and closes the connections: the peers wait in
+ * the handshake for a descriptor that will never come, and this rank's sequence number has moved on
  * without theirs; they see WEFT_ERR_PEER_LOST at once instead of their timeout. Returns st. */
 weft_status_t weft_op_end(weft_op_t *op, weft_status_t st, int inline_payload);
 

@@ -14,24 +14,33 @@
 weft_status_t weft_op_begin(struct weft_comm *comm, const char *call, void *stream, weft_op_t *op)
 {
     /* The API layer checked that the communicator is usable (weft_api_check_comm). */
+    int restore = -1;
     if (comm->backend == WEFT_BACKEND_CUDA) {
-        weft_status_t st = weft_cuda_check(comm, call);
-        if (st != WEFT_SUCCESS)
+        weft_status_t st = weft_cuda_device_enter(comm, call, &restore);
+        if (st == WEFT_SUCCESS)
+            st = weft_cuda_check(comm, call);
+        if (st != WEFT_SUCCESS) {
+            weft_cuda_device_leave(restore);
             return st;
+        }
     }
     /* Two threads in operations at once would interleave their handshakes: both would wait
      * until the timeout and leave the communicator dead. Refuse the second instead. */
-    if (atomic_exchange_explicit(&comm->in_op, 1, memory_order_acquire))
+    if (atomic_exchange_explicit(&comm->in_op, 1, memory_order_acquire)) {
+        weft_cuda_device_leave(restore);
         return weft_error(WEFT_ERR_INVALID_ARGUMENT,
                           "%s: comm is in an operation on another thread (a communicator serves "
                           "one thread at a time)",
                           call);
-    *op = (weft_op_t){.comm = comm, .seq = ++comm->seq, .call = call, .stream = stream};
+    }
+    *op = (weft_op_t){
+        .comm = comm, .seq = ++comm->seq, .call = call, .stream = stream, .device = restore};
     op->wait = weft_comm_wait_ctx(comm, call);
     return WEFT_SUCCESS;
 }
 
-weft_status_t weft_op_end(weft_op_t *op, weft_status_t st, int inline_payload)
+/* weft_op_end but for giving the caller's device back. */
+static weft_status_t op_finish(weft_op_t *op, weft_status_t st, int inline_payload)
 {
     struct weft_comm *comm = op->comm;
     weft_registry_reads_done(comm->registry);
@@ -67,6 +76,13 @@ weft_status_t weft_op_end(weft_op_t *op, weft_status_t st, int inline_payload)
     default:
         break;
     }
+    return st;
+}
+
+weft_status_t weft_op_end(weft_op_t *op, weft_status_t st, int inline_payload)
+{
+    st = op_finish(op, st, inline_payload);
+    weft_cuda_device_leave(op->device);
     return st;
 }
 

@@ -20,6 +20,12 @@
  *   counters: registrations_completed <= registrations_started; a fresh allocation larger than
  *     everything registered so far raises registrations_started, registrations_completed and
  *     bytes_registered once used (roa: by at least its size; jit: nothing before first use).
+ *   another thread: a thread whose current device is another GPU (with two or more visible; else
+ *     a thread that never used CUDA, which has no current context) allocates with weft_malloc,
+ *     fills the buffer, all-reduces it on the test's stream and frees it: every call succeeds,
+ *     the memory is on the communicator's device, the result is exact, and the thread's current
+ *     device is what it was (weft makes the communicator's device current for each call and
+ *     gives the caller's back, as NCCL does).
  * Registration is seen through remote reads of user buffers, which weft's push path (small
  * payloads stored into the peers' control blocks) never makes: main turns it off
  * (WEFT_CUDA_PUSH_BYTES=0, before weft reads its configuration).
@@ -31,6 +37,7 @@
 #include "gpu_harness.h"
 
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -407,6 +414,94 @@ static void counters(gpu_ctx_t *g)
     mp_ok(ctx, weft_free(ctx->comm, buf), "weft_free");
 }
 
+#define THREAD_ELEMS 4099
+
+/* What the other thread saw; the main thread checks it (only it may CHECK). */
+typedef struct thread_run {
+    gpu_ctx_t *g;
+    int device;       /* the thread's own current device (-1: it never chose one) */
+    int device_after; /* its current device after the weft calls */
+    weft_status_t malloc_st, reduce_st, free_st;
+    cudaError_t copy_err, sync_err;
+    int mem_device; /* where weft_malloc's memory lives */
+    float input[THREAD_ELEMS], result[THREAD_ELEMS];
+} thread_run_t;
+
+static float thread_value(int rank, size_t i)
+{
+    return (float)(rank * 1000 + (int)(i % 1000)); /* sums of these are exact in float32 */
+}
+
+static void *other_thread_main(void *arg)
+{
+    thread_run_t *t = arg;
+    const mp_ctx_t *ctx = &t->g->mp;
+    if (t->device >= 0)
+        (void)cudaSetDevice(t->device);
+    for (size_t i = 0; i < THREAD_ELEMS; i++)
+        t->input[i] = thread_value(ctx->rank, i);
+    float *p = NULL;
+    t->malloc_st = weft_malloc(ctx->comm, (void **)&p, sizeof t->input);
+    if (t->malloc_st == WEFT_SUCCESS) {
+        struct cudaPointerAttributes attr;
+        if (cudaPointerGetAttributes(&attr, p) == cudaSuccess)
+            t->mem_device = attr.device;
+        t->copy_err =
+            cudaMemcpyAsync(p, t->input, sizeof t->input, cudaMemcpyHostToDevice, t->g->stream);
+        t->reduce_st =
+            weft_all_reduce(ctx->comm, p, p, THREAD_ELEMS, WEFT_FLOAT32, WEFT_SUM, t->g->stream);
+        if (t->copy_err == cudaSuccess)
+            t->copy_err = cudaMemcpyAsync(t->result, p, sizeof t->result, cudaMemcpyDeviceToHost,
+                                          t->g->stream);
+        t->sync_err = gpu_stream_wait(t->g->stream, t->g->sync_limit_s);
+        t->free_st = weft_free(ctx->comm, p);
+    }
+    if (cudaGetDevice(&t->device_after) != cudaSuccess)
+        t->device_after = -2;
+    return NULL;
+}
+
+/* weft calls from a thread whose current device is another one (or none). */
+static void other_thread(gpu_ctx_t *g)
+{
+    mp_ctx_t *ctx = &g->mp;
+    int visible = 0;
+    gpu_cuda_ok(g, cudaGetDeviceCount(&visible), "cudaGetDeviceCount");
+    static thread_run_t t;
+    memset(&t, 0, sizeof t);
+    t.g = g;
+    t.device = visible > 1 ? (g->device + 1) % visible : -1;
+    t.mem_device = -1;
+    mp_case(ctx, "weft_malloc, all_reduce, weft_free from a thread on %s",
+            t.device >= 0 ? "another device" : "no device yet");
+    pthread_t th;
+    if (pthread_create(&th, NULL, other_thread_main, &t) != 0)
+        mp_fatal(ctx, "pthread_create");
+    pthread_join(th, NULL);
+    mp_ok(ctx, t.malloc_st, "weft_malloc on the other thread");
+    if (t.malloc_st != WEFT_SUCCESS)
+        return;
+    mp_check(ctx, t.mem_device == g->device, "weft_malloc's memory is on device %d, not %d",
+             t.mem_device, g->device);
+    mp_ok(ctx, t.reduce_st, "weft_all_reduce on the other thread");
+    mp_ok(ctx, t.free_st, "weft_free on the other thread");
+    mp_check(ctx, t.copy_err == cudaSuccess && t.sync_err == cudaSuccess,
+             "copies or stream wait on the other thread: %s, %s", cudaGetErrorName(t.copy_err),
+             cudaGetErrorName(t.sync_err));
+    int want_after = t.device >= 0 ? t.device : 0; /* a fresh thread's runtime default */
+    mp_check(ctx, t.device_after == want_after,
+             "the other thread's current device is %d after the calls, not %d", t.device_after,
+             want_after);
+    size_t wrong = 0;
+    for (size_t i = 0; i < THREAD_ELEMS; i++) {
+        float want = 0;
+        for (int r = 0; r < ctx->nranks; r++)
+            want += thread_value(r, i);
+        wrong += t.result[i] != want;
+    }
+    mp_check(ctx, wrong == 0, "%zu of %d all-reduced elements wrong", wrong, THREAD_ELEMS);
+}
+
 int main(void)
 {
     setenv("WEFT_CUDA_PUSH_BYTES", "0", 1);
@@ -419,6 +514,7 @@ int main(void)
         alloc_then_use(&g);
         address_reuse(&g);
         first_use_waits(&g);
+        other_thread(&g);
         mp_case(&g.mp, "final barrier reg=%s", mp_reg_name((weft_registration_t)reg));
         mp_ok(&g.mp, weft_barrier(g.mp.comm, g.stream), "weft_barrier");
         gpu_sync(&g, "final barrier");
