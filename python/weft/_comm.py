@@ -625,7 +625,9 @@ def _select_torch_device(rank):
     except ImportError:
         return None
     local = os.environ.get("WEFT_LOCAL_RANK") or os.environ.get("LOCAL_RANK")
-    local_rank = int(local) if local else rank
+    local_rank = int(local) if local else -1
+    if local_rank < 0:  # unset (-1 is the C default): the rank, as in weft_comm_init
+        local_rank = rank
     count = torch.cuda.device_count()
     if count == 0:
         return None
