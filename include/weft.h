@@ -203,7 +203,10 @@ WEFT_API weft_status_t weft_reduce_scatter(weft_comm_t comm, const void *sendbuf
                                            size_t recvcount, weft_dtype_t dtype, weft_redop_t op,
                                            void *stream);
 
-/* In place when sendbuf == recvbuf. Every rank gets bit-identical results. */
+/* In place when sendbuf == recvbuf. Every rank gets bit-identical results. Where the in-place
+ * and out-of-place forms differ (between WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES and
+ * WEFT_ALLREDUCE_TWOSHOT_BYTES, docs/config.md), ranks in place and ranks out of place in one
+ * call get WEFT_ERR_MISMATCH. */
 WEFT_API weft_status_t weft_all_reduce(weft_comm_t comm, const void *sendbuf, void *recvbuf,
                                        size_t count, weft_dtype_t dtype, weft_redop_t op,
                                        void *stream);

@@ -47,6 +47,9 @@ typedef enum {
 } weft_coll_t;
 
 #define WEFT_DESC_INLINE 0x1u /* the payload travels in the slot's data */
+/* All-reduce in the two-shot form. Each rank picks its form from its own in-place flag, and the
+ * forms cannot meet (their signals differ): ranks must agree on it (weft_hs_check_match). */
+#define WEFT_DESC_TWOSHOT 0x2u
 
 /* What a sender tells one receiver about an operation. Fields that all ranks must agree on
  * (coll, dtype, redop, root, count) are compared by the receiver; per-pair fields are compared
@@ -241,7 +244,8 @@ void weft_hs_post(struct weft_comm *comm, int peer, uint32_t seq, const weft_op_
 weft_status_t weft_hs_wait_posted(struct weft_comm *comm, uint32_t seq, weft_wait_ctx_t *ctx);
 
 /* WEFT_ERR_MISMATCH (with a message naming the first differing rank and field) if any peer's
- * descriptor for seq disagrees with mine: the common fields, and for all_to_allv the pair
+ * descriptor for seq disagrees with mine: the common fields (WEFT_DESC_TWOSHOT among them), and
+ * for all_to_allv the pair
  * counts (pair_send/pair_recv of the peer against my_pair_recv[p]/my_pair_send[p], which may be
  * NULL for other collectives). *common_out (may be NULL) is set to 1 when a common field
  * differs (every rank sees that at once), 0 when only pair counts do (only the two ranks of the

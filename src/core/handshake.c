@@ -81,6 +81,10 @@ weft_status_t weft_hs_check_match(struct weft_comm *comm, uint32_t seq, const we
             field = "topk";
         else if (d->experts != mine->experts)
             field = "num_experts";
+        else if ((d->flags ^ mine->flags) & WEFT_DESC_TWOSHOT)
+            field = "the all-reduce form (in place on some ranks only, at a size where the "
+                    "in-place and out-of-place forms differ: WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES "
+                    "and WEFT_ALLREDUCE_TWOSHOT_BYTES)";
         if (field) {
             if (common_out)
                 *common_out = 1;

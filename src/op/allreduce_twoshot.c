@@ -78,6 +78,7 @@ weft_status_t weft_allreduce_twoshot(struct weft_comm *comm, const void *sendbuf
     weft_op_desc_t desc = {.coll = WEFT_COLL_ALL_REDUCE,
                            .dtype = dtype,
                            .redop = redop,
+                           .flags = WEFT_DESC_TWOSHOT,
                            .count = count,
                            .src = (uint64_t)(uintptr_t)src,
                            .aux = (uint64_t)(uintptr_t)mychunk,

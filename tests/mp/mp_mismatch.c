@@ -9,8 +9,11 @@
  * usable: a valid all_reduce right after each case gives the exact result, with a small count
  * (inline in the handshake) and with MESH_COUNT elements (the mesh). Most cases move at most 136
  * bytes per pair, so they travel inline; the *_MESH cases move 16 KiB and more on every rank, and
- * CASE_ALL_REDUCE_INLINE_VS_MESH has rank 0 inline while the others take the mesh. Under each
- * registration mode. Needs at least 2 ranks.
+ * CASE_ALL_REDUCE_INLINE_VS_MESH has rank 0 inline while the others take the mesh.
+ * CASE_ALL_REDUCE_INPLACE_MIXED agrees on every argument, but rank 0 is in place and the others
+ * are not, at a size where the default thresholds (docs/config.md) give in place the two-shot
+ * form and out of place the one-shot form: the forms cannot meet, so every rank must get
+ * WEFT_ERR_MISMATCH, not a timeout. Under each registration mode. Needs at least 2 ranks.
  */
 #include "harness.h"
 
@@ -20,6 +23,9 @@
 #define ELEMS 64         /* per-peer capacity of the buffers, in elements of up to 8 bytes */
 #define MESH_COUNT 4099  /* elements of 4 bytes: 16 KiB, far beyond the inline payload */
 #define BIG_COUNT 100000 /* elements of 4 bytes of CASE_ALL_REDUCE_INLINE_VS_MESH */
+/* Elements of 4 bytes of CASE_ALL_REDUCE_INPLACE_MIXED: 1.5 MiB, from the in-place two-shot
+ * threshold (1 MiB) up and below the out-of-place one (2 MiB; never with 2 ranks). */
+#define MIXED_COUNT ((size_t)3 << 17)
 
 typedef enum {
     CASE_ALL_REDUCE_VS_ALL_GATHER,
@@ -40,6 +46,7 @@ typedef enum {
     CASE_ALL_REDUCE_INLINE_VS_MESH,
     CASE_ALL_REDUCE_ZERO,
     CASE_BROADCAST_ZERO_MESH,
+    CASE_ALL_REDUCE_INPLACE_MIXED,
     NUM_CASES
 } case_t;
 
@@ -62,6 +69,8 @@ static const char *const case_names[NUM_CASES] = {
     [CASE_ALL_REDUCE_INLINE_VS_MESH] = "all_reduce, rank 0 count 16 (inline), others 100000 (mesh)",
     [CASE_ALL_REDUCE_ZERO] = "all_reduce, rank 0 count 0, others 16",
     [CASE_BROADCAST_ZERO_MESH] = "broadcast, last rank count 0, others 4099 (mesh)",
+    [CASE_ALL_REDUCE_INPLACE_MIXED] =
+        "all_reduce of 1.5 MiB, rank 0 in place (two-shot), others out of place (one-shot)",
 };
 
 static weft_status_t mismatched_call(mp_ctx_t *ctx, case_t c, void *a, void *b, size_t *arrays)
@@ -120,6 +129,8 @@ static weft_status_t mismatched_call(mp_ctx_t *ctx, case_t c, void *a, void *b, 
         return weft_all_reduce(comm, a, b, r == 0 ? 0 : 16, WEFT_INT32, WEFT_SUM, NULL);
     case CASE_BROADCAST_ZERO_MESH:
         return weft_broadcast(comm, a, b, r == last ? 0 : MESH_COUNT, WEFT_INT32, 0, NULL);
+    case CASE_ALL_REDUCE_INPLACE_MIXED:
+        return weft_all_reduce(comm, a, r == 0 ? a : b, MIXED_COUNT, WEFT_FLOAT32, WEFT_SUM, NULL);
     case NUM_CASES:
         break;
     }
@@ -151,9 +162,10 @@ int main(void)
         return mp_finish(&ctx);
     }
     /* Room for the largest call: all_to_all(v) of ELEMS per peer, the all_gather of
-     * MESH_COUNT + 1 per rank, the all_reduce of BIG_COUNT. */
+     * MESH_COUNT + 1 per rank, the all_reduces of BIG_COUNT and MIXED_COUNT. */
     size_t n = (size_t)ctx.nranks;
-    size_t bytes = max_size(max_size(n * ELEMS * 8, n * (MESH_COUNT + 1) * 4), BIG_COUNT * 4);
+    size_t bytes = max_size(max_size(n * ELEMS * 8, n * (MESH_COUNT + 1) * 4),
+                            max_size(BIG_COUNT, MIXED_COUNT) * 4);
     size_t *arrays = calloc(3 * (size_t)ctx.nranks, sizeof *arrays);
     if (!arrays)
         mp_fatal(&ctx, "out of memory");
