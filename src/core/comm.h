@@ -245,11 +245,11 @@ weft_status_t weft_hs_wait_posted(struct weft_comm *comm, uint32_t seq, weft_wai
 
 /* WEFT_ERR_MISMATCH (with a message naming the first differing rank and field) if any peer's
  * descriptor for seq disagrees with mine: the common fields (WEFT_DESC_TWOSHOT among them), and
- * for all_to_allv the pair
- * counts (pair_send/pair_recv of the peer against my_pair_recv[p]/my_pair_send[p], which may be
- * NULL for other collectives). *common_out (may be NULL) is set to 1 when a common field
- * differs (every rank sees that at once), 0 when only pair counts do (only the two ranks of the
- * pair see it). Call after weft_hs_wait_posted. `call` names the API function. */
+ * for all_to_allv the pair counts (pair_send/pair_recv of the peer against
+ * my_pair_recv[p]/my_pair_send[p], which may be NULL for other collectives). *common_out (may be
+ * NULL) is set to 1 when a common field differs (every rank sees that at once), 0 when only pair
+ * counts do (only the two ranks of the pair see it). Call after weft_hs_wait_posted. `call` names
+ * the API function. */
 weft_status_t weft_hs_check_match(struct weft_comm *comm, uint32_t seq, const weft_op_desc_t *mine,
                                   const uint64_t *my_pair_send, const uint64_t *my_pair_recv,
                                   const char *call, int *common_out);
