@@ -509,12 +509,22 @@ weft_status_t weft_store_barrier(weft_store_t *store, const char *tag)
     return WEFT_SUCCESS;
 }
 
-void weft_store_close(weft_store_t *store)
+static void store_close(weft_store_t *store, weft_store_stop_t how)
 {
     if (store == NULL)
         return;
     weft_forksafe_close(store->fd);
     if (store->server != NULL)
-        weft_store_server_stop(store->server, WEFT_STORE_STOP_DRAIN);
+        weft_store_server_stop(store->server, how);
     free(store);
+}
+
+void weft_store_close(weft_store_t *store)
+{
+    store_close(store, WEFT_STORE_STOP_DRAIN);
+}
+
+void weft_store_close_failed(weft_store_t *store)
+{
+    store_close(store, WEFT_STORE_STOP_FAIL);
 }

@@ -407,7 +407,7 @@ err_close_fds:
     for (int i = 0; i < cfg.nranks; i++)
         weft_forksafe_close(fds[i]);
 err_close_store:
-    weft_store_close(store);
+    weft_store_close_failed(store); /* on rank 0: peers waiting for our keys fail at once */
 err_free:
     if (comm) {
         free(comm->blocks);

@@ -11,7 +11,9 @@
  * written when the socket is writable, so a slow reader never blocks the server. A connection
  * whose first message is not a valid HELLO (magic, version, nranks, generation, rank not already
  * connected) is closed; the client sees the close before a WELCOME and retries. On stop the
- * server keeps serving until every rank has connected and disconnected, or the deadline passes.
+ * server keeps serving until every rank has connected and disconnected, or the deadline passes;
+ * after rank 0 failed (WEFT_STORE_STOP_FAIL) it closes every connection that waits for a missing
+ * key.
  *
  * Thread safety: the server thread shares nothing with the thread that starts and stops it but
  * the eventfd it is woken through; its structures are created before it starts and freed after
@@ -96,7 +98,7 @@ struct weft_store_server {
     uint8_t *seen; /* seen[r]: rank r has completed a handshake at least once */
     int nseen;
     int nlive;   /* connections with an accepted handshake */
-    int closing; /* 0, WEFT_STORE_STOP_DRAIN or WEFT_STORE_STOP_NOW */
+    int closing; /* 0 or a weft_store_stop_t */
     int accept_failed;
 };
 static void conn_free(conn_t *c)
@@ -267,6 +269,12 @@ static void handle_get(weft_store_server_t *s, conn_t *c, const uint8_t *body, u
     kv_entry_t *e = kv_find(s, body + 3, key_len);
     if (e != NULL) {
         conn_queue(c, STORE_MSG_VALUE, e->value, e->value_len, NULL, 0);
+        return;
+    }
+    if (s->closing == WEFT_STORE_STOP_FAIL) {
+        WEFT_LOG_DEBUG("weft-store: dropping rank %d: it waits for a key after rank 0 failed",
+                       c->rank);
+        c->dead = 1;
         return;
     }
     pending_get_t *p = malloc(sizeof *p);
@@ -446,7 +454,7 @@ static int server_done(const weft_store_server_t *s)
 {
     if (s->closing == WEFT_STORE_STOP_NOW)
         return 1;
-    if (s->closing != WEFT_STORE_STOP_DRAIN)
+    if (s->closing == 0)
         return 0;
     return (s->nseen == s->nranks && s->nlive == 0) || weft_now_ns() >= s->deadline_ns;
 }
@@ -474,8 +482,7 @@ static void *server_main(void *arg)
             s->pfds[2 + i] = (struct pollfd){
                 .fd = c->fd, .events = (short)(POLLIN | (c->out_head != NULL ? POLLOUT : 0))};
         }
-        int timeout_ms =
-            s->closing == WEFT_STORE_STOP_DRAIN ? weft_store_proto_ms_left(s->deadline_ns) : -1;
+        int timeout_ms = s->closing != 0 ? weft_store_proto_ms_left(s->deadline_ns) : -1;
         int n = poll(s->pfds, 2 + npoll, timeout_ms);
         if (n < 0) {
             if (errno == EINTR)
@@ -486,7 +493,13 @@ static void *server_main(void *arg)
         if (s->pfds[0].revents & POLLIN) {
             uint64_t v;
             if (read(s->wake_fd, &v, sizeof v) == (ssize_t)sizeof v)
-                s->closing = v >= WEFT_STORE_STOP_NOW ? WEFT_STORE_STOP_NOW : WEFT_STORE_STOP_DRAIN;
+                s->closing = v == WEFT_STORE_STOP_FAIL  ? WEFT_STORE_STOP_FAIL
+                             : v >= WEFT_STORE_STOP_NOW ? WEFT_STORE_STOP_NOW
+                                                        : WEFT_STORE_STOP_DRAIN;
+            if (s->closing == WEFT_STORE_STOP_FAIL) {
+                for (pending_get_t *p = s->pending; p != NULL; p = p->next)
+                    p->conn->dead = 1; /* reap_dead frees them below */
+            }
         }
         for (size_t i = 0; i < npoll; i++) {
             conn_t *c = s->conns[i];

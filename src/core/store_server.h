@@ -21,8 +21,14 @@ struct addrinfo;
 typedef struct weft_store_server weft_store_server_t;
 
 /* How the server stops. DRAIN: serve until every rank has connected and disconnected, or the
- * deadline passes. NOW: stop at once (rank 0 failed to open its own store). */
-typedef enum { WEFT_STORE_STOP_DRAIN = 1, WEFT_STORE_STOP_NOW = 2 } weft_store_stop_t;
+ * deadline passes. NOW: stop at once (rank 0 failed to open its own store). FAIL: as DRAIN, but
+ * a GET of a key that does not exist, pending or later, closes its connection (rank 0 failed what
+ * the store serves, so that key may never come; keys that exist are still served). */
+typedef enum {
+    WEFT_STORE_STOP_DRAIN = 1,
+    WEFT_STORE_STOP_NOW = 2,
+    WEFT_STORE_STOP_FAIL = 3
+} weft_store_stop_t;
 
 /* Listen on the first address of list that accepts the bind (SO_REUSEADDR; EADDRINUSE, a previous
  * store still holding the port, is retried until deadline_ns) and start the server thread for
