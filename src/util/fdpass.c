@@ -63,11 +63,23 @@ ssize_t weft_fdpass_recv(int sock, void *buf, size_t len, int timeout_ms, int *f
     do {
         n = recvmsg(sock, &mh, flags);
     } while (n < 0 && errno == EINTR);
-    for (struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c)) {
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-            memcpy(fd_out, CMSG_DATA(c), sizeof(int));
+    /* The control buffer has room for two descriptors once aligned: keep the first, close any
+     * other (a record carries at most one), and fail the record. */
+    int nfds = 0;
+    for (struct cmsghdr *c = n >= 0 ? CMSG_FIRSTHDR(&mh) : NULL; c; c = CMSG_NXTHDR(&mh, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < count; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+            if (nfds++ == 0)
+                *fd_out = fd;
+            else
+                close(fd);
+        }
     }
-    if (n >= 0 && (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+    if (n >= 0 && ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || nfds > 1)) {
         n = -1;
         errno = EMSGSIZE;
     }

@@ -2,7 +2,8 @@
  * test_fdpass.c - records with one descriptor over a SOCK_SEQPACKET socketpair
  * (src/util/fdpass.c): a descriptor arrives, close-on-exec, and reaches the same pipe; a record
  * without one gives -1; nothing pending returns EAGAIN at once or ETIMEDOUT after the timeout; a
- * short record is returned as such and its descriptor closed; a long one fails with EMSGSIZE;
+ * short record is returned as such and its descriptor closed; a long one, or one with two
+ * descriptors, fails with EMSGSIZE and leaves none open;
  * end of file reads 0; a full socket refuses a non-waiting send; a send to a closed peer fails
  * with EPIPE instead of raising SIGPIPE.
  */
@@ -114,6 +115,51 @@ static void test_wrong_size(void)
     close(sv[1]);
 }
 
+/* A record that carries two descriptors (a peer's bug) fails with EMSGSIZE and leaves neither
+ * open here: each write end in flight is the pipe's last, so its read end sees end of file once
+ * both are closed. */
+static void test_two_descriptors(void)
+{
+    int sv[2], p[2], q[2];
+    if (make_pair(sv) != 0)
+        return;
+    CHECK(pipe(p) == 0 && pipe(q) == 0, "pipe: %s", strerror(errno));
+    rec_t out = {8, 9}, in;
+    union {
+        char buf[CMSG_SPACE(2 * sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct iovec iov = {.iov_base = &out, .iov_len = sizeof out};
+    struct msghdr mh = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(2 * sizeof(int));
+    int two[2] = {p[1], q[1]};
+    memcpy(CMSG_DATA(c), two, sizeof two);
+    CHECK(sendmsg(sv[0], &mh, MSG_NOSIGNAL) == (ssize_t)sizeof out, "sendmsg: %s", strerror(errno));
+    close(p[1]);
+    close(q[1]);
+    int fd = -7;
+    errno = 0;
+    ssize_t n = weft_fdpass_recv(sv[1], &in, sizeof in, TIMEOUT_MS, &fd);
+    CHECK(n == -1 && errno == EMSGSIZE && fd == -1, "two descriptors: returned %zd (%s), fd %d", n,
+          strerror(errno), fd);
+    if (fd >= 0)
+        close(fd);
+    char byte;
+    fcntl(p[0], F_SETFL, O_NONBLOCK);
+    fcntl(q[0], F_SETFL, O_NONBLOCK);
+    CHECK(read(p[0], &byte, 1) == 0, "the first descriptor was left open");
+    CHECK(read(q[0], &byte, 1) == 0, "the second descriptor was left open");
+    close(p[0]);
+    close(q[0]);
+    close(sv[0]);
+    close(sv[1]);
+}
+
 /* End of file, a full socket, a closed peer. */
 static void test_peer_states(void)
 {
@@ -148,6 +194,7 @@ int main(void)
     test_descriptor();
     test_nothing_pending();
     test_wrong_size();
+    test_two_descriptors();
     test_peer_states();
     if (failures)
         printf("test_fdpass: %d failure(s)\n", failures);
