@@ -55,7 +55,7 @@ static const cfg_row_t rows[] = {
      "address of the rendezvous store hosted by rank 0", NO_RANGE},
     {"WEFT_MASTER_PORT", "MASTER_PORT", "29500", "", CFG_INT, OFF(master_port), NULL,
      "TCP port of the rendezvous store (under torchrun, whose store holds MASTER_PORT: it + 1)",
-     NO_RANGE},
+     RANGE(1, 65535)},
     {"WEFT_JOB_SECRET", NULL, "", "", CFG_STRING, OFF(job_secret), NULL,
      "per-job secret checked on every control socket (weftrun sets it; empty: rank 0 makes one)",
      NO_RANGE},
