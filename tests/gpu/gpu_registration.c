@@ -419,8 +419,8 @@ static void counters(gpu_ctx_t *g)
 /* What the other thread saw; the main thread checks it (only it may CHECK). */
 typedef struct thread_run {
     gpu_ctx_t *g;
-    int device;       /* the thread's own current device (-1: it never chose one) */
-    int device_after; /* its current device after the weft calls */
+    int device;          /* the thread's own current device (-1: it never chose one) */
+    int device_after[3]; /* its current device after weft_malloc, weft_all_reduce, weft_free */
     weft_status_t malloc_st, reduce_st, free_st;
     cudaError_t copy_err, sync_err;
     int mem_device; /* where weft_malloc's memory lives */
@@ -430,6 +430,21 @@ typedef struct thread_run {
 static float thread_value(int rank, size_t i)
 {
     return (float)(rank * 1000 + (int)(i % 1000)); /* sums of these are exact in float32 */
+}
+
+/* The thread's current device, -2 when it cannot tell. */
+static int current_device(void)
+{
+    int d;
+    return cudaGetDevice(&d) == cudaSuccess ? d : -2;
+}
+
+/* The test's own copies run with the stream's device current (the runtime refuses a copy into
+ * another device's stream); only the weft calls run from the thread's own device. */
+static void test_device(const thread_run_t *t, int on)
+{
+    if (t->device >= 0)
+        (void)cudaSetDevice(on ? t->g->device : t->device);
 }
 
 static void *other_thread_main(void *arg)
@@ -442,22 +457,27 @@ static void *other_thread_main(void *arg)
         t->input[i] = thread_value(ctx->rank, i);
     float *p = NULL;
     t->malloc_st = weft_malloc(ctx->comm, (void **)&p, sizeof t->input);
-    if (t->malloc_st == WEFT_SUCCESS) {
-        struct cudaPointerAttributes attr;
-        if (cudaPointerGetAttributes(&attr, p) == cudaSuccess)
-            t->mem_device = attr.device;
+    t->device_after[0] = current_device();
+    if (t->malloc_st != WEFT_SUCCESS)
+        return NULL;
+    struct cudaPointerAttributes attr;
+    if (cudaPointerGetAttributes(&attr, p) == cudaSuccess)
+        t->mem_device = attr.device;
+    test_device(t, 1);
+    t->copy_err =
+        cudaMemcpyAsync(p, t->input, sizeof t->input, cudaMemcpyHostToDevice, t->g->stream);
+    test_device(t, 0);
+    t->reduce_st =
+        weft_all_reduce(ctx->comm, p, p, THREAD_ELEMS, WEFT_FLOAT32, WEFT_SUM, t->g->stream);
+    t->device_after[1] = current_device();
+    test_device(t, 1);
+    if (t->copy_err == cudaSuccess)
         t->copy_err =
-            cudaMemcpyAsync(p, t->input, sizeof t->input, cudaMemcpyHostToDevice, t->g->stream);
-        t->reduce_st =
-            weft_all_reduce(ctx->comm, p, p, THREAD_ELEMS, WEFT_FLOAT32, WEFT_SUM, t->g->stream);
-        if (t->copy_err == cudaSuccess)
-            t->copy_err = cudaMemcpyAsync(t->result, p, sizeof t->result, cudaMemcpyDeviceToHost,
-                                          t->g->stream);
-        t->sync_err = gpu_stream_wait(t->g->stream, t->g->sync_limit_s);
-        t->free_st = weft_free(ctx->comm, p);
-    }
-    if (cudaGetDevice(&t->device_after) != cudaSuccess)
-        t->device_after = -2;
+            cudaMemcpyAsync(t->result, p, sizeof t->result, cudaMemcpyDeviceToHost, t->g->stream);
+    t->sync_err = gpu_stream_wait(t->g->stream, t->g->sync_limit_s);
+    test_device(t, 0);
+    t->free_st = weft_free(ctx->comm, p);
+    t->device_after[2] = current_device();
     return NULL;
 }
 
@@ -478,6 +498,12 @@ static void other_thread(gpu_ctx_t *g)
     if (pthread_create(&th, NULL, other_thread_main, &t) != 0)
         mp_fatal(ctx, "pthread_create");
     pthread_join(th, NULL);
+    int want_after = t.device >= 0 ? t.device : 0; /* a fresh thread's runtime default */
+    static const char *const calls[3] = {"weft_malloc", "weft_all_reduce", "weft_free"};
+    for (int i = 0; i < 3; i++)
+        mp_check(ctx, t.device_after[i] == want_after || (i > 0 && t.malloc_st != WEFT_SUCCESS),
+                 "the other thread's current device is %d after %s, not %d", t.device_after[i],
+                 calls[i], want_after);
     mp_ok(ctx, t.malloc_st, "weft_malloc on the other thread");
     if (t.malloc_st != WEFT_SUCCESS)
         return;
@@ -488,10 +514,6 @@ static void other_thread(gpu_ctx_t *g)
     mp_check(ctx, t.copy_err == cudaSuccess && t.sync_err == cudaSuccess,
              "copies or stream wait on the other thread: %s, %s", cudaGetErrorName(t.copy_err),
              cudaGetErrorName(t.sync_err));
-    int want_after = t.device >= 0 ? t.device : 0; /* a fresh thread's runtime default */
-    mp_check(ctx, t.device_after == want_after,
-             "the other thread's current device is %d after the calls, not %d", t.device_after,
-             want_after);
     size_t wrong = 0;
     for (size_t i = 0; i < THREAD_ELEMS; i++) {
         float want = 0;
