@@ -509,10 +509,24 @@ weft_status_t weft_store_barrier(weft_store_t *store, const char *tag)
     return WEFT_SUCCESS;
 }
 
+#define STORE_FAIL_SEND_NS 1000000000ull /* at most this long to tell the store we failed */
+
 static void store_close(weft_store_t *store, weft_store_stop_t how)
 {
     if (store == NULL)
         return;
+    if (how == WEFT_STORE_STOP_FAIL && store->failed == WEFT_SUCCESS) {
+        /* Best effort (a message boundary: no call is mid-message once the handle is usable):
+         * peers waiting for our keys then fail at once. */
+        uint8_t msg[STORE_HDR_BYTES + 1];
+        store_put_u32(msg, 1);
+        msg[4] = STORE_MSG_FAIL;
+        struct iovec iov = {.iov_base = msg, .iov_len = sizeof msg};
+        uint64_t soon = weft_now_ns() + STORE_FAIL_SEND_NS;
+        int err = 0;
+        (void)send_iov(store->fd, &iov, 1, soon < store->deadline_ns ? soon : store->deadline_ns,
+                       &err);
+    }
     weft_forksafe_close(store->fd);
     if (store->server != NULL)
         weft_store_server_stop(store->server, how);

@@ -58,11 +58,11 @@ weft_status_t weft_store_barrier(weft_store_t *store, const char *tag);
  * disconnected or the store's deadline has passed (never blocks past it). NULL is a no-op. */
 void weft_store_close(weft_store_t *store);
 
-/* Like weft_store_close, after this rank failed the collective work the store serves. On rank 0
- * the server then still answers GETs of keys that exist (so peers can read a verdict every rank
- * reaches), but closes the connection of a client waiting for a key that does not exist, now or
- * later: it fails with WEFT_ERR_PEER_LOST at once rather than at its deadline, and rank 0 need
- * not wait for it. NULL is a no-op. */
+/* Like weft_store_close, after this rank failed the collective work the store serves: it tells
+ * the store (FAIL, store_proto.h), which then still answers GETs of keys that exist (so peers can
+ * read a verdict every rank reaches), but closes the connection of a client waiting for a key
+ * that does not exist, now or later: it fails with WEFT_ERR_PEER_LOST at once rather than at its
+ * deadline (and rank 0 need not wait for it). NULL is a no-op. */
 void weft_store_close_failed(weft_store_t *store);
 
 #endif /* WEFT_CORE_BOOTSTRAP_H */

@@ -9,6 +9,9 @@
  *   SET     client -> server  key length u16, key, value (the rest of the body)
  *   GET     client -> server  key length u16, key
  *   VALUE   server -> client  value (the rest of the body); the answer to the oldest GET
+ *   FAIL    client -> server  (nothing more) the client failed what the store serves and leaves:
+ *                             a GET of a key that does not exist, waiting or later, closes its
+ *                             connection instead of waiting for a key that may never come
  * A client sends one GET at a time and waits for its VALUE, so answers need no tag. SET has no
  * answer: the connection is ordered, so a GET sent after a SET sees it. Integers are
  * little-endian.
@@ -25,7 +28,7 @@
 #include <stdint.h>
 
 #define STORE_MAGIC 0x77656674u /* "weft" */
-#define STORE_VERSION 1u
+#define STORE_VERSION 2u        /* 2: FAIL */
 #define STORE_KEY_MAX 255u
 #define STORE_VALUE_MAX (16u << 20)
 #define STORE_HDR_BYTES 4u
@@ -36,7 +39,14 @@
 #define STORE_BACKOFF_MAX_NS 100000000ull
 
 /* Message types: the first byte of a body. */
-enum { STORE_MSG_HELLO = 1, STORE_MSG_WELCOME, STORE_MSG_SET, STORE_MSG_GET, STORE_MSG_VALUE };
+enum {
+    STORE_MSG_HELLO = 1,
+    STORE_MSG_WELCOME,
+    STORE_MSG_SET,
+    STORE_MSG_GET,
+    STORE_MSG_VALUE,
+    STORE_MSG_FAIL
+};
 
 static inline void store_put_u32(uint8_t *p, uint32_t v)
 {

@@ -100,6 +100,7 @@ struct weft_store_server {
     int nlive;   /* connections with an accepted handshake */
     int closing; /* 0 or a weft_store_stop_t */
     int accept_failed;
+    int failed_rank; /* a rank that sent FAIL, or -1 (also rank 0 stopping with STOP_FAIL) */
 };
 static void conn_free(conn_t *c)
 {
@@ -271,9 +272,9 @@ static void handle_get(weft_store_server_t *s, conn_t *c, const uint8_t *body, u
         conn_queue(c, STORE_MSG_VALUE, e->value, e->value_len, NULL, 0);
         return;
     }
-    if (s->closing == WEFT_STORE_STOP_FAIL) {
-        WEFT_LOG_DEBUG("weft-store: dropping rank %d: it waits for a key after rank 0 failed",
-                       c->rank);
+    if (s->failed_rank >= 0) {
+        WEFT_LOG_DEBUG("weft-store: dropping rank %d: it waits for a key after rank %d failed",
+                       c->rank, s->failed_rank);
         c->dead = 1;
         return;
     }
@@ -288,6 +289,16 @@ static void handle_get(weft_store_server_t *s, conn_t *c, const uint8_t *body, u
     memcpy(p->key, body + 3, key_len);
     p->next = s->pending;
     s->pending = p;
+}
+
+/* rank failed what the store serves: every GET waiting for a key that does not exist, and every
+ * later one, closes its connection (the client fails at once instead of at its deadline). */
+static void fail_pending(weft_store_server_t *s, int rank)
+{
+    if (s->failed_rank < 0)
+        s->failed_rank = rank;
+    for (pending_get_t *p = s->pending; p != NULL; p = p->next)
+        p->conn->dead = 1; /* reap_dead frees them */
 }
 
 /* Act on one complete message; takes ownership of body. */
@@ -309,6 +320,13 @@ static void handle_message(weft_store_server_t *s, conn_t *c, uint8_t *body, uin
         handle_get(s, c, body, len);
         free(body);
         return;
+    case STORE_MSG_FAIL:
+        if (len == 1) {
+            fail_pending(s, c->rank);
+            free(body);
+            return;
+        }
+        break;
     default:
         break;
     }
@@ -496,10 +514,8 @@ static void *server_main(void *arg)
                 s->closing = v == WEFT_STORE_STOP_FAIL  ? WEFT_STORE_STOP_FAIL
                              : v >= WEFT_STORE_STOP_NOW ? WEFT_STORE_STOP_NOW
                                                         : WEFT_STORE_STOP_DRAIN;
-            if (s->closing == WEFT_STORE_STOP_FAIL) {
-                for (pending_get_t *p = s->pending; p != NULL; p = p->next)
-                    p->conn->dead = 1; /* reap_dead frees them below */
-            }
+            if (s->closing == WEFT_STORE_STOP_FAIL)
+                fail_pending(s, 0);
         }
         for (size_t i = 0; i < npoll; i++) {
             conn_t *c = s->conns[i];
@@ -578,6 +594,7 @@ weft_status_t weft_store_server_start(const struct addrinfo *list, const char *a
     if (s == NULL)
         return weft_error(WEFT_ERR_NO_MEMORY, "weft_store_open: server state");
     s->nranks = nranks;
+    s->failed_rank = -1;
     s->generation = generation;
     s->deadline_ns = deadline_ns;
     s->seen = calloc((size_t)nranks, 1);
