@@ -440,6 +440,19 @@ static uint64_t env_u64(const char *name, int *found)
     return *found ? strtoull(s, NULL, 0) : 0;
 }
 
+void mp_init_without_comm(mp_ctx_t *ctx, const char *test)
+{
+    memset(ctx, 0, sizeof *ctx);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    ctx->test = test;
+    ctx->start_s = mp_now_s();
+    snprintf(ctx->where, sizeof ctx->where, "set-up");
+    ctx->rank = mp_env_int(ctx, "WEFT_RANK", -1);
+    ctx->nranks = mp_env_int(ctx, "WEFT_NRANKS", -1);
+    if (ctx->nranks < 2 || ctx->rank < 0 || ctx->rank >= ctx->nranks)
+        mp_fatal(ctx, "needs WEFT_RANK and WEFT_NRANKS (>= 2): run under weftrun -n 2 or more");
+}
+
 void mp_init(mp_ctx_t *ctx, const char *test)
 {
     memset(ctx, 0, sizeof *ctx);
@@ -512,11 +525,18 @@ void mp_comm_open_cfg(mp_ctx_t *ctx, const weft_config_t *cfg)
                  (int)weft_comm_backend(comm));
 }
 
-void mp_comm_open(mp_ctx_t *ctx, weft_registration_t reg)
+/* The defaults, on the host backend. */
+static weft_config_t host_config(void)
 {
     weft_config_t cfg;
     weft_config_default(&cfg);
     cfg.backend = WEFT_BACKEND_HOST;
+    return cfg;
+}
+
+void mp_comm_open(mp_ctx_t *ctx, weft_registration_t reg)
+{
+    weft_config_t cfg = host_config();
     cfg.registration = reg;
     mp_comm_open_cfg(ctx, &cfg);
 }
@@ -527,9 +547,7 @@ void mp_comm_reopen_with_timeout(mp_ctx_t *ctx, double timeout_s)
     mp_case(ctx, "synchronising barrier");
     mp_ok(ctx, weft_barrier(ctx->comm, NULL), "weft_barrier");
     mp_comm_close(ctx);
-    weft_config_t cfg;
-    weft_config_default(&cfg);
-    cfg.backend = WEFT_BACKEND_HOST;
+    weft_config_t cfg = host_config();
     cfg.timeout_s = timeout_s;
     mp_comm_open_cfg(ctx, &cfg);
 }

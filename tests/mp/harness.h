@@ -107,6 +107,11 @@ typedef struct mp_buf {
  * WEFT_TEST_SEED, and broadcasts it), then destroy that communicator. Exits 1 on failure. */
 void mp_init(mp_ctx_t *ctx, const char *test);
 
+/* Start a test whose communicators may fail to open (no seed is agreed: it stays 0):
+ * line-buffer stdout, take the rank and size from WEFT_RANK and WEFT_NRANKS (weftrun sets them).
+ * Exits 1 unless there are at least 2 ranks. */
+void mp_init_without_comm(mp_ctx_t *ctx, const char *test);
+
 /* Open ctx->comm on the host backend in registration mode reg (other fields: the defaults).
  * Exits 1 if weft_comm_init fails or the communicator reports another rank, size or backend. */
 void mp_comm_open(mp_ctx_t *ctx, weft_registration_t reg);

@@ -20,21 +20,10 @@
 #define TIMEOUT_S 30.0
 #define INIT_LIMIT_S 5.0
 
-static int env_int(const char *name)
-{
-    const char *s = getenv(name);
-    return s && *s ? atoi(s) : -1;
-}
-
 int main(void)
 {
-    mp_ctx_t ctx = {.test = "mp_fault_init", .start_s = mp_now_s()};
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    ctx.rank = env_int("WEFT_RANK");
-    ctx.nranks = env_int("WEFT_NRANKS");
-    snprintf(ctx.where, sizeof ctx.where, "set-up");
-    if (ctx.nranks < 2 || ctx.rank < 0 || ctx.rank >= ctx.nranks)
-        mp_fatal(&ctx, "needs WEFT_RANK and WEFT_NRANKS (>= 2): run under weftrun -n 2 or more");
+    mp_ctx_t ctx;
+    mp_init_without_comm(&ctx, "mp_fault_init");
     const char *which = getenv("MP_INIT_FAIL_RANK");
     if (which && *which && strcmp(which, "first") != 0 && strcmp(which, "last") != 0)
         mp_fatal(&ctx, "MP_INIT_FAIL_RANK=%s is not first or last", which);

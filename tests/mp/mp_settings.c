@@ -15,22 +15,11 @@
 
 #define INIT_LIMIT_S 30.0 /* the suite's WEFT_TIMEOUT_S is 60: a disagreement must not wait */
 
-static int env_int(const char *name)
-{
-    const char *s = getenv(name);
-    return s && *s ? atoi(s) : -1;
-}
-
 int main(void)
 {
-    mp_ctx_t ctx = {.test = "mp_settings", .start_s = mp_now_s()};
-    setvbuf(stdout, NULL, _IOLBF, 0);
-    ctx.rank = env_int("WEFT_RANK");
-    ctx.nranks = env_int("WEFT_NRANKS");
-    snprintf(ctx.where, sizeof ctx.where, "set-up");
+    mp_ctx_t ctx;
+    mp_init_without_comm(&ctx, "mp_settings");
     const char *setting = getenv("MP_SETTING");
-    if (ctx.nranks < 2 || ctx.rank < 0 || ctx.rank >= ctx.nranks)
-        mp_fatal(&ctx, "needs WEFT_RANK and WEFT_NRANKS (>= 2): run under weftrun -n 2 or more");
     if (!setting || !strchr(setting, '=') || strchr(setting, '=') == setting)
         mp_fatal(&ctx, "MP_SETTING must be NAME=VALUE");
     size_t name_len = (size_t)(strchr(setting, '=') - setting);
