@@ -20,6 +20,8 @@
  *   it): the fake peer maps the range it is told and sees what rank 0 wrote there. Under a file
  *   size limit (ulimit -f) every allocation is a memfd of its own, at offset 0, and the same
  *   holds.
+ * - A registry under a file size limit (a memfd per allocation) still maps a peer's range at a
+ *   non-zero offset of that peer's memfd (ranks may differ in ulimit -f).
  * - Offsets in that memfd are never reused, though addresses are: after a free, a mapping the
  *   peer kept of the old buffer (as a forked child would) reads zeros, never the new buffer at
  *   the same address, and its writes do not reach the new buffer.
@@ -502,6 +504,53 @@ out:
     CHECK(setrlimit(RLIMIT_FSIZE, &saved) == 0, "restore RLIMIT_FSIZE: %s", strerror(errno));
 }
 
+/* Under a file size limit this rank is not sparse, its peer is: the peer's REG of a range at a
+ * non-zero offset of its memfd is mapped and acknowledged. */
+static void test_peer_range_under_limit(void)
+{
+    struct rlimit saved;
+    CHECK(getrlimit(RLIMIT_FSIZE, &saved) == 0, "getrlimit: %s", strerror(errno));
+    struct rlimit lim = saved;
+    lim.rlim_cur = 1ull << 30;
+    CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0, "setrlimit: %s", strerror(errno));
+    fixture_t f;
+    weft_mem_seg_t file = {.fd = -1};
+    if (fixture_open(&f, WEFT_REGISTRATION_ROA, BACKLOG) != 0)
+        goto out;
+    const weft_mem_ops_t *mem = &weft_mem_host_ops;
+    size_t gran = mem->granularity();
+    /* The fake peer's memfd: 4 pages, the range is the third. */
+    CHECK(mem->create(4 * gran, &file) == WEFT_SUCCESS, "create: %s", weft_last_error());
+    if (file.fd < 0)
+        goto out;
+    uint8_t *whole = mmap(NULL, 4 * gran, PROT_READ | PROT_WRITE, MAP_SHARED, file.fd, 0);
+    CHECK(whole != MAP_FAILED, "mmap: %s", strerror(errno));
+    if (whole == MAP_FAILED)
+        goto out;
+    memset(whole, 0x44, 4 * gran);
+    memset(whole + 2 * gran, 0x55, gran);
+    munmap(whole, 4 * gran);
+    uintptr_t addr = (uintptr_t)f.base + f.window_bytes / 2; /* rank 1's slice */
+    weft_ctrl_msg_t reg = {
+        .type = WEFT_CTRL_REG, .ticket = 1, .addr = addr, .bytes = gran, .offset = 2 * gran};
+    CHECK(weft_fdpass_send(f.peer, &reg, sizeof reg, file.fd, true) == (ssize_t)sizeof reg,
+          "peer: send REG: %s", strerror(errno));
+    weft_ctrl_msg_t ack;
+    if (peer_recv(&f, WEFT_CTRL_REG_ACK, &ack, NULL) != 0)
+        goto out;
+    CHECK(ack.ticket == 1, "acknowledged ticket %llu", (unsigned long long)ack.ticket);
+    size_t wrong = 0;
+    for (size_t i = 0; i < gran; i++)
+        wrong += ((const uint8_t *)addr)[i] != 0x55;
+    CHECK(wrong == 0, "the mapped range: %zu of %zu bytes are not the peer's", wrong, gran);
+    CHECK(atomic_load(&f.comm->async_error) == WEFT_SUCCESS, "the registry recorded %s",
+          weft_status_string((weft_status_t)atomic_load(&f.comm->async_error)));
+out:
+    mem->destroy(&file);
+    fixture_close(&f);
+    CHECK(setrlimit(RLIMIT_FSIZE, &saved) == 0, "restore RLIMIT_FSIZE: %s", strerror(errno));
+}
+
 /* Free a buffer and allocate one at the same address: a new offset; the old mapping reads
  * zeros and its writes do not reach the new buffer. */
 static void test_offsets_not_reused(void)
@@ -574,6 +623,7 @@ int main(void)
     test_range_descriptor(0);
     test_range_descriptor(1);
     test_offsets_not_reused();
+    test_peer_range_under_limit();
     if (failures == 0)
         printf("PASS test_registry\n");
     return failures != 0;
