@@ -224,16 +224,13 @@ weft_status_t weft_all_to_allv(weft_comm_t comm, const void *sendbuf, const size
                        : !sdispls    ? "sdispls"
                        : !recvcounts ? "recvcounts"
                                      : "rdispls");
-    int n = comm->nranks, me = comm->rank;
+    int n = comm->nranks;
     size_t esize = weft_dtype_size(dtype), send_extent = 0, recv_extent = 0;
     st = block_extent(call, "send", sendcounts, sdispls, n, esize, &send_extent);
     if (st == WEFT_SUCCESS)
         st = block_extent(call, "receive", recvcounts, rdispls, n, esize, &recv_extent);
     if (st != WEFT_SUCCESS)
         return st;
-    if (sendcounts[me] != recvcounts[me])
-        return INVALID("%s: sendcounts[%d] = %zu differs from recvcounts[%d] = %zu", call, me,
-                       sendcounts[me], me, recvcounts[me]);
     if ((send_extent > 0 && !sendbuf) || (recv_extent > 0 && !recvbuf))
         return INVALID("%s: %s is NULL", call, send_extent > 0 && !sendbuf ? "sendbuf" : "recvbuf");
     if (weft_api_overlap(sendbuf, send_extent, recvbuf, recv_extent))

@@ -92,17 +92,21 @@ weft_status_t weft_hs_check_match(struct weft_comm *comm, uint32_t seq, const we
                               comm->rank, p, field);
         }
     }
-    /* Pair counts (all_to_allv): only the two ranks of a pair can see a difference. */
+    /* Pair counts (all_to_allv): only the two ranks of a pair can see a difference; the pair of
+     * a rank with itself is checked here too, so that it fails like any other pair. */
     for (int p = 0; my_pair_send && my_pair_recv && p < comm->nranks; p++) {
-        if (p == comm->rank)
-            continue;
-        const weft_op_desc_t *d = &weft_slot(comm, comm->rank, p, seq)->u.desc;
-        if (d->pair_recv != my_pair_send[p] || d->pair_send != my_pair_recv[p])
+        uint64_t their_send = my_pair_send[p], their_recv = my_pair_recv[p];
+        if (p != comm->rank) {
+            const weft_op_desc_t *d = &weft_slot(comm, comm->rank, p, seq)->u.desc;
+            their_send = d->pair_send;
+            their_recv = d->pair_recv;
+        }
+        if (their_recv != my_pair_send[p] || their_send != my_pair_recv[p])
             return weft_error(WEFT_ERR_MISMATCH,
                               "%s: rank %d sends %llu elements to rank %d, which expects %llu "
                               "(or the reverse direction differs)",
                               call, comm->rank, (unsigned long long)my_pair_send[p], p,
-                              (unsigned long long)d->pair_recv);
+                              (unsigned long long)their_recv);
     }
     return WEFT_SUCCESS;
 }

@@ -8,13 +8,18 @@
  * and leave the communicator usable: a valid all_reduce on the stream right after each row must
  * give the exact result. The foreign pointers weft_free must refuse are cudaMalloc'd and host
  * malloc'd memory. Valid edge cases must succeed: count 0 with NULL buffers, a 0-byte
- * weft_malloc, weft_free(NULL), and the legacy default stream (NULL) for a collective. Under
- * each registration mode.
+ * weft_malloc, weft_free(NULL), and the legacy default stream (NULL) for a collective. Then
+ * the mismatched calls of cases.h (mp_mismatch_run, shared with mp_mismatch) on the stream: every
+ * rank must get WEFT_ERR_MISMATCH before any launch, and the valid all_reduce after each case must
+ * be exact; the all-reduce thresholds are set to the one-GPU defaults, which that table's in-place
+ * case needs, wherever the ranks run. Under each registration mode.
  */
 #include "../mp/cases.h"
 #include "gpu_harness.h"
 
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 /* A valid all_reduce (int32 SUM) on the fixture buffers, on `stream` (the test's stream, or
  * NULL: the legacy default stream); checks the result exactly. */
@@ -49,6 +54,36 @@ static void after_row(void *arg, const mp_args_fixture_t *f, const char *what)
     valid_all_reduce(g, f, what, g->stream);
 }
 
+typedef struct {
+    gpu_ctx_t *g;
+    const mp_args_fixture_t *f;
+} mismatch_arg_t;
+
+/* After each mismatched call: a valid all_reduce on the test's stream. */
+static void after_mismatch(void *arg, const char *what)
+{
+    const mismatch_arg_t *m = arg;
+    valid_all_reduce(m->g, m->f, what, m->g->stream);
+}
+
+/* The mismatched calls, on two weft_malloc buffers of their size. */
+static void mismatches(gpu_ctx_t *g, const mp_args_fixture_t *f)
+{
+    mp_ctx_t *ctx = &g->mp;
+    size_t bytes = mp_mismatch_bytes(ctx->nranks);
+    void *a = NULL, *b = NULL;
+    mp_ok(ctx, weft_malloc(ctx->comm, &a, bytes), "weft_malloc");
+    mp_ok(ctx, weft_malloc(ctx->comm, &b, bytes), "weft_malloc");
+    if (!a || !b)
+        mp_fatal(ctx, "weft_malloc returned NULL");
+    gpu_cuda_ok(g, cudaMemsetAsync(a, 0x11, bytes, g->stream), "cudaMemsetAsync");
+    mismatch_arg_t m = {g, f};
+    mp_mismatch_run(ctx, a, b, g->stream, after_mismatch, &m);
+    gpu_sync(g, "mismatched calls");
+    mp_ok(ctx, weft_free(ctx->comm, a), "weft_free");
+    mp_ok(ctx, weft_free(ctx->comm, b), "weft_free");
+}
+
 /* Valid edge cases: each must succeed. */
 static void valid_edges(gpu_ctx_t *g, const mp_args_fixture_t *f)
 {
@@ -65,6 +100,13 @@ static void valid_edges(gpu_ctx_t *g, const mp_args_fixture_t *f)
 
 int main(void)
 {
+    /* Before the first communicator reads the configuration (mp_mismatch_run's in-place case
+     * needs these on several GPUs too). */
+    if (setenv("WEFT_ALLREDUCE_TWOSHOT_BYTES", "2M", 1) != 0 ||
+        setenv("WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES", "1M", 1) != 0) {
+        perror("gpu_invalid: setenv");
+        return 1;
+    }
     gpu_ctx_t g;
     gpu_init(&g, "gpu_invalid");
     mp_ctx_t *ctx = &g.mp;
@@ -79,6 +121,8 @@ int main(void)
         valid_all_reduce(&g, &f, "communicator creation", g.stream);
         mp_args_run_invalid(ctx, &f, after_row, &g);
         valid_edges(&g, &f);
+        if (ctx->nranks > 1)
+            mismatches(&g, &f);
         gpu_sync(&g, "end of the table");
         mp_args_fixture_destroy(ctx, &f);
         gpu_cuda_ok(&g, cudaFree(cuda), "cudaFree");

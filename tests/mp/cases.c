@@ -1,13 +1,14 @@
 /*
- * cases.c - case tables shared by the host and GPU test programs: the invalid-argument rows and
- * the all_to_all / all_to_allv data checks (contracts in cases.h).
+ * cases.c - case tables shared by the host and GPU test programs: the invalid-argument rows, the
+ * mismatched calls and the all_to_all / all_to_allv data checks (contracts in cases.h).
  *
  * Design. The invalid-argument table is an enum of rows, a static description per row (what it
  * does and the function weft_last_error() must name) and one switch that makes the call; the
  * rows that only apply in some settings (a stream on the host backend, a NULL root sendbuf with
  * one rank, the foreign pointers the caller supplies) are filtered by row_runs(). all_to_allv
  * counts and layouts are pure functions of (seed, case, ranks, side), so every rank draws the
- * same count matrix and can check what its peers sent.
+ * same count matrix and can check what its peers sent. The mismatched calls are an enum of cases
+ * with a name each and one switch, as the invalid rows.
  *
  * Thread safety: as harness.c (an mp_ctx_t belongs to one thread); the table is read-only.
  */
@@ -383,6 +384,167 @@ void mp_args_run_zero_malloc(mp_ctx_t *ctx)
     mp_expect_status(ctx, weft_malloc(c, &p, 0), WEFT_SUCCESS, NULL, "weft_malloc(0)");
     mp_check(ctx, p == NULL, "weft_malloc(0) set the pointer to %p, expected NULL", p);
     mp_expect_status(ctx, weft_free(c, NULL), WEFT_SUCCESS, NULL, "weft_free(NULL)");
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Mismatched calls
+ * ------------------------------------------------------------------------------------------- */
+#define MISMATCH_ELEMS 64 /* per-peer capacity of the buffers, in elements of up to 8 bytes */
+#define MESH_COUNT 4099   /* elements of 4 bytes: 16 KiB, far beyond the inline payload */
+#define BIG_COUNT 100000  /* elements of 4 bytes of CASE_ALL_REDUCE_INLINE_VS_MESH */
+/* Elements of 4 bytes of CASE_ALL_REDUCE_INPLACE_MIXED: 1.5 MiB, from the in-place two-shot
+ * threshold up and below the out-of-place one (cases.h). */
+#define MIXED_COUNT ((size_t)3 << 17)
+
+typedef enum {
+    CASE_ALL_REDUCE_VS_ALL_GATHER,
+    CASE_ALL_REDUCE_VS_BARRIER,
+    CASE_BROADCAST_VS_ALL_TO_ALL,
+    CASE_REDUCE_SCATTER_VS_ALL_REDUCE,
+    CASE_ALL_REDUCE_COUNT,
+    CASE_ALL_GATHER_COUNT,
+    CASE_ALL_TO_ALL_COUNT,
+    CASE_ALL_REDUCE_DTYPE,
+    CASE_BROADCAST_DTYPE,
+    CASE_ALL_REDUCE_OP,
+    CASE_REDUCE_SCATTER_OP,
+    CASE_BROADCAST_ROOT,
+    CASE_ALL_TO_ALLV_COUNTS,
+    CASE_ALL_TO_ALLV_SELF,
+    CASE_ALL_REDUCE_COUNT_MESH,
+    CASE_ALL_GATHER_COUNT_MESH,
+    CASE_ALL_REDUCE_INLINE_VS_MESH,
+    CASE_ALL_REDUCE_ZERO,
+    CASE_BROADCAST_ZERO_MESH,
+    CASE_ALL_REDUCE_INPLACE_MIXED,
+    NUM_CASES
+} case_t;
+
+static const char *const case_names[NUM_CASES] = {
+    [CASE_ALL_REDUCE_VS_ALL_GATHER] = "even ranks all_reduce, odd ranks all_gather",
+    [CASE_ALL_REDUCE_VS_BARRIER] = "rank 0 barrier, others all_reduce",
+    [CASE_BROADCAST_VS_ALL_TO_ALL] = "last rank all_to_all, others broadcast",
+    [CASE_REDUCE_SCATTER_VS_ALL_REDUCE] = "rank 1 reduce_scatter, others all_reduce",
+    [CASE_ALL_REDUCE_COUNT] = "all_reduce, rank 0 count 17, others 16",
+    [CASE_ALL_GATHER_COUNT] = "all_gather, last rank count 9, others 8",
+    [CASE_ALL_TO_ALL_COUNT] = "all_to_all, rank 1 count 5, others 4",
+    [CASE_ALL_REDUCE_DTYPE] = "all_reduce, rank 1 float32, others int32",
+    [CASE_BROADCAST_DTYPE] = "broadcast, rank 0 bfloat16, others float16",
+    [CASE_ALL_REDUCE_OP] = "all_reduce, rank 0 max, others sum",
+    [CASE_REDUCE_SCATTER_OP] = "reduce_scatter, last rank min, others sum",
+    [CASE_BROADCAST_ROOT] = "broadcast, rank 0 root 0, others root 1",
+    [CASE_ALL_TO_ALLV_COUNTS] = "all_to_allv, rank 0 expects 3 elements from rank 1, it sends 2",
+    [CASE_ALL_TO_ALLV_SELF] = "all_to_allv, last rank sends itself 3 elements and expects 2",
+    [CASE_ALL_REDUCE_COUNT_MESH] = "all_reduce on the mesh, rank 0 count 4100, others 4099",
+    [CASE_ALL_GATHER_COUNT_MESH] = "all_gather on the mesh, last rank count 4099, others 4100",
+    [CASE_ALL_REDUCE_INLINE_VS_MESH] = "all_reduce, rank 0 count 16 (inline), others 100000 (mesh)",
+    [CASE_ALL_REDUCE_ZERO] = "all_reduce, rank 0 count 0, others 16",
+    [CASE_BROADCAST_ZERO_MESH] = "broadcast, last rank count 0, others 4099 (mesh)",
+    [CASE_ALL_REDUCE_INPLACE_MIXED] =
+        "all_reduce of 1.5 MiB, rank 0 in place (two-shot), others out of place (one-shot)",
+};
+
+static weft_status_t mismatched_call(mp_ctx_t *ctx, case_t c, void *a, void *b, size_t *arrays,
+                                     void *s)
+{
+    weft_comm_t comm = ctx->comm;
+    int r = ctx->rank, last = ctx->nranks - 1, n = ctx->nranks;
+    switch (c) {
+    case CASE_ALL_REDUCE_VS_ALL_GATHER:
+        return r % 2 == 0 ? weft_all_reduce(comm, a, b, 16, WEFT_INT32, WEFT_SUM, s)
+                          : weft_all_gather(comm, a, b, 16, WEFT_INT32, s);
+    case CASE_ALL_REDUCE_VS_BARRIER:
+        return r == 0 ? weft_barrier(comm, s)
+                      : weft_all_reduce(comm, a, b, 16, WEFT_INT32, WEFT_SUM, s);
+    case CASE_BROADCAST_VS_ALL_TO_ALL:
+        return r == last ? weft_all_to_all(comm, a, b, 4, WEFT_INT32, s)
+                         : weft_broadcast(comm, a, b, 4, WEFT_INT32, 0, s);
+    case CASE_REDUCE_SCATTER_VS_ALL_REDUCE:
+        return r == 1 ? weft_reduce_scatter(comm, a, b, 4, WEFT_FLOAT32, WEFT_SUM, s)
+                      : weft_all_reduce(comm, a, b, 4, WEFT_FLOAT32, WEFT_SUM, s);
+    case CASE_ALL_REDUCE_COUNT:
+        return weft_all_reduce(comm, a, b, r == 0 ? 17 : 16, WEFT_INT32, WEFT_SUM, s);
+    case CASE_ALL_GATHER_COUNT:
+        return weft_all_gather(comm, a, b, r == last ? 9 : 8, WEFT_INT64, s);
+    case CASE_ALL_TO_ALL_COUNT:
+        return weft_all_to_all(comm, a, b, r == 1 ? 5 : 4, WEFT_UINT8, s);
+    case CASE_ALL_REDUCE_DTYPE:
+        return weft_all_reduce(comm, a, b, 16, r == 1 ? WEFT_FLOAT32 : WEFT_INT32, WEFT_SUM, s);
+    case CASE_BROADCAST_DTYPE:
+        return weft_broadcast(comm, a, b, 16, r == 0 ? WEFT_BFLOAT16 : WEFT_FLOAT16, 0, s);
+    case CASE_ALL_REDUCE_OP:
+        return weft_all_reduce(comm, a, b, 16, WEFT_INT32, r == 0 ? WEFT_MAX : WEFT_SUM, s);
+    case CASE_REDUCE_SCATTER_OP:
+        return weft_reduce_scatter(comm, a, b, 4, WEFT_INT32, r == last ? WEFT_MIN : WEFT_SUM, s);
+    case CASE_BROADCAST_ROOT:
+        return weft_broadcast(comm, a, b, 16, WEFT_INT32, r == 0 ? 0 : 1, s);
+    case CASE_ALL_TO_ALLV_COUNTS: {
+        size_t *sendcounts = arrays, *recvcounts = arrays + n, *displs = arrays + 2 * n;
+        for (int p = 0; p < n; p++) {
+            sendcounts[p] = 2;
+            recvcounts[p] = r == 0 && p == 1 ? 3 : 2;
+            displs[p] = (size_t)p * 4;
+        }
+        return weft_all_to_allv(comm, a, sendcounts, displs, b, recvcounts, displs, WEFT_INT32, s);
+    }
+    case CASE_ALL_TO_ALLV_SELF: {
+        size_t *sendcounts = arrays, *recvcounts = arrays + n, *displs = arrays + 2 * n;
+        for (int p = 0; p < n; p++) {
+            sendcounts[p] = r == last && p == last ? 3 : 2;
+            recvcounts[p] = 2;
+            displs[p] = (size_t)p * 4;
+        }
+        return weft_all_to_allv(comm, a, sendcounts, displs, b, recvcounts, displs, WEFT_INT32, s);
+    }
+    case CASE_ALL_REDUCE_COUNT_MESH:
+        return weft_all_reduce(comm, a, b, r == 0 ? MESH_COUNT + 1 : MESH_COUNT, WEFT_INT32,
+                               WEFT_SUM, s);
+    case CASE_ALL_GATHER_COUNT_MESH:
+        return weft_all_gather(comm, a, b, r == last ? MESH_COUNT : MESH_COUNT + 1, WEFT_INT32, s);
+    case CASE_ALL_REDUCE_INLINE_VS_MESH:
+        return weft_all_reduce(comm, a, b, r == 0 ? 16 : BIG_COUNT, WEFT_FLOAT32, WEFT_SUM, s);
+    case CASE_ALL_REDUCE_ZERO:
+        return weft_all_reduce(comm, a, b, r == 0 ? 0 : 16, WEFT_INT32, WEFT_SUM, s);
+    case CASE_BROADCAST_ZERO_MESH:
+        return weft_broadcast(comm, a, b, r == last ? 0 : MESH_COUNT, WEFT_INT32, 0, s);
+    case CASE_ALL_REDUCE_INPLACE_MIXED:
+        return weft_all_reduce(comm, a, r == 0 ? a : b, MIXED_COUNT, WEFT_FLOAT32, WEFT_SUM, s);
+    case NUM_CASES:
+        break;
+    }
+    return WEFT_ERR_INTERNAL;
+}
+
+static size_t max_size(size_t x, size_t y)
+{
+    return x > y ? x : y;
+}
+
+size_t mp_mismatch_bytes(int nranks)
+{
+    /* all_to_all(v) of MISMATCH_ELEMS per peer, the all_gather of MESH_COUNT + 1 per rank, the
+     * all_reduces of BIG_COUNT and MIXED_COUNT. */
+    size_t n = (size_t)nranks;
+    return max_size(max_size(n * MISMATCH_ELEMS * 8, n * (MESH_COUNT + 1) * 4),
+                    max_size(BIG_COUNT, MIXED_COUNT) * 4);
+}
+
+void mp_mismatch_run(mp_ctx_t *ctx, void *a, void *b, void *stream, mp_mismatch_after_fn after,
+                     void *arg)
+{
+    size_t *arrays = calloc(3 * (size_t)ctx->nranks, sizeof *arrays);
+    if (!arrays)
+        mp_fatal(ctx, "out of memory");
+    for (int c = 0; c < NUM_CASES; c++) {
+        mp_case(ctx, "%s", case_names[c]);
+        weft_status_t st = mismatched_call(ctx, (case_t)c, a, b, arrays, stream);
+        mp_expect_status(ctx, st, WEFT_ERR_MISMATCH, NULL, case_names[c]);
+        if (st != WEFT_SUCCESS && st != WEFT_ERR_MISMATCH && st != WEFT_ERR_INVALID_ARGUMENT)
+            mp_fatal(ctx, "%s returned %s: the communicator is unusable", case_names[c],
+                     weft_status_string(st));
+        after(arg, case_names[c]);
+    }
+    free(arrays);
 }
 
 /* ---------------------------------------------------------------------------------------------

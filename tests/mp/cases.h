@@ -1,6 +1,7 @@
 /*
  * cases.h - case tables shared by the host programs (tests/mp) and the GPU programs (tests/gpu):
- * the invalid-argument table of mp_invalid and gpu_invalid, and the all_to_all / all_to_allv
+ * the invalid-argument table of mp_invalid and gpu_invalid, the mismatched calls of mp_mismatch
+ * and gpu_invalid, and the all_to_all / all_to_allv
  * data, counts and displacements of mp_all_to_all and gpu_collectives. Part of the harness
  * library weft_mp_harness; written against the public API (weft.h) only.
  *
@@ -82,6 +83,30 @@ void mp_args_run_zero_counts(mp_ctx_t *ctx, const mp_args_fixture_t *f);
 /* Valid edge case: weft_malloc of 0 bytes succeeds and sets the pointer to NULL;
  * weft_free(NULL) succeeds. Begins its own case. */
 void mp_args_run_zero_malloc(mp_ctx_t *ctx);
+
+/* ---------------------------------------------------------------------------------------------
+ * Mismatched calls
+ * ------------------------------------------------------------------------------------------- */
+
+/* Bytes each of the two buffers of mp_mismatch_run must hold with nranks ranks. */
+size_t mp_mismatch_bytes(int nranks);
+
+/* Called after each case with the case's name; checks that the communicator still works. */
+typedef void (*mp_mismatch_after_fn)(void *arg, const char *what);
+
+/* Calls on which the ranks disagree, made by all ranks in lockstep on ctx->comm with stream, one
+ * case each, on buffers a and b of mp_mismatch_bytes(nranks) (weft_malloc memory, contents
+ * irrelevant; b is written): different collectives; the same collective with different counts
+ * (0 on one rank included, on the flag or push path and on the mesh), dtypes of one element
+ * size, reductions or roots; all_to_allv with sendcounts[p] on rank r different from
+ * recvcounts[r] on rank p (p = r included); an all_reduce of 1.5 MiB in place on rank 0 only.
+ * Every rank must get WEFT_ERR_MISMATCH with a non-empty weft_last_error(); any status but
+ * success, WEFT_ERR_MISMATCH or WEFT_ERR_INVALID_ARGUMENT ends the test (the communicator is
+ * unusable). after(arg, what) runs after each case. The in-place case needs
+ * WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES <= 1.5 MiB < WEFT_ALLREDUCE_TWOSHOT_BYTES, as the
+ * defaults on the host and on one GPU are. Needs at least 2 ranks. */
+void mp_mismatch_run(mp_ctx_t *ctx, void *a, void *b, void *stream, mp_mismatch_after_fn after,
+                     void *arg);
 
 /* ---------------------------------------------------------------------------------------------
  * all_to_all and all_to_allv. Element i from rank s: all_to_all (s, d * count + i) to rank d,
