@@ -10,7 +10,8 @@
  * - float32 and float64 reduce in their own type, float16 and bfloat16 in float32 with one
  *   rounding to nearest even at the end; AVG divides the sum in the accumulation type;
  * - MAX/MIN keep the earlier value unless a later source compares strictly greater / smaller
- *   (pure selection: NaN and signed-zero bits pass through unchanged);
+ *   or, on floats, is not NaN where the earlier value is (a NaN is ignored unless every source
+ *   holds one, as fmaxf/fminf); pure selection: NaN and signed-zero bits pass through unchanged;
  * - sources are combined in order srcs[0], srcs[1], ...
  * NaN results of float arithmetic follow the host (x86-64 SSE) rules rather than the GPU's
  * canonical NaN: a NaN operand is returned with its quiet bit set and its payload kept, and an
@@ -319,12 +320,15 @@ static __device__ __forceinline__ double weft_dev_prod(double a, double b)
     return weft_dev_nan_fix(weft_dev_mul_rn(a, b), a, b);
 }
 
-/* Float MAX/MIN as a compare and a select in PTX, so that no compiler flag can turn them into a
- * max/min instruction (which treats NaNs and signed zeros differently). */
+/* Float MAX/MIN as compares and a select in PTX, so that no compiler flag can turn them into a
+ * max/min instruction (which orders signed zeros and makes NaNs canonical): b is taken where
+ * "b > a or unordered" (gtu; ltu for MIN) holds and b is a number (num), that is where b > a,
+ * or where a is NaN and b is not. */
 static __device__ __forceinline__ float weft_dev_max(float a, float b)
 {
     float r;
-    asm("{\n\t.reg .pred p;\n\tsetp.gt.f32 p, %2, %1;\n\tselp.f32 %0, %2, %1, p;\n\t}"
+    asm("{\n\t.reg .pred p, q;\n\tsetp.gtu.f32 p, %2, %1;\n\tsetp.num.f32 q, %2, %2;\n\t"
+        "and.pred p, p, q;\n\tselp.f32 %0, %2, %1, p;\n\t}"
         : "=f"(r)
         : "f"(a), "f"(b));
     return r;
@@ -333,7 +337,8 @@ static __device__ __forceinline__ float weft_dev_max(float a, float b)
 static __device__ __forceinline__ float weft_dev_min(float a, float b)
 {
     float r;
-    asm("{\n\t.reg .pred p;\n\tsetp.lt.f32 p, %2, %1;\n\tselp.f32 %0, %2, %1, p;\n\t}"
+    asm("{\n\t.reg .pred p, q;\n\tsetp.ltu.f32 p, %2, %1;\n\tsetp.num.f32 q, %2, %2;\n\t"
+        "and.pred p, p, q;\n\tselp.f32 %0, %2, %1, p;\n\t}"
         : "=f"(r)
         : "f"(a), "f"(b));
     return r;
@@ -342,7 +347,8 @@ static __device__ __forceinline__ float weft_dev_min(float a, float b)
 static __device__ __forceinline__ double weft_dev_max(double a, double b)
 {
     double r;
-    asm("{\n\t.reg .pred p;\n\tsetp.gt.f64 p, %2, %1;\n\tselp.f64 %0, %2, %1, p;\n\t}"
+    asm("{\n\t.reg .pred p, q;\n\tsetp.gtu.f64 p, %2, %1;\n\tsetp.num.f64 q, %2, %2;\n\t"
+        "and.pred p, p, q;\n\tselp.f64 %0, %2, %1, p;\n\t}"
         : "=d"(r)
         : "d"(a), "d"(b));
     return r;
@@ -351,7 +357,8 @@ static __device__ __forceinline__ double weft_dev_max(double a, double b)
 static __device__ __forceinline__ double weft_dev_min(double a, double b)
 {
     double r;
-    asm("{\n\t.reg .pred p;\n\tsetp.lt.f64 p, %2, %1;\n\tselp.f64 %0, %2, %1, p;\n\t}"
+    asm("{\n\t.reg .pred p, q;\n\tsetp.ltu.f64 p, %2, %1;\n\tsetp.num.f64 q, %2, %2;\n\t"
+        "and.pred p, p, q;\n\tselp.f64 %0, %2, %1, p;\n\t}"
         : "=d"(r)
         : "d"(a), "d"(b));
     return r;

@@ -45,7 +45,7 @@
  * streaming float32/float64/integer reductions are bound by memory bandwidth either way.
  * Not under ThreadSanitizer: its runtime is not ready when the dynamic loader runs the ifunc
  * resolvers of a shared library, and the instrumented resolvers crash. */
-#if defined(__x86_64__) && defined(__GLIBC__) && defined(__has_attribute) && \
+#if defined(__x86_64__) && defined(__GLIBC__) && defined(__has_attribute) &&                       \
     !defined(__SANITIZE_THREAD__)
 #if __has_attribute(target_clones)
 #define KERNEL __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
@@ -166,13 +166,15 @@ uint16_t weft_float_to_bf16(float f)
 /* ---------------------------------------------------------------------------------------------
  * Operators: a is the accumulator (earlier sources), b the next source; T the element type and
  * U the type the arithmetic happens in (unsigned for signed integers, so that it wraps).
- * MAX/MIN keep a unless b compares strictly greater/smaller, so a NaN in srcs[0] stays and a
- * NaN in a later source is never taken (reduce_host.h).
+ * MAX/MIN keep a unless b compares strictly greater/smaller; on floats also take b when a is NaN
+ * and b is not, so that a NaN is ignored unless every source holds one (reduce_host.h).
  * ------------------------------------------------------------------------------------------- */
 #define OP_SUM(T, U, a, b) ((T)((U)(a) + (U)(b)))
 #define OP_PROD(T, U, a, b) ((T)((U)(a) * (U)(b)))
 #define OP_MAX(T, U, a, b) ((b) > (a) ? (b) : (a))
 #define OP_MIN(T, U, a, b) ((b) < (a) ? (b) : (a))
+#define OP_FMAX(T, U, a, b) ((b) > (a) || ((a) != (a) && (b) == (b)) ? (b) : (a))
+#define OP_FMIN(T, U, a, b) ((b) < (a) || ((a) != (a) && (b) == (b)) ? (b) : (a))
 
 /* ---------------------------------------------------------------------------------------------
  * Native types: accumulate in the element type.
@@ -236,21 +238,21 @@ typedef struct {
             acc[i] = (T)((double)acc[i] / d);                                                      \
     }
 
-#define DEFINE_NATIVE_TYPE(tname, T, U, DIVIDE)                                                    \
+#define DEFINE_NATIVE_TYPE(tname, T, U, DIVIDE, MAX, MIN)                                          \
     DEFINE_NATIVE_OP(tname, T, U, sum, OP_SUM)                                                     \
     DEFINE_NATIVE_OP(tname, T, U, prod, OP_PROD)                                                   \
-    DEFINE_NATIVE_OP(tname, T, U, max, OP_MAX)                                                     \
-    DEFINE_NATIVE_OP(tname, T, U, min, OP_MIN)                                                     \
+    DEFINE_NATIVE_OP(tname, T, U, max, MAX)                                                        \
+    DEFINE_NATIVE_OP(tname, T, U, min, MIN)                                                        \
     DIVIDE(tname, T)
 
-DEFINE_NATIVE_TYPE(i8, int8_t, uint8_t, DEFINE_DIVIDE_VIA_DOUBLE)
-DEFINE_NATIVE_TYPE(u8, uint8_t, uint8_t, DEFINE_DIVIDE_VIA_DOUBLE)
-DEFINE_NATIVE_TYPE(i32, int32_t, uint32_t, DEFINE_DIVIDE_VIA_DOUBLE)
-DEFINE_NATIVE_TYPE(u32, uint32_t, uint32_t, DEFINE_DIVIDE_VIA_DOUBLE)
-DEFINE_NATIVE_TYPE(i64, int64_t, uint64_t, DEFINE_DIVIDE_DIRECT)
-DEFINE_NATIVE_TYPE(u64, uint64_t, uint64_t, DEFINE_DIVIDE_DIRECT)
-DEFINE_NATIVE_TYPE(f32, float, float, DEFINE_DIVIDE_DIRECT)
-DEFINE_NATIVE_TYPE(f64, double, double, DEFINE_DIVIDE_DIRECT)
+DEFINE_NATIVE_TYPE(i8, int8_t, uint8_t, DEFINE_DIVIDE_VIA_DOUBLE, OP_MAX, OP_MIN)
+DEFINE_NATIVE_TYPE(u8, uint8_t, uint8_t, DEFINE_DIVIDE_VIA_DOUBLE, OP_MAX, OP_MIN)
+DEFINE_NATIVE_TYPE(i32, int32_t, uint32_t, DEFINE_DIVIDE_VIA_DOUBLE, OP_MAX, OP_MIN)
+DEFINE_NATIVE_TYPE(u32, uint32_t, uint32_t, DEFINE_DIVIDE_VIA_DOUBLE, OP_MAX, OP_MIN)
+DEFINE_NATIVE_TYPE(i64, int64_t, uint64_t, DEFINE_DIVIDE_DIRECT, OP_MAX, OP_MIN)
+DEFINE_NATIVE_TYPE(u64, uint64_t, uint64_t, DEFINE_DIVIDE_DIRECT, OP_MAX, OP_MIN)
+DEFINE_NATIVE_TYPE(f32, float, float, DEFINE_DIVIDE_DIRECT, OP_FMAX, OP_FMIN)
+DEFINE_NATIVE_TYPE(f64, double, double, DEFINE_DIVIDE_DIRECT, OP_FMAX, OP_FMIN)
 
 #define NATIVE_ROW(t, T)                                                                           \
     {                                                                                              \
@@ -366,8 +368,8 @@ typedef struct {
     }                                                                                              \
     DEFINE_WIDE_OP(tname, TO_FLOAT, sum, OP_SUM)                                                   \
     DEFINE_WIDE_OP(tname, TO_FLOAT, prod, OP_PROD)                                                 \
-    DEFINE_WIDE_OP(tname, TO_FLOAT, max, OP_MAX)                                                   \
-    DEFINE_WIDE_OP(tname, TO_FLOAT, min, OP_MIN)                                                   \
+    DEFINE_WIDE_OP(tname, TO_FLOAT, max, OP_FMAX)                                                  \
+    DEFINE_WIDE_OP(tname, TO_FLOAT, min, OP_FMIN)                                                  \
     static const wide_kernels_t tname##_kernels = {                                                \
         .widen = tname##_widen,                                                                    \
         .fold = {[WEFT_SUM] = tname##_sum_fold,                                                    \

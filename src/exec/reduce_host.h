@@ -5,9 +5,11 @@
  * in float32 and rounded once to nearest even; float32 reduces in float32, float64 in float64;
  * integers reduce in their own type with wrap-around (unsigned) semantics for SUM/PROD.
  * AVG = SUM divided by avg_divisor: integers truncate toward zero, floats divide in their
- * accumulation type. MAX/MIN on floats follow fmaxf/fminf-free comparisons: the result is
- * srcs[0]'s value unless a later source compares strictly greater (MAX) / smaller (MIN), so NaN
- * handling is deterministic (the same on every rank for the same inputs).
+ * accumulation type. MAX/MIN select, folding the sources in order: the accumulator is replaced
+ * by a later source that compares strictly greater (MAX) / smaller (MIN) or, on floats, that is
+ * not NaN where the accumulator is. So a NaN is ignored unless every source holds one (then
+ * srcs[0]'s NaN comes out), as fmaxf/fminf and NCCL do; of equal values (+0 and -0) the
+ * earliest is kept.
  *
  * Sources are combined in the order given (srcs[0], srcs[1], ...), so every rank that reduces
  * the same inputs in the same order gets bit-identical results.

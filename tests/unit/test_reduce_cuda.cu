@@ -404,6 +404,19 @@ static float widen_f(int dtype, uint64_t v)
     return bitsf((uint32_t)v);
 }
 
+/* MAX/MIN (reduce_host.h): b replaces acc where it is beyond it, or a number where acc is NaN. */
+static float select_f(int op, float acc, float b)
+{
+    bool beyond = op == WEFT_MAX ? b > acc : b < acc;
+    return !isnan(b) && (isnan(acc) || beyond) ? b : acc;
+}
+
+static double select_d(int op, double acc, double b)
+{
+    bool beyond = op == WEFT_MAX ? b > acc : b < acc;
+    return !isnan(b) && (isnan(acc) || beyond) ? b : acc;
+}
+
 static uint64_t expected_float(int dtype, int op, const uint64_t *in, int nsrcs, int divisor,
                                bool *nan_pair)
 {
@@ -412,10 +425,8 @@ static uint64_t expected_float(int dtype, int op, const uint64_t *in, int nsrcs,
         double acc = bitsd(in[0]);
         for (int s = 1; s < nsrcs; s++) {
             double b = bitsd(in[s]);
-            if (op == WEFT_MAX)
-                acc = b > acc ? b : acc;
-            else if (op == WEFT_MIN)
-                acc = b < acc ? b : acc;
+            if (op == WEFT_MAX || op == WEFT_MIN)
+                acc = select_d(op, acc, b);
             else
                 acc = step_d(op, acc, b, nan_pair);
         }
@@ -426,10 +437,8 @@ static uint64_t expected_float(int dtype, int op, const uint64_t *in, int nsrcs,
     float acc = widen_f(dtype, in[0]);
     for (int s = 1; s < nsrcs; s++) {
         float b = widen_f(dtype, in[s]);
-        if (op == WEFT_MAX)
-            acc = b > acc ? b : acc;
-        else if (op == WEFT_MIN)
-            acc = b < acc ? b : acc;
+        if (op == WEFT_MAX || op == WEFT_MIN)
+            acc = select_f(op, acc, b);
         else
             acc = step_f(op, acc, b, nan_pair);
     }

@@ -383,10 +383,10 @@ static float ref_float_op(weft_redop_t op, float a, float b)
         return a + b;
     case WEFT_PROD:
         return a * b;
-    case WEFT_MAX:
-        return b > a ? b : a;
+    case WEFT_MAX: /* a NaN is ignored while a number is there; ties keep the earlier */
+        return !isnan(b) && (isnan(a) || b > a) ? b : a;
     case WEFT_MIN:
-        return b < a ? b : a;
+        return !isnan(b) && (isnan(a) || b < a) ? b : a;
     }
     return NAN;
 }
@@ -399,10 +399,10 @@ static double ref_double_op(weft_redop_t op, double a, double b)
         return a + b;
     case WEFT_PROD:
         return a * b;
-    case WEFT_MAX:
-        return b > a ? b : a;
+    case WEFT_MAX: /* a NaN is ignored while a number is there; ties keep the earlier */
+        return !isnan(b) && (isnan(a) || b > a) ? b : a;
     case WEFT_MIN:
-        return b < a ? b : a;
+        return !isnan(b) && (isnan(a) || b < a) ? b : a;
     }
     return NAN;
 }
@@ -773,15 +773,17 @@ static void test_int_avg_divisors(bufs_t *b)
     }
 }
 
-/* MAX and MIN select deterministically: srcs[0] unless a later source is strictly beyond. */
+/* MAX and MIN select deterministically: srcs[0] unless a later source is strictly beyond or
+ * is a number where srcs[0] is NaN; a NaN comes out only where every source is one. */
 static void test_float_select(void)
 {
-    const float qnan = bitsf(0x7fc00001u);
+    const float qnan = bitsf(0x7fc00001u), qnan2 = bitsf(0xffc00002u);
     const float cases[][3] = {
-        /* a, b, max, then min on the next line */
-        {qnan, 1.0f, qnan},  {1.0f, qnan, 1.0f},      {-0.0f, 0.0f, -0.0f},
-        {0.0f, -0.0f, 0.0f}, {-INFINITY, 2.0f, 2.0f},
+        /* a, b, max (and min, but for the last case) */
+        {qnan, 1.0f, 1.0f},   {1.0f, qnan, 1.0f},  {qnan, qnan2, qnan},
+        {-0.0f, 0.0f, -0.0f}, {0.0f, -0.0f, 0.0f}, {-INFINITY, 2.0f, 2.0f},
     };
+    const size_t last = sizeof cases / sizeof cases[0] - 1;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const float a[1] = {cases[c][0]}, bb[1] = {cases[c][1]};
         const void *srcs[2] = {a, bb};
@@ -791,17 +793,21 @@ static void test_float_select(void)
               "float32 max case %zu: 0x%08" PRIx32 ", want 0x%08" PRIx32, c, fbits(out[0]),
               fbits(cases[c][2]));
         weft_reduce_host(out, srcs, 2, 1, WEFT_FLOAT32, WEFT_MIN, 1);
-        float want_min = c == 4 ? -INFINITY : cases[c][2];
+        float want_min = c == last ? -INFINITY : cases[c][2];
         CHECK(fbits(out[0]) == fbits(want_min),
               "float32 min case %zu: 0x%08" PRIx32 ", want 0x%08" PRIx32, c, fbits(out[0]),
               fbits(want_min));
     }
-    /* A signalling NaN half in srcs[0] comes out quiet, payload kept. */
-    const uint16_t h[2][1] = {{0x7c01u}, {0x3c00u}};
+    /* float16: a signalling NaN gives way to a number; of two NaNs srcs[0]'s comes out quiet,
+     * payload kept. */
+    const uint16_t h[3][1] = {{0x7c01u}, {0x3c00u}, {0xfc02u}};
     const void *srcs[2] = {h[0], h[1]};
     uint16_t out[1];
     weft_reduce_host(out, srcs, 2, 1, WEFT_FLOAT16, WEFT_MAX, 1);
-    CHECK(out[0] == 0x7e01u, "float16 max(sNaN, 1) = 0x%04x, want 0x7e01", out[0]);
+    CHECK(out[0] == 0x3c00u, "float16 max(sNaN, 1) = 0x%04x, want 0x3c00", out[0]);
+    srcs[1] = h[2];
+    weft_reduce_host(out, srcs, 2, 1, WEFT_FLOAT16, WEFT_MIN, 1);
+    CHECK(out[0] == 0x7e01u, "float16 min(sNaN, -sNaN) = 0x%04x, want 0x7e01", out[0]);
     /* 16-bit sums round once: 2048 + 1 + 1 in float16 is 2050 (per step it would be 2048). */
     const uint16_t s[3][1] = {{0x6800u}, {0x3c00u}, {0x3c00u}};
     const void *ssrcs[3] = {s[0], s[1], s[2]};
