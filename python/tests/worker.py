@@ -550,6 +550,48 @@ def case_moe(ctx, dtype):
     res.handle.close()
 
 
+@case("moe_close_in_use", kinds=("numpy", "torch-cpu"))
+def case_moe_close_in_use(ctx, _):
+    """handle.close() on one thread while a combine on another is blocked in C with that handle
+    (rank 0's peers join late): the combine still gives what a combine before gave, and later
+    calls with the handle raise ValueError."""
+    k, comm, n, me = ctx.kind, ctx.comm, ctx.n, ctx.rank
+    per_rank, topk, hidden = 2, 2, 4
+    num_experts = per_rank * n
+    topk = min(topk, num_experts)
+    x, idx, w = _moe_inputs(ctx, me, "float32", num_experts, topk, hidden)
+    res = comm.moe_dispatch(k.array(x, "float32"), k.array(idx, "int64"),
+                            k.array(w, "float32"), num_experts)
+    y = k.array(np.arange(res.num_recv_tokens * hidden).reshape(-1, hidden) + 100 * me,
+                "float32")
+    want = comm.moe_combine(res.handle, y)
+    if me != 0:
+        time.sleep(0.3)
+        comm.moe_combine(res.handle, y)
+        res.handle.close()
+        return
+    outcome = {}
+
+    def run():
+        try:
+            outcome["out"] = comm.moe_combine(res.handle, y)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            outcome["error"] = exc
+
+    th = threading.Thread(target=run)
+    th.start()
+    time.sleep(0.1)  # the thread is in the C call, waiting for its peers
+    res.handle.close()
+    ctx.expect(res.handle.closed, "handle.closed is False after close()")
+    th.join()
+    ctx.expect("error" not in outcome, f"combine during close() failed: {outcome.get('error')}")
+    if "out" in outcome:
+        ctx.expect_values(outcome["out"], k.values(want),
+                          "combine during close() against the one before")
+    ctx.expect_raises(ValueError, lambda: comm.moe_combine(res.handle, y),
+                      "moe_combine after close()", contains="closed")
+
+
 @case("registered_memory", kinds=("numpy", "torch-cuda-pool"))
 def case_registered_memory(ctx, _):
     """Collectives on weft memory (and on interior views of it) are zero-copy; on other memory

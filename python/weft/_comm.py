@@ -10,6 +10,7 @@ concurrent Python callers wait for each other instead of corrupting the C state.
 no lock: it is meant to be called while another thread is blocked in an operation.
 """
 
+import contextlib
 import ctypes
 import enum
 import os
@@ -85,6 +86,8 @@ class MoeHandle:
     def __init__(self, comm, handle, x, num_recv_tokens):
         self._comm = comm
         self._handle = handle
+        self._uses = 0  # calls using the handle now (_pinned); close() leaves it to the last
+        self._closing = False
         self._destroy = library().weft_moe_handle_destroy
         comm._moe_handles.add(self)  # closed by comm.destroy() if still open
         # An empty array or tensor of x's kind, dtype and device (not x: that would keep it
@@ -95,11 +98,39 @@ class MoeHandle:
         self.num_recv_tokens = num_recv_tokens
 
     def close(self):
+        """Free the layout; idempotent. A combine or dispatch using the handle on another thread
+        keeps it until that call returns, and later calls raise ValueError."""
         with self._comm._state_lock:
-            if self._handle is not None:
-                if self._comm._handle is not None:  # else its communicator freed it
-                    self._destroy(self._handle)
-                self._handle = None
+            self._closing = True
+            if self._uses == 0:
+                self._free()
+
+    @property
+    def closed(self):
+        """Whether close() was called (by the user, or by the communicator's destroy())."""
+        return self._closing
+
+    def _free(self):
+        """Under the communicator's _state_lock, with no call using the handle."""
+        if self._handle is not None:
+            if self._comm._handle is not None:  # else its communicator freed it
+                self._destroy(self._handle)
+            self._handle = None
+
+    @contextlib.contextmanager
+    def _pinned(self, call):
+        """The C handle, kept from close() for the span of one call."""
+        with self._comm._state_lock:
+            if self._closing:
+                raise ValueError(f"{call}: handle was closed")
+            self._uses += 1
+        try:
+            yield self._handle
+        finally:
+            with self._comm._state_lock:
+                self._uses -= 1
+                if self._uses == 0 and self._closing:
+                    self._free()
 
     def __del__(self):
         self.close()
@@ -495,9 +526,9 @@ class Comm:
         recv_x = B.empty_like_kind(xb, (n, handle.hidden), "same")
         got = B.empty_like_kind(xb, (1,), "int64")
         ptrs = [B.as_buffer(call, "out", a, writable=True).ptr for a in (recv_x, got)]
-        with self._lock:
+        with handle._pinned(call) as pinned, self._lock:
             comm = self._live(call)  # destroy() closes handles: the communicator first
-            moe = ctypes.c_void_p(handle._handle.value)  # in: the layout; left as is
+            moe = ctypes.c_void_p(pinned.value)  # in: the layout; left as is
             check(library().weft_moe_dispatch(
                 comm, xb.ptr, handle.num_tokens, handle.hidden, xb.dtype, None, None,
                 MOE_REUSE, 0, ptrs[0], None, None, None, n, ptrs[1], ctypes.byref(moe),
@@ -510,7 +541,7 @@ class Comm:
         if not isinstance(handle, MoeHandle):
             raise TypeError(f"{call}: handle must be the MoeHandle of a moe_dispatch, not "
                             f"{type(handle).__name__}")
-        if handle._handle is None:
+        if handle.closed:
             raise ValueError(f"{call}: handle was closed")
         if handle._comm is not self:
             raise ValueError(f"{call}: handle comes from a dispatch on another communicator")
@@ -543,8 +574,8 @@ class Comm:
         if ob.shape != (handle.num_tokens, handle.hidden):
             raise ValueError(f"{call}: out has shape {ob.shape}, expected "
                              f"({handle.num_tokens}, {handle.hidden})")
-        with self._lock:
-            check(library().weft_moe_combine(self._live(call), handle._handle, yb.ptr, ob.ptr,
+        with handle._pinned(call) as pinned, self._lock:
+            check(library().weft_moe_combine(self._live(call), pinned, yb.ptr, ob.ptr,
                                              B.stream_of(self)))
         return out
 
