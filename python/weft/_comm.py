@@ -287,8 +287,12 @@ class Comm:
         if nbytes == 0:
             return np.empty(shape, dtype=dtype)
         ptr = ctypes.c_void_p()
-        check(self._local(call, library().weft_malloc, ctypes.byref(ptr), nbytes))
-        return np.asarray(_Allocation(self, ptr.value, shape, dtype))
+        # One span of _state_lock from the allocation to its record, so that a destroy() on
+        # another thread either comes first (ValueError here) or counts this array.
+        with self._state_lock:
+            check(library().weft_malloc(self._live(call), ctypes.byref(ptr), nbytes))
+            allocation = _Allocation(self, ptr.value, shape, dtype)
+        return np.asarray(allocation)
 
     # -- collectives ---------------------------------------------------------------------------
 
