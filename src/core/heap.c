@@ -153,15 +153,18 @@ int weft_heap_alloc(weft_heap_t *h, size_t size, int internal, uintptr_t *addr_o
     return -1;
 }
 
-size_t weft_heap_next_chunk(weft_heap_t *h, size_t size)
+size_t weft_heap_chunk_bytes(const weft_heap_t *h, size_t size, int smallest)
 {
     size_t need = round_up(size, h->gran);
-    if (h->chunk_min == 0)
+    if (h->chunk_min == 0 || smallest)
         return need;
-    size_t bytes = h->chunk_next > need ? h->chunk_next : need;
+    return h->chunk_next > need ? h->chunk_next : need;
+}
+
+void weft_heap_grow(weft_heap_t *h)
+{
     if (h->chunk_next < h->chunk_max)
         h->chunk_next = h->chunk_next * 2 < h->chunk_max ? h->chunk_next * 2 : h->chunk_max;
-    return bytes;
 }
 
 int weft_heap_take_range(weft_heap_t *h, size_t bytes, uintptr_t *addr_out)

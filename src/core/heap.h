@@ -73,8 +73,12 @@ size_t weft_heap_alloc_size(const weft_heap_t *h, size_t bytes);
 int weft_heap_alloc(weft_heap_t *h, size_t size, int internal, uintptr_t *addr_out,
                     weft_chunk_t **chunk_out);
 
-/* The size of a new chunk that will hold an allocation of size bytes (advances the growth). */
-size_t weft_heap_next_chunk(weft_heap_t *h, size_t size);
+/* The size of a new chunk that will hold an allocation of size bytes: the growth's next size,
+ * or the allocation's own (rounded to the granularity) when larger or when smallest is set (the
+ * fallback when memory or address space is short). */
+size_t weft_heap_chunk_bytes(const weft_heap_t *h, size_t size, int smallest);
+/* A chunk of the growth's size was made: the next one is twice as large, up to chunk_max. */
+void weft_heap_grow(weft_heap_t *h);
 
 /* Take bytes (a multiple of the granularity) of free slice address space, or -1. */
 int weft_heap_take_range(weft_heap_t *h, size_t bytes, uintptr_t *addr_out);

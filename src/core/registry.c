@@ -883,6 +883,53 @@ static void release_chunk(weft_registry_t *reg, weft_chunk_t *c)
         reg->pending.data[reg->pending.n++] = (pending_t){r.addr, r.bytes, ticket};
 }
 
+/* Release every empty chunk (the spares) under mu: their memory, and their address ranges once
+ * the peers unmapped them, become free. Returns how many were released. */
+static size_t release_empty_chunks(weft_registry_t *reg)
+{
+    size_t released = 0;
+    for (size_t i = reg->heap.nchunks; i-- > 0;) { /* release_chunk removes chunk i */
+        if (reg->heap.chunks[i]->live == 0) {
+            release_chunk(reg, reg->heap.chunks[i]);
+            released++;
+        }
+    }
+    return released;
+}
+
+static int has_empty_chunk(const weft_registry_t *reg)
+{
+    for (size_t i = 0; i < reg->heap.nchunks; i++) {
+        if (reg->heap.chunks[i]->live == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* A new chunk for an allocation of size bytes, under mu: of the growth's size (chunks grow to
+ * 1 GiB); short of memory or of address space for that, of the allocation's own size after the
+ * spare chunks were given back, so that an allocation that would fit does not fail. */
+static weft_status_t new_chunk(weft_registry_t *reg, size_t size, int internal,
+                               weft_chunk_t **chunk_out)
+{
+    size_t grown = weft_heap_chunk_bytes(&reg->heap, size, 0);
+    size_t smallest = weft_heap_chunk_bytes(&reg->heap, size, 1);
+    int fallback = grown > smallest || has_empty_chunk(reg);
+    if (fallback)
+        weft_error_quiet_begin(); /* the fallback reports what still fails */
+    weft_status_t st = add_chunk(reg, grown, internal, chunk_out);
+    if (fallback)
+        weft_error_quiet_end();
+    if (st == WEFT_SUCCESS)
+        weft_heap_grow(&reg->heap);
+    if (st != WEFT_ERR_NO_MEMORY || !fallback)
+        return st;
+    WEFT_LOG_DEBUG("weft_malloc: no chunk of %zu bytes (%s); %zu spare chunk(s) released, trying "
+                   "%zu bytes",
+                   grown, weft_last_error(), release_empty_chunks(reg), smallest);
+    return add_chunk(reg, smallest, internal, chunk_out);
+}
+
 weft_status_t weft_registry_alloc(weft_registry_t *reg, size_t bytes, int internal, void **ptr_out)
 {
     if (bytes > reg->win.slice_bytes)
@@ -895,7 +942,7 @@ weft_status_t weft_registry_alloc(weft_registry_t *reg, size_t bytes, int intern
     weft_chunk_t *c;
     weft_status_t st = WEFT_SUCCESS;
     if (weft_heap_alloc(&reg->heap, size, internal, &addr, &c) != 0) {
-        st = add_chunk(reg, weft_heap_next_chunk(&reg->heap, size), internal, &c);
+        st = new_chunk(reg, size, internal, &c);
         if (st == WEFT_SUCCESS && weft_heap_alloc(&reg->heap, size, internal, &addr, &c) != 0) {
             release_chunk(reg, c); /* empty: nothing else would ever release it */
             st = weft_error(WEFT_ERR_NO_MEMORY, "weft_malloc: allocation table");

@@ -16,6 +16,7 @@
 #define WEFT_LAST_ERROR_BYTES 512
 
 static _Thread_local char last_error[WEFT_LAST_ERROR_BYTES];
+static _Thread_local int quiet; /* weft_error_quiet_begin depth */
 static atomic_int log_rank = -1;
 
 const char *weft_status_string(weft_status_t s)
@@ -38,6 +39,16 @@ const char *weft_last_error(void)
 void weft_error_clear(void)
 {
     last_error[0] = '\0';
+}
+
+void weft_error_quiet_begin(void)
+{
+    quiet++;
+}
+
+void weft_error_quiet_end(void)
+{
+    quiet--;
 }
 
 void weft_log_set_rank(int rank)
@@ -72,7 +83,10 @@ static weft_status_t record(weft_status_t status, int err, const char *fmt, va_l
     int n = vsnprintf(last_error, sizeof last_error, fmt, ap);
     if (err != 0 && n >= 0 && (size_t)n < sizeof last_error)
         snprintf(last_error + n, sizeof last_error - (size_t)n, ": %s", strerror(err));
-    log_line(status == WEFT_ERR_INVALID_ARGUMENT ? WEFT_LOG_INFO : WEFT_LOG_ERROR, last_error);
+    log_line(quiet > 0                             ? WEFT_LOG_DEBUG
+             : status == WEFT_ERR_INVALID_ARGUMENT ? WEFT_LOG_INFO
+                                                   : WEFT_LOG_ERROR,
+             last_error);
     return status;
 }
 

@@ -39,6 +39,12 @@ weft_status_t weft_error_errno(weft_status_t status, int err, const char *fmt, .
 /* Clear this thread's last-error text (called at the start of every public call). */
 void weft_error_clear(void);
 
+/* Errors the calling thread expects and recovers from (a first attempt that has a fallback):
+ * between weft_error_quiet_begin and weft_error_quiet_end, weft_error still fills
+ * weft_last_error() but logs at DEBUG. Pairs nest. */
+void weft_error_quiet_begin(void);
+void weft_error_quiet_end(void);
+
 #define WEFT_LOG_ERR(...) weft_log(WEFT_LOG_ERROR, __VA_ARGS__)
 #define WEFT_LOG_WARN(...) weft_log(WEFT_LOG_WARN, __VA_ARGS__)
 #define WEFT_LOG_INFO(...) weft_log(WEFT_LOG_INFO, __VA_ARGS__)

@@ -24,10 +24,11 @@ static uintptr_t heap_malloc(weft_heap_t *h, size_t bytes, int internal)
     weft_chunk_t *c;
     if (weft_heap_alloc(h, size, internal, &addr, &c) == 0)
         return addr;
-    size_t cbytes = weft_heap_next_chunk(h, size);
+    size_t cbytes = weft_heap_chunk_bytes(h, size, 0);
     uintptr_t caddr;
     if (weft_heap_take_range(h, cbytes, &caddr) != 0)
         return 0;
+    weft_heap_grow(h);
     if (!weft_heap_add_chunk(h, caddr, cbytes, no_seg, 0, internal))
         return 0;
     return weft_heap_alloc(h, size, internal, &addr, &c) == 0 ? addr : 0;

@@ -25,6 +25,8 @@
  * - Offsets in that memfd are never reused, though addresses are: after a free, a mapping the
  *   peer kept of the old buffer (as a forked child would) reads zeros, never the new buffer at
  *   the same address, and its writes do not reach the new buffer.
+ * - With growing chunks, an allocation that fits the slice succeeds where the next chunk size
+ *   does not: the spare chunk is given back and a chunk of the allocation's size made.
  *
  * The test includes registry.c itself, to reach the registry's private ticket counter: it jumps
  * the counter forward under the registry's mutex, as 2^31 allocations and frees would (the only
@@ -92,7 +94,10 @@ typedef struct fixture {
     size_t window_bytes;
 } fixture_t;
 
-static int fixture_open(fixture_t *f, weft_registration_t mode, unsigned backlog)
+/* fixture_open with chunks of at least chunk_min bytes (0: one chunk per allocation, as the
+ * host backend). */
+static int fixture_open_chunked(fixture_t *f, weft_registration_t mode, unsigned backlog,
+                                size_t chunk_min)
 {
     memset(f, 0, sizeof *f);
     f->sock = f->peer = -1;
@@ -119,7 +124,7 @@ static int fixture_open(fixture_t *f, weft_registration_t mode, unsigned backlog
         return -1;
     int fds[2] = {-1, sv[0]};
     f->peer = sv[1];
-    st = weft_registry_create(f->comm, &win, 0, 2, mode, 0, backlog, fds, &f->reg);
+    st = weft_registry_create(f->comm, &win, 0, 2, mode, chunk_min, backlog, fds, &f->reg);
     CHECK(st == WEFT_SUCCESS, "weft_registry_create: %s", weft_last_error());
     if (st != WEFT_SUCCESS) {
         close(sv[0]);
@@ -128,6 +133,11 @@ static int fixture_open(fixture_t *f, weft_registration_t mode, unsigned backlog
     f->sock = sv[0];
     f->comm->registry = f->reg;
     return 0;
+}
+
+static int fixture_open(fixture_t *f, weft_registration_t mode, unsigned backlog)
+{
+    return fixture_open_chunked(f, mode, backlog, 0);
 }
 
 static void fixture_close(fixture_t *f)
@@ -612,6 +622,46 @@ out:
     fixture_close(&f);
 }
 
+/* Chunks grow (1, 2, then 4 MiB here), but an allocation that would fit is not refused because
+ * the next size does not: the registry gives back the spare chunk and makes one of the
+ * allocation's own size. A 4 MiB slice, staged mode (no registrations to serve). */
+static void test_chunk_fallback(void)
+{
+    const size_t mib = (size_t)1 << 20;
+    fixture_t f;
+    if (SLICE_PAGES * weft_mem_host_ops.granularity() != 4 * mib) {
+        printf("test_chunk_fallback: skipped (a page is not 4 KiB)\n");
+        return;
+    }
+    if (fixture_open_chunked(&f, WEFT_REGISTRATION_STAGED, BACKLOG, mib) != 0) {
+        fixture_close(&f);
+        return;
+    }
+    void *a = NULL, *b = NULL, *c = NULL, *d = NULL, *e = NULL;
+    CHECK(weft_registry_alloc(f.reg, mib, 0, &a) == WEFT_SUCCESS, "1 MiB: %s", weft_last_error());
+    CHECK(weft_registry_alloc(f.reg, 2 * mib, 0, &b) == WEFT_SUCCESS, "2 MiB: %s",
+          weft_last_error());
+    CHECK(weft_registry_free(f.reg, b) == WEFT_SUCCESS, "free 2 MiB"); /* kept as the spare */
+    /* The next chunk would be 4 MiB, and 1 MiB is left: the spare goes, 3 MiB are free. */
+    weft_status_t st = weft_registry_alloc(f.reg, 5 * mib / 2, 0, &c);
+    CHECK(st == WEFT_SUCCESS, "2.5 MiB with 1 MiB and a 2 MiB spare free: %s", weft_last_error());
+    /* 512 KiB left: a page fits. */
+    st = weft_registry_alloc(f.reg, 4096, 0, &d);
+    CHECK(st == WEFT_SUCCESS, "4 KiB with 512 KiB free: %s", weft_last_error());
+    st = weft_registry_alloc(f.reg, mib, 0, &e);
+    CHECK(st == WEFT_ERR_NO_MEMORY && e == NULL, "1 MiB with 508 KiB free: %s, %p",
+          weft_status_string(st), e);
+    uintptr_t lo = (uintptr_t)f.base, hi = lo + 4 * mib;
+    void *got[] = {a, c, d};
+    for (size_t i = 0; i < sizeof got / sizeof got[0]; i++) {
+        CHECK(got[i] && (uintptr_t)got[i] >= lo && (uintptr_t)got[i] < hi,
+              "allocation %zu at %p, outside the slice", i, got[i]);
+        if (got[i])
+            memset(got[i], (int)i + 1, 4096); /* mapped */
+    }
+    fixture_close(&f);
+}
+
 int main(void)
 {
     test_send_status();
@@ -624,6 +674,7 @@ int main(void)
     test_range_descriptor(1);
     test_offsets_not_reused();
     test_peer_range_under_limit();
+    test_chunk_fallback();
     if (failures == 0)
         printf("PASS test_registry\n");
     return failures != 0;
