@@ -190,15 +190,6 @@ weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store)
     if (st != WEFT_SUCCESS)
         goto out;
     err = cudaMemset(ctl, 0, cs->ctl_bytes);
-    /* A push-path word matches when its flag (its upper 4 bytes) equals the operation's number,
-     * whose parity picks the slot. A never-written word of the even slots would hold 0 and
-     * match operation 2^32, when the 32-bit number wraps: flag them odd (0x01010101), which
-     * no operation using those slots has. */
-    uint8_t *even = (uint8_t *)ctl + sizeof(weft_cuda_ctl_t);
-    if (err == cudaSuccess && push > 0)
-        err = cudaMemset2D(even + 4, 8, 0x01, 4, n); /* the even header words */
-    if (err == cudaSuccess && push > 0)
-        err = cudaMemset2D(even + cs->push_headers + 4, 8, 0x01, 4, n * 2 * push / 8);
     if (err == cudaSuccess)
         err = cudaDeviceSynchronize();
     if (err != cudaSuccess) {
@@ -229,6 +220,33 @@ weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store)
             limit = auto_bytes;
         if (limit < cs->push_bytes)
             cs->push_bytes = limit;
+    }
+    /* A push-path word matches when its flag (its upper 4 bytes) equals the low 32 bits of the
+     * operation's number, whose parity picks the slot. A never-written word of the even slots
+     * would hold 0 and match operation 2^32: flag them odd (0x01010101), which no operation
+     * using those slots has. The slots are laid out by the agreed limit, so this comes after it
+     * (an odd slot flagged so would match operation 0x01010101); peers write here only after
+     * init's closing barrier. */
+    uint8_t *even = (uint8_t *)ctl + sizeof(weft_cuda_ctl_t);
+    if (cs->push_bytes > 0) {
+        err = cudaMemset2D(even + 4, 8, 0x01, 4, n); /* the even header words */
+        if (err == cudaSuccess)
+            err = cudaMemset2D(even + cs->push_headers + 4, 8, 0x01, 4, n * 2 * cs->push_bytes / 8);
+        if (err == cudaSuccess)
+            err = cudaDeviceSynchronize();
+        if (err != cudaSuccess) {
+            st = cuda_error(err, "weft_comm_init: flagging the push path's even slots");
+            goto out;
+        }
+    }
+    if (env->cuda_seq_start != 0) { /* for tests (config.c); before any launch */
+        uint64_t start = env->cuda_seq_start;
+        err = cudaMemcpy(&((weft_cuda_ctl_t *)ctl)->seq.v, &start, sizeof start,
+                         cudaMemcpyHostToDevice);
+        if (err != cudaSuccess) {
+            st = cuda_error(err, "weft_comm_init: setting WEFT_CUDA_SEQ_START");
+            goto out;
+        }
     }
     int fit = sms / (sharing > 0 ? sharing : 1);
     cs->nblocks = env->cuda_max_blocks < fit ? env->cuda_max_blocks : fit;

@@ -17,6 +17,7 @@
 #include <stdio.h>
 
 #include "exec/exec_cuda.h"
+#include "exec/launch_cuda.cuh"
 #include "exec/reduce_cuda.cuh"
 extern "C" {
 #include "util/log.h"
@@ -24,16 +25,16 @@ extern "C" {
 
 #define POLLS_PER_CHECK 256
 
-static __device__ __forceinline__ uint32_t flag_load(const uint32_t *p)
+static __device__ __forceinline__ uint64_t flag_load(const uint64_t *p)
 {
-    uint32_t v;
-    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    uint64_t v;
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
     return v;
 }
 
-static __device__ __forceinline__ void flag_store(uint32_t *p, uint32_t v)
+static __device__ __forceinline__ void flag_store(uint64_t *p, uint64_t v)
 {
-    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+    asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
 static __device__ __forceinline__ uint64_t globaltimer_ns()
@@ -70,12 +71,12 @@ static __device__ __forceinline__ int32_t wait_ended(const weft_cuda_params_t &p
     return 0;
 }
 
-/* Wait until *flag reached seq (wrap-safe). Returns 0, or the status that ended the wait. */
-static __device__ int32_t wait_flag(const weft_cuda_params_t &p, const uint32_t *flag, uint32_t seq)
+/* Wait until *flag reached seq. Returns 0, or the status that ended the wait. */
+static __device__ int32_t wait_flag(const weft_cuda_params_t &p, const uint64_t *flag, uint64_t seq)
 {
     uint64_t deadline = 0;
     for (unsigned polls = 0;; polls++) {
-        if ((int32_t)(flag_load(flag) - seq) >= 0)
+        if (flag_load(flag) >= seq)
             return 0;
         int32_t st = wait_ended(p, polls, &deadline);
         if (st != 0)
@@ -86,7 +87,7 @@ static __device__ int32_t wait_flag(const weft_cuda_params_t &p, const uint32_t 
 /* Threads 0..n-1 of the block: unless !post, set flags[me] = seq in every peer's block (kind
  * selects the flag array), then wait for every peer's; with self, in this rank's block too.
  * Returns the status that ended a wait, or 0. */
-static __device__ int32_t exchange(const weft_cuda_params_t &p, int kind, uint32_t seq, int post,
+static __device__ int32_t exchange(const weft_cuda_params_t &p, int kind, uint64_t seq, int post,
                                    int self)
 {
     __shared__ int32_t failed;
@@ -144,7 +145,7 @@ static __device__ int arrive_last(weft_cuda_flag_t *counter, bool sys = false)
             __threadfence_system();
         else
             __threadfence();
-        last = atomicAdd(&counter->v, 1) == gridDim.x - 1;
+        last = atomicAdd((unsigned long long *)&counter->v, 1ull) == gridDim.x - 1;
         if (last)
             counter->v = 0;
     }
@@ -290,7 +291,7 @@ static __device__ int32_t ll_wait(const weft_cuda_params_t &p, const uint8_t *wo
  * Block 0 also exchanges a header word with every peer, so that no operation completes before
  * every peer has started it (the slot reuse rule of exec_cuda.h holds for ranks that send no
  * payload, a broadcast's receivers). */
-static __device__ void push_collective(const weft_cuda_params_t &p, uint32_t seq)
+static __device__ void push_collective(const weft_cuda_params_t &p, uint32_t seq /* low 32 bits */)
 {
     __shared__ int32_t failed;
     int me = p.rank, n = p.nranks;
@@ -356,16 +357,16 @@ static __device__ void push_collective(const weft_cuda_params_t &p, uint32_t seq
 
 static __device__ __forceinline__ void collective(const weft_cuda_params_t &p)
 {
-    __shared__ uint32_t seq;
+    __shared__ uint64_t seq;
     weft_cuda_ctl_t *me = p.ctl[p.rank];
     if (threadIdx.x == 0)
-        seq = *(volatile uint32_t *)&me->seq.v + 1;
+        seq = *(volatile uint64_t *)&me->seq.v + 1;
     __syncthreads();
 
     if (p.push_bytes > 0) {
-        push_collective(p, seq);
+        push_collective(p, (uint32_t)seq);
         if (arrive_last(&me->arrive) && threadIdx.x == 0)
-            *(volatile uint32_t *)&me->seq.v = seq;
+            *(volatile uint64_t *)&me->seq.v = seq;
         return;
     }
 
@@ -392,7 +393,7 @@ static __device__ __forceinline__ void collective(const weft_cuda_params_t &p)
     if (threadIdx.x == 0) {
         /* The operation is over unless a phase or another launch of it follows. */
         if (!(p.sync & (WEFT_SYNC_PHASE | WEFT_SYNC_KEEP_SEQ)))
-            *(volatile uint32_t *)&me->seq.v = seq;
+            *(volatile uint64_t *)&me->seq.v = seq;
     }
 }
 
@@ -416,22 +417,17 @@ __global__ void __launch_bounds__(WEFT_CUDA_THREADS, 2)
 }
 
 template <int UNITS>
-static void launch(const weft_cuda_params_t *params, int nblocks, cudaStream_t stream)
+static weft_status_t launch(const weft_cuda_params_t *params, int nblocks, cudaStream_t stream)
 {
-    weft_cuda_collective<UNITS><<<nblocks, WEFT_CUDA_THREADS, 0, stream>>>(
-        *reinterpret_cast<const params_head<UNITS> *>(params));
+    return weft_cuda_launch_kernel("collective", weft_cuda_collective<UNITS>, nblocks,
+                                   WEFT_CUDA_THREADS, stream,
+                                   *reinterpret_cast<const params_head<UNITS> *>(params));
 }
 
 extern "C" weft_status_t weft_cuda_launch(const weft_cuda_params_t *params, int nblocks,
                                           void *stream)
 {
     if (params->block_begin[nblocks] <= SHORT_UNITS)
-        launch<SHORT_UNITS>(params, nblocks, (cudaStream_t)stream);
-    else
-        launch<WEFT_CUDA_MAX_UNITS>(params, nblocks, (cudaStream_t)stream);
-    cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess)
-        return weft_error(WEFT_ERR_CUDA, "kernel launch (%d blocks): %s: %s", nblocks,
-                          cudaGetErrorName(err), cudaGetErrorString(err));
-    return WEFT_SUCCESS;
+        return launch<SHORT_UNITS>(params, nblocks, (cudaStream_t)stream);
+    return launch<WEFT_CUDA_MAX_UNITS>(params, nblocks, (cudaStream_t)stream);
 }

@@ -7,7 +7,9 @@
  * rank): the operation counter and block-arrival counter, used by this rank only, and the
  * ready / phase / done flags that every peer writes with system-scope release stores and this
  * rank polls with acquire loads. Flags hold operation numbers, which only grow, so graph
- * replays stay correct: the counter lives in device memory and every launch reads it.
+ * replays stay correct: the counter lives in device memory and every launch reads it. They are
+ * 64-bit and never wrap: a flag that no operation set for any number of operations (the push
+ * path sets none) still reads as behind. The push path's words carry the low 32 bits.
  *
  * A launch: every block reads seq = counter + 1; unless WEFT_SYNC_CONTINUE, block 0 sets
  * ready[me] = seq in every peer's block and every block waits until all peers' ready flags
@@ -60,8 +62,8 @@
 #define WEFT_CUDA_THREADS 512
 
 typedef struct weft_cuda_flag {
-    uint32_t v;
-    uint32_t pad[15]; /* one flag per 64-byte line */
+    uint64_t v;
+    uint64_t pad[7]; /* one flag per 64-byte line */
 } weft_cuda_flag_t;
 
 typedef struct weft_cuda_ctl {

@@ -18,7 +18,9 @@
 #    side streams per call), and gpu_collectives twice more at the first rank count: with the
 #    push path off (WEFT_CUDA_PUSH_BYTES=0: small payloads take the mesh as large ones do), and
 #    with 3 blocks per launch (WEFT_CUDA_MAX_BLOCKS=3: the partitioner's slices on few blocks;
-#    the harness checks that no operation launched more).
+#    the harness checks that no operation launched more); then gpu_collectives and gpu_graph at
+#    the first rank count with the device operation counter started where 32-bit numbers break
+#    (WEFT_CUDA_SEQ_START=0x01010100 and 2^32 - 8).
 #    Every run: WEFT_BACKEND=cuda NCCL_NVLS_ENABLE=0 WEFT_TIMEOUT_S=30 (5 for gpu_fault).
 # 4. Runs gpu_collectives and gpu_moe with 2 ranks and a small grid (GPU_TEST_QUICK=1), each rank
 #    under its own `compute-sanitizer --tool memcheck` (weftrun starts the sanitizers, so a
@@ -266,6 +268,16 @@ if [ -z "$only" ]; then
     run_one "gpu_collectives (3 blocks)" gpu_collectives "$first" "$first" 300 \
         env WEFT_TIMEOUT_S=30 WEFT_CUDA_MAX_BLOCKS=3 "$(chunks gpu_collectives)" "$weftrun" \
         --grace 15 -n "$first" -- "$bin/gpu_collectives"
+    # Operation numbers where 32-bit arithmetic breaks: 0x01010100 (the push path's first odd
+    # operation is 0x01010101, the flag of never-written even words) and 2^32 - 8 (flags that
+    # no operation set read 2^32 behind; the push path's words wrap to 0).
+    for start in 16843008 4294967288; do
+        for p in gpu_collectives gpu_graph; do
+            run_one "$p (from operation $start)" "$p" "$first" "$first" 300 \
+                env WEFT_TIMEOUT_S=30 WEFT_CUDA_SEQ_START=$start "$(chunks "$p")" "$weftrun" \
+                --grace 15 -n "$first" -- "$bin/$p"
+        done
+    done
 fi
 
 # compute-sanitizer memcheck on a short run.
