@@ -18,6 +18,7 @@
 #include <cub/block/block_scan.cuh>
 #include <cuda_runtime.h>
 
+#include "exec/launch_cuda.cuh"
 #include "exec/moe_cuda.h"
 #include "exec/reduce_cuda.cuh"
 extern "C" {
@@ -27,19 +28,11 @@ extern "C" {
 #define MOE_THREADS 512
 #define WARP 32
 
-static weft_status_t launched(const char *what, int nblocks)
-{
-    cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess)
-        return weft_error(WEFT_ERR_CUDA, "%s kernel launch (%d blocks): %s: %s", what, nblocks,
-                          cudaGetErrorName(err), cudaGetErrorString(err));
-    return WEFT_SUCCESS;
-}
-
 /* ---------------------------------------------------------------------------------------------
  * Layout
  * ------------------------------------------------------------------------------------------- */
-__global__ void __launch_bounds__(MOE_THREADS) moe_layout(const __grid_constant__ weft_moe_dev_args_t a)
+__global__ void __launch_bounds__(MOE_THREADS)
+    moe_layout(const __grid_constant__ weft_moe_dev_args_t a)
 {
     typedef cub::BlockScan<int, MOE_THREADS> scan_t;
     __shared__ typename scan_t::TempStorage temp;
@@ -105,17 +98,17 @@ extern "C" weft_status_t weft_moe_dev_layout_launch(const weft_moe_dev_args_t *a
     weft_status_t st = weft_moe_dev_counts_clear(a, stream);
     if (st != WEFT_SUCCESS)
         return st;
-    moe_layout<<<a->nranks, MOE_THREADS, 0, s>>>(*a);
-    return launched("weft_moe_dispatch: layout", a->nranks);
+    return weft_cuda_launch_kernel("weft_moe_dispatch: layout", moe_layout, a->nranks, MOE_THREADS,
+                                   s, *a);
 }
 
 extern "C" weft_status_t weft_moe_dev_counts_clear(const weft_moe_dev_args_t *a, void *stream)
 {
     if (!a->recv_expert_counts || a->experts_per_rank == 0)
         return WEFT_SUCCESS;
-    cudaError_t err = cudaMemsetAsync(a->recv_expert_counts, 0,
-                                      (size_t)a->experts_per_rank * sizeof(int64_t),
-                                      (cudaStream_t)stream);
+    cudaError_t err =
+        cudaMemsetAsync(a->recv_expert_counts, 0, (size_t)a->experts_per_rank * sizeof(int64_t),
+                        (cudaStream_t)stream);
     if (err != cudaSuccess)
         return weft_error(WEFT_ERR_CUDA, "weft_moe_dispatch: cudaMemsetAsync: %s",
                           cudaGetErrorString(err));
@@ -158,7 +151,8 @@ static __device__ verdict take_verdict(const weft_moe_dev_args_t &a, uint64_t *o
     return v;
 }
 
-__global__ void __launch_bounds__(MOE_THREADS) moe_gather(const __grid_constant__ weft_moe_dev_args_t a)
+__global__ void __launch_bounds__(MOE_THREADS)
+    moe_gather(const __grid_constant__ weft_moe_dev_args_t a)
 {
     __shared__ uint64_t off[WEFT_CUDA_MAX_RANKS], cnt[WEFT_CUDA_MAX_RANKS];
     __shared__ verdict v;
@@ -221,8 +215,8 @@ __global__ void __launch_bounds__(MOE_THREADS) moe_gather(const __grid_constant_
 extern "C" weft_status_t weft_moe_dev_gather_launch(const weft_moe_dev_args_t *a, int nblocks,
                                                     void *stream)
 {
-    moe_gather<<<nblocks, MOE_THREADS, 0, (cudaStream_t)stream>>>(*a);
-    return launched("weft_moe_dispatch: gather", nblocks);
+    return weft_cuda_launch_kernel("weft_moe_dispatch: gather", moe_gather, nblocks, MOE_THREADS,
+                                   (cudaStream_t)stream, *a);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -242,9 +236,10 @@ __global__ void __launch_bounds__(MOE_THREADS)
 extern "C" weft_status_t weft_moe_dev_stage_launch(void *dst, const void *y, const uint8_t *base,
                                                    size_t row_bytes, void *stream)
 {
-    moe_stage<<<WEFT_MOE_STAGE_BLOCKS, MOE_THREADS, 0, (cudaStream_t)stream>>>(
-        (uint8_t *)dst, (const uint8_t *)y, (const weft_moe_dev_header_t *)base, row_bytes);
-    return launched("weft_moe_combine: staging", WEFT_MOE_STAGE_BLOCKS);
+    return weft_cuda_launch_kernel("weft_moe_combine: staging", moe_stage, WEFT_MOE_STAGE_BLOCKS,
+                                   MOE_THREADS, (cudaStream_t)stream, (uint8_t *)dst,
+                                   (const uint8_t *)y, (const weft_moe_dev_header_t *)base,
+                                   row_bytes);
 }
 
 /* The 16-bit and 32-bit float element types of MoE rows: loads to float32, stores rounding once
@@ -320,7 +315,8 @@ template <> struct moe_elem<WEFT_BFLOAT16> : moe_elem16<WEFT_BFLOAT16> {
 #define COMBINE_ROWS 8
 
 template <int Dtype>
-__global__ void __launch_bounds__(MOE_THREADS, 2) moe_combine(const __grid_constant__ weft_moe_dev_args_t a)
+__global__ void __launch_bounds__(MOE_THREADS, 2)
+    moe_combine(const __grid_constant__ weft_moe_dev_args_t a)
 {
     typedef moe_elem<Dtype> E;
     __shared__ const uint8_t *src[WEFT_CUDA_MAX_RANKS]; /* rank d's row 0 of this rank's block */
@@ -399,11 +395,12 @@ extern "C" weft_status_t weft_moe_dev_combine_launch(const weft_moe_dev_args_t *
                                                      void *stream)
 {
     cudaStream_t s = (cudaStream_t)stream;
+    const char *what = "weft_moe_combine";
     if (a->dtype == WEFT_FLOAT32)
-        moe_combine<WEFT_FLOAT32><<<nblocks, MOE_THREADS, 0, s>>>(*a);
-    else if (a->dtype == WEFT_FLOAT16)
-        moe_combine<WEFT_FLOAT16><<<nblocks, MOE_THREADS, 0, s>>>(*a);
-    else
-        moe_combine<WEFT_BFLOAT16><<<nblocks, MOE_THREADS, 0, s>>>(*a);
-    return launched("weft_moe_combine", nblocks);
+        return weft_cuda_launch_kernel(what, moe_combine<WEFT_FLOAT32>, nblocks, MOE_THREADS, s,
+                                       *a);
+    if (a->dtype == WEFT_FLOAT16)
+        return weft_cuda_launch_kernel(what, moe_combine<WEFT_FLOAT16>, nblocks, MOE_THREADS, s,
+                                       *a);
+    return weft_cuda_launch_kernel(what, moe_combine<WEFT_BFLOAT16>, nblocks, MOE_THREADS, s, *a);
 }

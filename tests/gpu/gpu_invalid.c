@@ -8,7 +8,8 @@
  * and leave the communicator usable: a valid all_reduce on the stream right after each row must
  * give the exact result. The foreign pointers weft_free must refuse are cudaMalloc'd and host
  * malloc'd memory. Valid edge cases must succeed: count 0 with NULL buffers, a 0-byte
- * weft_malloc, weft_free(NULL), and the legacy default stream (NULL) for a collective. Then
+ * weft_malloc, weft_free(NULL), the legacy default stream (NULL) for a collective, and a
+ * collective while the caller's own failed cudaMalloc is pending (which it leaves pending). Then
  * the mismatched calls of cases.h (mp_mismatch_run, shared with mp_mismatch) on the stream: every
  * rank must get WEFT_ERR_MISMATCH before any launch, and the valid all_reduce after each case must
  * be exact; the all-reduce thresholds are set to the one-GPU defaults, which that table's in-place
@@ -96,6 +97,20 @@ static void valid_edges(gpu_ctx_t *g, const mp_args_fixture_t *f)
     /* The legacy default stream is a valid cudaStream_t; the test's stream is idle here. */
     valid_all_reduce(g, f, "the test's stream went idle", NULL);
     valid_all_reduce(g, f, "a call on the legacy default stream", g->stream);
+
+    /* A CUDA error of the caller's own, left pending (a failed cudaMalloc, not sticky), is
+     * neither taken for a failed launch of weft's nor cleared by it (libweft has a runtime of
+     * its own, cudart_static, and its launches report their own status either way). */
+    void *huge = NULL;
+    cudaError_t err = cudaMalloc(&huge, (size_t)1 << 60);
+    mp_check(ctx, err == cudaErrorMemoryAllocation, "cudaMalloc(2^60 bytes) returned %s",
+             cudaGetErrorName(err));
+    valid_all_reduce(g, f, "a failed cudaMalloc of the caller's, not cleared", g->stream);
+    err = cudaGetLastError();
+    mp_check(ctx, err == cudaErrorMemoryAllocation,
+             "the caller's pending error after a collective: %s, expected "
+             "cudaErrorMemoryAllocation",
+             cudaGetErrorName(err));
 }
 
 int main(void)
