@@ -1,8 +1,11 @@
 /*
  * gpu_collectives.c - every collective on the CUDA backend, stream-ordered, checked exactly.
  *
- * Under each registration mode (roa, jit, staged; one communicator after another), with weft,
- * interior and cuda (cudaMalloc: the staged path) buffers:
+ * Under each registration mode (roa, jit, staged; one communicator after another), first an
+ * all_reduce of 4 MiB as the communicator's first mesh operation, with the last rank's input
+ * written on its stream only after a 30 ms host callback (every rank's kernel must wait for it,
+ * whatever WEFT_CUDA_SEQ_START says), then with weft, interior and cuda (cudaMalloc: the staged
+ * path) buffers:
  *   all_reduce, reduce_scatter  every dtype x reduction (the buffer kinds of a mode share out
  *                               the 50 combinations, so each kind and each mode sees all of
  *                               them), in place and out of place; then float16 and bfloat16
@@ -587,10 +590,48 @@ static void run_spread(gpu_ctx_t *g, const pool_t *pool, const size_t *counts, s
     ctx->red_data = MP_RED_SMALL;
 }
 
+/* The communicator's first mesh operation (its ready flags never set yet), with the last rank's
+ * input written LATE_MS late on its stream: every rank's kernel must wait for that rank's ready
+ * flag, whatever the operation number (WEFT_CUDA_SEQ_START), and the sum must be exact. The late
+ * input is a device-to-device copy after a host callback, so that only the stream is late: a
+ * copy from pageable host memory would hold the host too, and the host handshake would then
+ * order everything. */
+static void late_input(gpu_ctx_t *g)
+{
+    mp_ctx_t *ctx = &g->mp;
+    const size_t count = (size_t)1 << 20, bytes = count * 4; /* 4 MiB: past the push path */
+    int late = ctx->nranks - 1;
+    mp_case(ctx, "first mesh all_reduce, rank %d's input written %.0f ms late on its stream", late,
+            LATE_MS);
+    gpu_buf_t src, send, recv;
+    gpu_buf_get(g, &src, NULL, GPU_BUF_CUDA, bytes, 4);
+    gpu_buf_get(g, &send, NULL, GPU_BUF_WEFT, bytes, 4); /* poisoned */
+    gpu_buf_get(g, &recv, NULL, GPU_BUF_WEFT, bytes, 4);
+    mp_red_fill(ctx, WEFT_INT32, WEFT_SUM, ctx->rank, 0, count, src.host);
+    gpu_buf_push(g, &src, 0, bytes);
+    gpu_sync(g, "late input's source");
+    stamp_t stamp = {.delay_ms = LATE_MS};
+    if (ctx->rank == late)
+        gpu_cuda_ok(g, cudaLaunchHostFunc(g->stream, enter_cb, &stamp), "cudaLaunchHostFunc");
+    gpu_cuda_ok(g, cudaMemcpyAsync(send.ptr, src.ptr, bytes, cudaMemcpyDeviceToDevice, g->stream),
+                "cudaMemcpyAsync");
+    weft_status_t st =
+        weft_all_reduce(ctx->comm, send.ptr, recv.ptr, count, WEFT_INT32, WEFT_SUM, g->stream);
+    int ok = mp_ok(ctx, st, "weft_all_reduce");
+    pull_all(g, "late input", &send, &recv);
+    if (ok) {
+        mp_red_check_result(ctx, "recvbuf", recv.host, WEFT_INT32, WEFT_SUM, 0, count);
+        mp_red_check_input(ctx, "sendbuf", send.host, WEFT_INT32, WEFT_SUM, ctx->rank, 0, count);
+    }
+    put_all(g, &send, &recv);
+    gpu_buf_put(g, &src);
+}
+
 static void run_mode(gpu_ctx_t *g, weft_registration_t reg)
 {
     mp_ctx_t *ctx = &g->mp;
     gpu_comm_open(g, reg);
+    late_input(g);
     pool_t pool;
     pool_create(g, &pool);
     size_t counts[4];

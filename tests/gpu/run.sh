@@ -271,10 +271,10 @@ if [ -z "$only" ]; then
     # Operation numbers where 32-bit arithmetic breaks: 0x01010100 (the push path's first odd
     # operation is 0x01010101, the flag of never-written even words) and 2^32 - 8 (flags that
     # no operation set read 2^32 behind; the push path's words wrap to 0).
-    for start in 16843008 4294967288; do
+    for seq_start in 16843008 4294967288; do
         for p in gpu_collectives gpu_graph; do
-            run_one "$p (from operation $start)" "$p" "$first" "$first" 300 \
-                env WEFT_TIMEOUT_S=30 WEFT_CUDA_SEQ_START=$start "$(chunks "$p")" "$weftrun" \
+            run_one "$p (from operation $seq_start)" "$p" "$first" "$first" 300 \
+                env WEFT_TIMEOUT_S=30 WEFT_CUDA_SEQ_START=$seq_start "$(chunks "$p")" "$weftrun" \
                 --grace 15 -n "$first" -- "$bin/$p"
         done
     done
