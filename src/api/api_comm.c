@@ -56,11 +56,13 @@ weft_status_t weft_comm_abort(weft_comm_t comm)
     weft_error_clear();
     if (!comm)
         return weft_error(WEFT_ERR_INVALID_ARGUMENT, "weft_comm_abort: comm is NULL");
+    if (!weft_comm_abort_enter(comm))
+        return WEFT_SUCCESS; /* its teardown is past the point of aborts (weft.h): nothing to do */
     weft_status_t st = weft_comm_owned(comm, "weft_comm_abort");
-    if (st != WEFT_SUCCESS)
-        return st; /* shutting the inherited sockets down would end the parent's connections */
-    weft_comm_mark_aborted(comm);
-    return WEFT_SUCCESS;
+    if (st == WEFT_SUCCESS) /* else shutting the inherited sockets would end the parent's */
+        weft_comm_mark_aborted(comm);
+    weft_comm_abort_leave(comm);
+    return st;
 }
 
 int weft_comm_rank(weft_comm_t comm)

@@ -8,7 +8,10 @@
  *   store closed.
  *
  * Thread safety: async_error and aborted are atomics written by any thread; everything else is
- * used by the communicator's user thread only.
+ * used by the communicator's user thread only. weft_comm_abort may run on another thread while
+ * weft_comm_destroy frees the communicator (weft.h): it enters a communicator only while the
+ * process-wide list of live communicators holds it (weft_comm_abort_enter, under live_mu), and
+ * teardown takes it off the list before it waits for the aborts in flight and frees anything.
  *
  * Fork: the descriptors a communicator keeps (control sockets, the registrar's eventfd, and
  * during creation the store's and the listeners') are opened through util/forksafe.h, so a
@@ -18,6 +21,7 @@
 #include "core/comm.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +32,7 @@
 #include "core/bootstrap.h"
 #include "core/comm_cuda.h"
 #include "core/ctrl.h"
+#include "util/array.h"
 #include "util/clock.h"
 #include "util/config.h"
 #include "util/forksafe.h"
@@ -98,15 +103,78 @@ weft_wait_ctx_t weft_comm_wait_ctx(struct weft_comm *comm, const char *what)
     return (weft_wait_ctx_t){comm, 0, what};
 }
 
+/* ---- live communicators (file comment) ------------------------------------------------------ */
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct weft_comm **live; /* under live_mu */
+static size_t nlive, live_cap;
+static pthread_once_t live_once = PTHREAD_ONCE_INIT;
+static int live_fork_err;
+
+/* A fork copies live_mu as it is: hold it across the fork, so a child never inherits it locked. */
+static void live_before_fork(void)
+{
+    pthread_mutex_lock(&live_mu);
+}
+
+static void live_after_fork(void)
+{
+    pthread_mutex_unlock(&live_mu);
+}
+
+static void live_init(void)
+{
+    live_fork_err = pthread_atfork(live_before_fork, live_after_fork, live_after_fork);
+}
+
+/* List comm. Returns 0, or -1 when out of memory. */
+static int live_add(struct weft_comm *comm)
+{
+    pthread_once(&live_once, live_init);
+    if (live_fork_err != 0)
+        return -1;
+    pthread_mutex_lock(&live_mu);
+    int rc = weft_array_grow((void **)&live, &live_cap, nlive + 1, sizeof *live);
+    if (rc == 0)
+        live[nlive++] = comm;
+    pthread_mutex_unlock(&live_mu);
+    return rc;
+}
+
+/* Take comm off the list; from then on no abort enters it. */
+static void live_remove(struct weft_comm *comm)
+{
+    pthread_mutex_lock(&live_mu);
+    for (size_t i = 0; i < nlive; i++) {
+        if (live[i] == comm) {
+            live[i] = live[--nlive];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&live_mu);
+}
+
+int weft_comm_abort_enter(struct weft_comm *comm)
+{
+    int found = 0;
+    pthread_mutex_lock(&live_mu);
+    for (size_t i = 0; i < nlive && !found; i++)
+        found = live[i] == comm;
+    if (found)
+        atomic_fetch_add(&comm->aborts_in_flight, 1);
+    pthread_mutex_unlock(&live_mu);
+    return found;
+}
+
+void weft_comm_abort_leave(struct weft_comm *comm)
+{
+    atomic_fetch_sub(&comm->aborts_in_flight, 1);
+}
+
 void weft_comm_mark_aborted(struct weft_comm *comm)
 {
-    atomic_fetch_add(&comm->aborts_in_flight, 1);
-    if (!atomic_load(&comm->closing)) { /* else teardown closes everything itself */
-        atomic_store(&comm->aborted, 1);
-        weft_cuda_abort(comm);
-        weft_registry_shutdown_sockets(comm->registry);
-    }
-    atomic_fetch_sub(&comm->aborts_in_flight, 1);
+    atomic_store(&comm->aborted, 1);
+    weft_cuda_abort(comm);
+    weft_registry_shutdown_sockets(comm->registry);
 }
 
 /* The per-job secret: WEFT_JOB_SECRET if set (weftrun sets one), else random bytes of rank 0
@@ -389,6 +457,11 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **c
     st = comm->exec_ops->create(cfg.host_workers, &comm->wait_policy, &comm->exec);
     if (st != WEFT_SUCCESS)
         goto err_destroy_registry;
+    if (live_add(comm) != 0) {
+        comm->exec_ops->destroy(comm->exec);
+        st = weft_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: the list of live communicators");
+        goto err_destroy_registry;
+    }
     weft_store_close(store);
     free(fds);
     free(infos);
@@ -447,9 +520,9 @@ weft_status_t weft_comm_teardown(struct weft_comm *comm)
         healthy = st == WEFT_SUCCESS;
     }
     /* From here the parts go away: an abort on another thread (it never blocks) finishes first,
-     * and a later one touches nothing (sequentially consistent, as in Dekker's algorithm). An
-     * abort during the handshake above still ends its waits. */
-    atomic_store(&comm->closing, 1);
+     * and a later one does not find the communicator. An abort during the handshake above still
+     * ends its waits. */
+    live_remove(comm);
     while (atomic_load(&comm->aborts_in_flight) > 0)
         sched_yield();
     comm->exec_ops->destroy(comm->exec);

@@ -166,9 +166,8 @@ struct weft_comm {
     _Atomic int async_error; /* first fatal error (weft_status_t): of a background thread, or a
                                 timeout or internal error of an operation */
     _Atomic int aborted;
-    /* Teardown (weft_comm_teardown) sets closing before it frees anything, then waits until no
-     * weft_comm_mark_aborted is in flight; one that starts later sees closing and does nothing. */
-    _Atomic int closing;
+    /* weft_comm_abort calls between weft_comm_abort_enter and _leave; teardown waits for 0 once
+     * the communicator is off the live list (comm.c) */
     _Atomic int aborts_in_flight;
     _Atomic int in_op; /* an operation is between weft_op_begin and weft_op_end (op/op.h) */
     weft_comm_stats_t stats;
@@ -269,6 +268,14 @@ weft_status_t weft_hs_wait_signal(struct weft_comm *comm, weft_signal_kind_t kin
  * arguments first). */
 weft_status_t weft_comm_create(const weft_config_t *cfg, struct weft_comm **comm_out);
 weft_status_t weft_comm_teardown(struct weft_comm *comm);
+/* weft_comm_abort's access to a communicator another thread may be destroying: enter returns 1
+ * and counts the abort in flight while comm is live (created, and its teardown has not reached
+ * the point where it frees things), else 0 (then nothing of comm may be touched); after a 1,
+ * call weft_comm_abort_leave when done. Thread-safe. */
+int weft_comm_abort_enter(struct weft_comm *comm);
+void weft_comm_abort_leave(struct weft_comm *comm);
+/* Fail pending and future operations with WEFT_ERR_ABORTED and shut the connections; between
+ * weft_comm_abort_enter and _leave. Never blocks. */
 void weft_comm_mark_aborted(struct weft_comm *comm);
 
 /* A registered scratch area of at least bytes for the staged path, grown (registered anew, the
