@@ -226,7 +226,7 @@ weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store)
      * would hold 0 and match operation 2^32: flag them odd (0x01010101), which no operation
      * using those slots has. The slots are laid out by the agreed limit, so this comes after it
      * (an odd slot flagged so would match operation 0x01010101); peers write here only after
-     * init's closing barrier. */
+     * init's "ready" barrier. */
     uint8_t *even = (uint8_t *)ctl + sizeof(weft_cuda_ctl_t);
     if (cs->push_bytes > 0) {
         err = cudaMemset2D(even + 4, 8, 0x01, 4, n); /* the even header words */
