@@ -924,9 +924,10 @@ static weft_status_t new_chunk(weft_registry_t *reg, size_t size, int internal,
         weft_heap_grow(&reg->heap);
     if (st != WEFT_ERR_NO_MEMORY || !fallback)
         return st;
+    size_t released = release_empty_chunks(reg);
     WEFT_LOG_DEBUG("weft_malloc: no chunk of %zu bytes (%s); %zu spare chunk(s) released, trying "
                    "%zu bytes",
-                   grown, weft_last_error(), release_empty_chunks(reg), smallest);
+                   grown, weft_last_error(), released, smallest);
     return add_chunk(reg, smallest, internal, chunk_out);
 }
 
