@@ -262,8 +262,9 @@ typedef struct weft_moe_handle *weft_moe_handle_t;
 /* Send each of this rank's num_tokens rows of x (hidden elements of dtype: float32, float16 or
  * bfloat16) to every rank that owns one of its experts, once per rank however many of its
  * experts live there. topk_idx and topk_weights hold num_tokens x topk entries (row-major);
- * an expert id of -1 is masked (goes nowhere), other ids must be in [0, num_experts);
- * 1 <= topk <= num_experts. x, topk_idx and topk_weights may be NULL when num_tokens is 0.
+ * an expert id of -1 is masked (goes nowhere), other ids must be in [0, num_experts) (else the
+ * dispatch fails on every rank, as an overflow of max_recv_tokens does); 1 <= topk <=
+ * num_experts. x, topk_idx and topk_weights may be NULL when num_tokens is 0.
  *
  * Received tokens are ordered by source rank, then by source token index. For received token i:
  * recv_x row i is the token's row; recv_topk_idx[i * topk + j] is the local id (0 .. E/n - 1) of
@@ -286,8 +287,9 @@ typedef struct weft_moe_handle *weft_moe_handle_t;
  * 0); recv_topk_idx, recv_topk_weights and recv_expert_counts may each be NULL, and are written
  * as by the first dispatch otherwise; max_recv_tokens is checked again. *handle is left as is:
  * the handle serves combines of either dispatch (they share the layout). Every rank must reuse
- * in the same call (else WEFT_ERR_MISMATCH). On the CUDA backend a handle reflects the verdict of
- * its latest dispatch: one rejected on the device makes its combines write zeros. */
+ * in the same call, a handle of the same dispatch (else WEFT_ERR_MISMATCH). On the CUDA backend
+ * a handle reflects the verdict of its latest dispatch: one rejected on the device makes its
+ * combines write zeros. */
 WEFT_API weft_status_t weft_moe_dispatch(weft_comm_t comm, const void *x, size_t num_tokens,
                                          size_t hidden, weft_dtype_t dtype, const int64_t *topk_idx,
                                          const float *topk_weights, int topk, int num_experts,
@@ -302,7 +304,7 @@ WEFT_API weft_status_t weft_moe_dispatch(weft_comm_t comm, const void *x, size_t
  * (summed in float32 in increasing rank order; float16 and bfloat16 round once at the end).
  * Tokens sent nowhere (every expert masked) get zeros. y may be NULL when nothing was received,
  * out when num_tokens was 0. handle stays valid (combine may run any number of times). Ranks
- * passing handles of different dispatches get WEFT_ERR_MISMATCH where the token counts disagree. */
+ * passing handles of different dispatches all get WEFT_ERR_MISMATCH, and nothing moves. */
 WEFT_API weft_status_t weft_moe_combine(weft_comm_t comm, weft_moe_handle_t handle, const void *y,
                                         void *out, void *stream);
 

@@ -2,8 +2,9 @@
  * api_moe.c - public MoE dispatch and combine: every argument a caller can get wrong is checked
  * here and rejected with WEFT_ERR_INVALID_ARGUMENT and a message naming the call and the
  * argument, before any communication (so the communicator stays usable); then the op layer runs
- * (op/moe.h). On the host backend the routing table is scanned here once to reject
- * out-of-range expert ids; on the CUDA backend it is device memory, which the device checks.
+ * (op/moe.h). Expert ids out of range are not checked here: they fail every rank in the op
+ * (the host backend's verdict, the CUDA backend's device check), so that the peers of a rank
+ * with a bad routing do not wait for it.
  *
  * Unlike the other collectives, a count of 0 (num_tokens) does not return at once: the call
  * still takes part in the exchange, since peers may send this rank tokens.
@@ -38,8 +39,8 @@ typedef struct moe_array {
 } moe_array_t;
 
 /* Every array aligned to its elements (weft_api_check_aligned), and none that the call writes
- * overlapping another array: peers read the inputs while this rank writes its outputs, so a
- * dispatch or combine is never in place. */
+ * overlapping another array (NULL ones, not given, overlap nothing): peers read the inputs while
+ * this rank writes its outputs, so a dispatch or combine is never in place. */
 static weft_status_t check_arrays(const char *call, const moe_array_t *a, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -49,7 +50,7 @@ static weft_status_t check_arrays(const char *call, const moe_array_t *a, size_t
     }
     for (size_t i = 0; i < n; i++) {
         for (size_t j = i + 1; j < n; j++) {
-            if ((a[i].written || a[j].written) &&
+            if ((a[i].written || a[j].written) && a[i].ptr && a[j].ptr &&
                 weft_api_overlap(a[i].ptr, a[i].bytes, a[j].ptr, a[j].bytes))
                 return INVALID("%s: %s and %s overlap (MoE calls are not in place)", call,
                                a[i].what, a[j].what);
@@ -135,9 +136,10 @@ weft_status_t weft_moe_dispatch(weft_comm_t comm, const void *x, size_t num_toke
                        !num_recv_tokens ? "num_recv_tokens"
                        : !handle        ? "handle"
                                         : "recv_expert_counts");
-    /* A reuse reads no routing and writes none: those arguments are not looked at. */
-    size_t esize = weft_dtype_size(dtype), routes = reuse ? 0 : (size_t)topk;
-    size_t experts_here = reuse ? 0 : (size_t)(num_experts / n);
+    /* A reuse reads no routing (topk_idx, topk_weights are not looked at), but writes the
+     * routing outputs it is given, as the first dispatch did. */
+    size_t esize = weft_dtype_size(dtype), routes = (size_t)topk;
+    size_t experts_here = (size_t)(num_experts / n);
     const char *type = weft_dtype_name(dtype);
     const moe_array_t arrays[] = {
         {"x", x, num_tokens * row_bytes, esize, type, 0},
@@ -146,12 +148,12 @@ weft_status_t weft_moe_dispatch(weft_comm_t comm, const void *x, size_t num_toke
         {"topk_weights", reuse ? NULL : topk_weights, num_tokens * routes * sizeof(float),
          sizeof(float), "float32", 0},
         {"recv_x", recv_x, max_recv_tokens * row_bytes, esize, type, 1},
-        {"recv_topk_idx", reuse ? NULL : recv_topk_idx, max_recv_tokens * routes * sizeof(int64_t),
+        {"recv_topk_idx", recv_topk_idx, max_recv_tokens * routes * sizeof(int64_t),
          sizeof(int64_t), "int64", 1},
-        {"recv_topk_weights", reuse ? NULL : recv_topk_weights,
-         max_recv_tokens * routes * sizeof(float), sizeof(float), "float32", 1},
-        {"recv_expert_counts", reuse ? NULL : recv_expert_counts, experts_here * sizeof(int64_t),
-         sizeof(int64_t), "int64", 1},
+        {"recv_topk_weights", recv_topk_weights, max_recv_tokens * routes * sizeof(float),
+         sizeof(float), "float32", 1},
+        {"recv_expert_counts", recv_expert_counts, experts_here * sizeof(int64_t), sizeof(int64_t),
+         "int64", 1},
         {"num_recv_tokens", num_recv_tokens, sizeof(int64_t), sizeof(int64_t), "int64", 1},
     };
     st = check_arrays(call, arrays, sizeof arrays / sizeof arrays[0]);
@@ -162,11 +164,6 @@ weft_status_t weft_moe_dispatch(weft_comm_t comm, const void *x, size_t num_toke
                                      topk, num_experts, recv_x, recv_topk_idx, recv_topk_weights,
                                      recv_expert_counts, max_recv_tokens, reuse, num_recv_tokens,
                                      handle, stream);
-    for (size_t i = 0; !reuse && i < num_tokens * (size_t)topk; i++) {
-        if (topk_idx[i] < -1 || topk_idx[i] >= num_experts)
-            return INVALID("%s: topk_idx[%zu] = %lld is neither -1 nor an expert in [0, %d)", call,
-                           i, (long long)topk_idx[i], num_experts);
-    }
     struct weft_moe_handle *h;
     int64_t num_recv;
     st = weft_moe_dispatch_mesh(comm, x, num_tokens, hidden, dtype, topk_idx, topk_weights, topk,

@@ -76,6 +76,10 @@ typedef struct weft_op_desc {
     uint64_t tokens;     /* the sender's num_tokens */
     uint64_t capacity;   /* dispatch: the sender's max_recv_tokens */
     uint64_t rejections; /* rejected dispatches the sender's host has seen so far */
+    /* MoE reuse and combine: the operation number of the dispatch that made the handle, the same
+     * on every rank for handles of one dispatch (0 where none); compared for MoE only, whose
+     * descriptors are never inline */
+    uint64_t layout;
 } weft_op_desc_t;
 
 #define WEFT_DESC_HEADER_BYTES offsetof(weft_op_desc_t, src)

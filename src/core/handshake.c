@@ -51,6 +51,11 @@ static const char *coll_name(uint32_t coll)
     return coll < sizeof names / sizeof names[0] ? names[coll] : "?";
 }
 
+static int is_moe(uint8_t coll)
+{
+    return coll == WEFT_COLL_MOE_DISPATCH || coll == WEFT_COLL_MOE_COMBINE;
+}
+
 weft_status_t weft_hs_check_match(struct weft_comm *comm, uint32_t seq, const weft_op_desc_t *mine,
                                   const uint64_t *my_pair_send, const uint64_t *my_pair_recv,
                                   const char *call, int *common_out)
@@ -81,6 +86,8 @@ weft_status_t weft_hs_check_match(struct weft_comm *comm, uint32_t seq, const we
             field = "topk";
         else if (d->experts != mine->experts)
             field = "num_experts";
+        else if (is_moe(mine->coll) && d->layout != mine->layout) /* MoE posts it (not inline) */
+            field = "the MoE layout (handles of different dispatches)";
         else if ((d->flags ^ mine->flags) & WEFT_DESC_TWOSHOT)
             field = "the all-reduce form (in place on some ranks only, at a size where the "
                     "in-place and out-of-place forms differ: WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES "

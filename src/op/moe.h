@@ -34,18 +34,19 @@ struct weft_moe_handle {
     /* Receive side: rows recv_off[p] .. recv_off[p] + recv_cnt[p] - 1 of recv_x came from p;
      * received row i is token recv_tokens[i] of its source, with the routing the dispatch
      * wrote out (kept for a dispatch that reuses the layout). */
-    size_t *recv_off;      /* nranks entries */
-    size_t *recv_cnt;      /* nranks entries */
-    size_t num_recv;       /* sum of recv_cnt */
-    int64_t *recv_tokens;  /* num_recv entries */
-    int64_t *recv_idx;     /* num_recv x topk: recv_topk_idx */
-    float *recv_weights;   /* num_recv x topk: recv_topk_weights */
-    int64_t *recv_counts;  /* num_experts / nranks: recv_expert_counts */
+    size_t *recv_off;     /* nranks entries */
+    size_t *recv_cnt;     /* nranks entries */
+    size_t num_recv;      /* sum of recv_cnt */
+    int64_t *recv_tokens; /* num_recv entries */
+    int64_t *recv_idx;    /* num_recv x topk: recv_topk_idx */
+    float *recv_weights;  /* num_recv x topk: recv_topk_weights */
+    int64_t *recv_counts; /* num_experts / nranks: recv_expert_counts */
     /* CUDA backend: the layout lives in device memory instead (send_off ... recv_counts unused). */
     void *dev;       /* this rank's handle memory (exec/moe_cuda.h), registered; NULL on host */
     int topk;        /* k of the dispatch */
     int num_experts; /* E of the dispatch */
     size_t capacity; /* CUDA: max_recv_tokens of its latest dispatch: rows y may have */
+    uint32_t layout; /* the operation number of the dispatch that made it (weft_op_desc_t) */
 };
 
 /* The redop field of a dispatch's handshake descriptor: set when the dispatch reuses a layout,

@@ -121,8 +121,10 @@ weft_status_t weft_moe_combine_mesh(struct weft_comm *comm, const struct weft_mo
         block_addr[p] = (uint64_t)(uintptr_t)y_remote + h->recv_off[p] * row_bytes;
         block_len[p] = h->recv_cnt[p];
     }
-    weft_op_desc_t desc = {
-        .coll = WEFT_COLL_MOE_COMBINE, .dtype = (uint8_t)h->dtype, .count = h->hidden};
+    weft_op_desc_t desc = {.coll = WEFT_COLL_MOE_COMBINE,
+                           .dtype = (uint8_t)h->dtype,
+                           .count = h->hidden,
+                           .layout = h->layout};
     st = weft_op_exchange(&op, &desc, block_addr, block_len, NULL, NULL, 0, NULL);
     if (st != WEFT_SUCCESS)
         return weft_op_end(&op, st, 0);

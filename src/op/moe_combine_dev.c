@@ -7,8 +7,8 @@
  * in each destination's list (pos) and, in the header that peers read, where each source's
  * block starts in its y (recv_off). The handshake posts y's address (or, when y is not
  * registered, that of its copy in the staging scratch, made by a kernel since only the device
- * knows how many rows y has) and the handle memory's address, and checks the handles match as
- * far as the host can see (same hidden size and dtype; token counts per rank). The combine
+ * knows how many rows y has) and the handle memory's address, and checks the handles match (the
+ * dispatch that made them, hidden size and dtype: handshake.c's common fields). The combine
  * kernel runs between the entry and closing signals; a dispatch the device rejected gives
  * zeros.
  *
@@ -62,7 +62,8 @@ weft_status_t weft_moe_combine_dev(struct weft_comm *comm, const struct weft_moe
                            .src = (uint64_t)(uintptr_t)y_remote,
                            .aux = (uint64_t)(uintptr_t)h->dev,
                            .tokens = h->num_tokens,
-                           .rejections = seen};
+                           .rejections = seen,
+                           .layout = h->layout};
     st = weft_op_exchange(&op, &desc, NULL, NULL, NULL, NULL, 0, NULL);
     if (st == WEFT_SUCCESS)
         st = weft_moe_check_rejected(&op, seen);

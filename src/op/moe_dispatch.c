@@ -13,8 +13,10 @@
  * consecutive tokens coalesced into one slice), as COPY work split over the workers by the
  * partitioner, and the closing signal releases the peers' buffers. The handle keeps the receive
  * side too (source token of every received row, and the received routing), so that a dispatch
- * reusing it (WEFT_MOE_REUSE) stages no lists: it posts x and its pair counts, agrees on the
- * verdict (capacity; handles of the same dispatch on both ends of every pair) and pulls rows.
+ * reusing it (WEFT_MOE_REUSE) stages no lists: it posts x, its pair counts and the number of the
+ * dispatch that made the handle (every rank must reuse a handle of that one dispatch), agrees on
+ * the verdict (capacity) and pulls rows. Expert ids out of range fail every rank through the
+ * same verdict, so that a rank with a bad routing still takes its turn in the exchange.
  *
  * Thread safety: runs on the communicator's user thread; the workers only read peers' memory and
  * write this rank's outputs.
@@ -78,6 +80,20 @@ static struct weft_moe_handle *handle_alloc(int nranks)
         return NULL;
     }
     return h;
+}
+
+/* Every expert id of the routing -1 or in [0, num_experts): WEFT_ERR_INVALID_ARGUMENT naming the
+ * first that is not. */
+static weft_status_t check_routing(const int64_t *topk_idx, size_t num_tokens, int topk,
+                                   int num_experts)
+{
+    for (size_t i = 0; i < num_tokens * (size_t)topk; i++) {
+        if (topk_idx[i] < -1 || topk_idx[i] >= num_experts)
+            return weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                              "%s: topk_idx[%zu] = %lld is neither -1 nor an expert in [0, %d)",
+                              call, i, (long long)topk_idx[i], num_experts);
+    }
+    return WEFT_SUCCESS;
 }
 
 /* The layout pass: h->send_off and h->send_tokens from the routing. */
@@ -274,6 +290,7 @@ weft_status_t weft_moe_dispatch_mesh(struct weft_comm *comm, const void *x, size
     size_t x_bytes = num_tokens * row_bytes;
 
     struct weft_moe_handle *h = reuse;
+    weft_status_t routing = WEFT_SUCCESS;
     if (!h) {
         h = handle_alloc(n);
         if (!h)
@@ -284,7 +301,12 @@ weft_status_t weft_moe_dispatch_mesh(struct weft_comm *comm, const void *x, size
         h->dtype = dtype;
         h->topk = topk;
         h->num_experts = num_experts;
-        st = build_send_lists(h, topk_idx, num_tokens, topk, epr);
+        h->layout = op.seq;
+        /* An expert id out of range fails every rank through the verdict below, so this rank
+         * still takes its turn in the exchange (with nothing to send). */
+        routing = check_routing(topk_idx, num_tokens, topk, num_experts);
+        if (routing == WEFT_SUCCESS)
+            st = build_send_lists(h, topk_idx, num_tokens, topk, epr);
         if (st != WEFT_SUCCESS)
             goto err;
     }
@@ -335,7 +357,8 @@ weft_status_t weft_moe_dispatch_mesh(struct weft_comm *comm, const void *x, size
                            .topk = (uint32_t)topk,
                            .experts = (uint32_t)num_experts,
                            .count = hidden,
-                           .aux = (uint64_t)(uintptr_t)x_remote};
+                           .aux = (uint64_t)(uintptr_t)x_remote,
+                           .layout = reuse ? reuse->layout : 0};
     int pair_only = 0;
     st = weft_op_exchange(&op, &desc, list_addr, pair_send, reuse ? pair_recv : NULL, NULL, 0,
                           &pair_only);
@@ -343,7 +366,7 @@ weft_status_t weft_moe_dispatch_mesh(struct weft_comm *comm, const void *x, size
         goto err;
 
     /* The receive layout, and the capacity verdict agreed on before anyone writes. */
-    weft_status_t verdict = st;
+    weft_status_t verdict = st != WEFT_SUCCESS ? st : routing;
     if (verdict == WEFT_SUCCESS && !reuse)
         verdict = receive_layout(h, &op, pair_send, epr);
     if (verdict == WEFT_SUCCESS && h->num_recv > max_recv_tokens)
@@ -364,8 +387,7 @@ weft_status_t weft_moe_dispatch_mesh(struct weft_comm *comm, const void *x, size
             const weft_op_desc_t *pd = p == me ? NULL : weft_op_peer(&op, p);
             const uint8_t *xs = pd ? (const uint8_t *)(uintptr_t)pd->aux : (const uint8_t *)x;
             if (!reuse && h->recv_cnt[p] > 0) {
-                const uint8_t *list =
-                    (const uint8_t *)(uintptr_t)(pd ? pd->src : list_addr[me]);
+                const uint8_t *list = (const uint8_t *)(uintptr_t)(pd ? pd->src : list_addr[me]);
                 memcpy(h->recv_tokens + h->recv_off[p], list,
                        h->recv_cnt[p] * sizeof *h->recv_tokens);
                 st = gather_slots(g, p, list, h->recv_cnt[p], h->recv_off[p], k, recv_topk_idx,

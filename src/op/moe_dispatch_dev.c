@@ -93,7 +93,8 @@ weft_status_t weft_moe_dispatch_dev(struct weft_comm *comm, const void *x, size_
                                       .dtype = dtype,
                                       .topk = topk,
                                       .num_experts = num_experts,
-                                      .capacity = max_recv_tokens};
+                                      .capacity = max_recv_tokens,
+                                      .layout = op.seq};
         weft_moe_dev_layout_t l = weft_moe_dev_layout(num_tokens, n, topk);
         st = weft_registry_alloc(comm->registry, l.total, 1, &h->dev);
         if (st != WEFT_SUCCESS)
@@ -121,7 +122,8 @@ weft_status_t weft_moe_dispatch_dev(struct weft_comm *comm, const void *x, size_
                            .aux = (uint64_t)(uintptr_t)x_remote,
                            .tokens = num_tokens,
                            .capacity = max_recv_tokens,
-                           .rejections = seen};
+                           .rejections = seen,
+                           .layout = reuse ? reuse->layout : 0};
     st = weft_op_exchange(&op, &desc, NULL, NULL, NULL, NULL, 0, NULL);
     if (st == WEFT_SUCCESS)
         st = weft_moe_check_rejected(&op, seen);

@@ -291,6 +291,63 @@ static void run_combine_overlap(mp_ctx_t *ctx)
     mp_ok(ctx, weft_moe_handle_destroy(h), "weft_moe_handle_destroy");
 }
 
+/* Ranks reusing handles of different dispatches whose token counts per pair agree (dispatch A
+ * sends every rank's token 0 to rank 0, dispatch B its token 1): rank 0 reuses A's handle, the
+ * others B's. Nothing but the dispatch tells them apart, so every rank must get
+ * WEFT_ERR_MISMATCH (rank 0 would pull token 0 from peers that send token 1, or read past a peer's
+ * rows), then the same for a combine, and the communicator must stay usable. */
+static void run_reuse_other_dispatch(mp_ctx_t *ctx)
+{
+    int n = ctx->nranks;
+    if (n < 2)
+        return;
+    mp_case(ctx, "moe reuse and combine with handles of different dispatches, equal counts");
+    enum { T = 2, H = 2 };
+    float x[T * H] = {1, 2, 3, 4}, w[T] = {1, 1}, rx[64 * H], rw[64], y[64 * H] = {0}, out[T * H];
+    int64_t a[T] = {0, -1}, b[T] = {-1, 0}, ridx[64], rcnt[1], num = -5;
+    weft_moe_handle_t h[2] = {NULL, NULL};
+    size_t cap = (size_t)n;
+    for (int i = 0; i < 2; i++)
+        mp_ok(ctx,
+              weft_moe_dispatch(ctx->comm, x, T, H, WEFT_FLOAT32, i ? b : a, w, 1, n, rx, ridx, rw,
+                                rcnt, cap, &num, &h[i], NULL),
+              "weft_moe_dispatch");
+    if (h[0] && h[1]) {
+        weft_moe_handle_t mine = h[ctx->rank == 0 ? 0 : 1];
+        weft_status_t st =
+            weft_moe_dispatch(ctx->comm, x, T, H, WEFT_FLOAT32, NULL, NULL, WEFT_MOE_REUSE, 0, rx,
+                              NULL, NULL, NULL, cap, &num, &mine, NULL);
+        mp_expect_status(ctx, st, WEFT_ERR_MISMATCH, "weft_moe_dispatch",
+                         "reuse of another dispatch's handle");
+        st = weft_moe_combine(ctx->comm, mine, y, out, NULL);
+        mp_expect_status(ctx, st, WEFT_ERR_MISMATCH, "weft_moe_combine",
+                         "combine with another dispatch's handle");
+        mp_ok(ctx, weft_barrier(ctx->comm, NULL), "weft_barrier after the mismatches");
+    }
+    weft_moe_handle_destroy(h[1]);
+    weft_moe_handle_destroy(h[0]);
+}
+
+/* An expert id out of range on the last rank only: every rank gets WEFT_ERR_INVALID_ARGUMENT
+ * (the others from the verdict: they must not wait for the last rank until their timeout), no
+ * handle is set, and the communicator stays usable. */
+static void run_bad_expert_one_rank(mp_ctx_t *ctx)
+{
+    int n = ctx->nranks;
+    mp_case(ctx, "moe dispatch with an expert id out of range on the last rank only");
+    float x[2] = {1, 2}, w[1] = {1}, rx[64 * 2], rw[64];
+    int64_t idx[1] = {ctx->rank == n - 1 ? (int64_t)n : 0}, ridx[64], rcnt[1], num = -5;
+    weft_moe_handle_t h = NULL;
+    double t0 = mp_now_s();
+    weft_status_t st = weft_moe_dispatch(ctx->comm, x, 1, 2, WEFT_FLOAT32, idx, w, 1, n, rx, ridx,
+                                         rw, rcnt, (size_t)n, &num, &h, NULL);
+    mp_expect_status(ctx, st, WEFT_ERR_INVALID_ARGUMENT, "weft_moe_dispatch",
+                     "expert id n on the last rank");
+    mp_check(ctx, h == NULL && num == -5, "a rejected dispatch set *handle or *num_recv_tokens");
+    mp_check(ctx, mp_now_s() - t0 < 5.0, "the rejection took %.1f s", mp_now_s() - t0);
+    mp_ok(ctx, weft_barrier(ctx->comm, NULL), "weft_barrier after the rejection");
+}
+
 /* Reusing a layout wrongly: a missing handle or one of another shape is rejected locally; ranks
  * that disagree on reusing get WEFT_ERR_MISMATCH, and a capacity below the layout's need
  * WEFT_ERR_INVALID_ARGUMENT, on every rank; the handle stays usable after each. Last, a combine
@@ -301,7 +358,7 @@ static void run_reuse_errors(mp_ctx_t *ctx)
     mp_case(ctx, "moe layout reuse errors");
     enum { T = 4, H = 2 };
     float x[T * H], w[T], rx[64 * T * H], rw[64 * T];
-    int64_t to_first[T], ridx[64 * T], rcnt[1], num = -5;
+    int64_t to_first[T], ridx[64 * T], rcnt[2], num = -5;
     for (int t = 0; t < T; t++) {
         to_first[t] = 0;
         w[t] = 1.0f;
@@ -330,6 +387,12 @@ static void run_reuse_errors(mp_ctx_t *ctx)
               NULL, NULL, NULL, cap, &num, &h, NULL);
     BAD_REUSE("reuse: x NULL", cm, NULL, T, H, WEFT_FLOAT32, NULL, NULL, WEFT_MOE_REUSE, 0, rx,
               NULL, NULL, NULL, cap, &num, &h, NULL);
+    /* A reuse writes the routing outputs it is given: they are checked as a dispatch's. */
+    BAD_REUSE("reuse: recv_topk_idx overlaps recv_x", cm, x, T, H, WEFT_FLOAT32, NULL, NULL,
+              WEFT_MOE_REUSE, 0, rx, (int64_t *)rx, NULL, NULL, cap, &num, &h, NULL);
+    BAD_REUSE("reuse: recv_expert_counts misaligned", cm, x, T, H, WEFT_FLOAT32, NULL, NULL,
+              WEFT_MOE_REUSE, 0, rx, NULL, NULL, (int64_t *)((char *)rcnt + 4), cap, &num, &h,
+              NULL);
 #undef BAD_REUSE
     mp_check(ctx, none == NULL && num == n * (ctx->rank == 0) * T,
              "a failed reuse wrote *handle or *num_recv_tokens");
@@ -421,6 +484,8 @@ int main(void)
         run_routing_mismatch(&ctx);
         run_combine_overlap(&ctx);
         run_reuse_errors(&ctx);
+        run_reuse_other_dispatch(&ctx);
+        run_bad_expert_one_rank(&ctx);
         mp_comm_close(&ctx);
     }
     return mp_finish(&ctx);
