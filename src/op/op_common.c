@@ -44,11 +44,13 @@ static weft_status_t op_finish(weft_op_t *op, weft_status_t st, int inline_paylo
 {
     struct weft_comm *comm = op->comm;
     weft_registry_reads_done(comm->registry);
-    atomic_store_explicit(&comm->in_op, 0, memory_order_release);
     if (st == WEFT_SUCCESS && op->pending.bytes > 0)
         st = weft_error(WEFT_ERR_INTERNAL, "%s: a local copy was never issued", op->call);
+    /* The communicator's state first, then the next operation may begin (another thread's
+     * would otherwise start on a communicator about to be marked failed). */
     if (st != WEFT_SUCCESS && !op->posted && comm->nranks > 1) {
         weft_comm_fail(comm, st); /* see op.h */
+        atomic_store_explicit(&comm->in_op, 0, memory_order_release);
         return st;
     }
     switch (st) {
@@ -76,6 +78,7 @@ static weft_status_t op_finish(weft_op_t *op, weft_status_t st, int inline_paylo
     default:
         break;
     }
+    atomic_store_explicit(&comm->in_op, 0, memory_order_release);
     return st;
 }
 
