@@ -225,18 +225,22 @@ static weft_status_t gather_rows(gather_t *g, const struct weft_moe_handle *h, i
     return st;
 }
 
-/* A fresh dispatch's receive side, from the counts the peers posted: offsets, and room for the
- * received routing the handle keeps (for a later reuse of the layout). */
-static weft_status_t receive_layout(struct weft_moe_handle *h, weft_op_t *op,
-                                    const uint64_t *pair_send, int epr)
+/* A fresh dispatch's receive counts and offsets, from the counts the peers posted. */
+static void receive_counts(struct weft_moe_handle *h, weft_op_t *op, const uint64_t *pair_send)
 {
     int n = h->nranks, me = op->comm->rank;
-    size_t k = (size_t)h->topk;
     for (int p = 0; p < n; p++) {
         h->recv_cnt[p] = p == me ? (size_t)pair_send[me] : (size_t)weft_op_peer(op, p)->pair_send;
         h->recv_off[p] = h->num_recv;
         h->num_recv += h->recv_cnt[p];
     }
+}
+
+/* Room for the received routing the handle keeps (for a later reuse of the layout); after the
+ * capacity check, so that an overflow is never taken for a shortage of memory. */
+static weft_status_t receive_alloc(struct weft_moe_handle *h, int epr)
+{
+    size_t k = (size_t)h->topk;
     size_t rows = h->num_recv > 0 ? h->num_recv : 1;
     h->recv_tokens = malloc(rows * sizeof *h->recv_tokens);
     h->recv_idx = malloc(rows * k * sizeof *h->recv_idx);
@@ -368,11 +372,13 @@ weft_status_t weft_moe_dispatch_mesh(struct weft_comm *comm, const void *x, size
     /* The receive layout, and the capacity verdict agreed on before anyone writes. */
     weft_status_t verdict = st != WEFT_SUCCESS ? st : routing;
     if (verdict == WEFT_SUCCESS && !reuse)
-        verdict = receive_layout(h, &op, pair_send, epr);
+        receive_counts(h, &op, pair_send);
     if (verdict == WEFT_SUCCESS && h->num_recv > max_recv_tokens)
         verdict = weft_error(WEFT_ERR_INVALID_ARGUMENT,
                              "%s: rank %d receives %zu tokens, more than max_recv_tokens (%zu)",
                              call, me, h->num_recv, max_recv_tokens);
+    if (verdict == WEFT_SUCCESS && !reuse)
+        verdict = receive_alloc(h, epr);
     st = weft_op_execute(&op, NULL, WEFT_SYNC_PHASE, verdict);
     if (st != WEFT_SUCCESS)
         goto err;
