@@ -130,6 +130,15 @@ weft_chunk_t *weft_heap_find_chunk(const weft_heap_t *h, uintptr_t addr)
     return addr - c->addr < c->bytes ? c : NULL;
 }
 
+weft_chunk_t *weft_heap_empty_chunk(const weft_heap_t *h)
+{
+    for (size_t i = 0; i < h->nchunks; i++) {
+        if (h->chunks[i]->live == 0)
+            return h->chunks[i];
+    }
+    return NULL;
+}
+
 int weft_heap_alloc(weft_heap_t *h, size_t size, int internal, uintptr_t *addr_out,
                     weft_chunk_t **chunk_out)
 {

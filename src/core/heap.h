@@ -93,6 +93,9 @@ weft_chunk_t *weft_heap_add_chunk(weft_heap_t *h, uintptr_t addr, size_t bytes, 
 /* The chunk containing addr, or NULL. */
 weft_chunk_t *weft_heap_find_chunk(const weft_heap_t *h, uintptr_t addr);
 
+/* A chunk holding no allocation (a spare, of either class), or NULL. */
+weft_chunk_t *weft_heap_empty_chunk(const weft_heap_t *h);
+
 /* Free the allocation starting exactly at addr: its range goes back to its chunk. Returns 0 and
  * sets *chunk_out, or -1 if no allocation starts at addr. */
 int weft_heap_free(weft_heap_t *h, uintptr_t addr, weft_chunk_t **chunk_out);
