@@ -140,25 +140,29 @@ static int live_add(struct weft_comm *comm)
     return rc;
 }
 
+/* comm's index in the list, or nlive if it is not listed; under live_mu. */
+static size_t live_index(const struct weft_comm *comm)
+{
+    size_t i = 0;
+    while (i < nlive && live[i] != comm)
+        i++;
+    return i;
+}
+
 /* Take comm off the list; from then on no abort enters it. */
 static void live_remove(struct weft_comm *comm)
 {
     pthread_mutex_lock(&live_mu);
-    for (size_t i = 0; i < nlive; i++) {
-        if (live[i] == comm) {
-            live[i] = live[--nlive];
-            break;
-        }
-    }
+    size_t i = live_index(comm);
+    if (i < nlive)
+        live[i] = live[--nlive];
     pthread_mutex_unlock(&live_mu);
 }
 
 int weft_comm_abort_enter(struct weft_comm *comm)
 {
-    int found = 0;
     pthread_mutex_lock(&live_mu);
-    for (size_t i = 0; i < nlive && !found; i++)
-        found = live[i] == comm;
+    int found = live_index(comm) < nlive;
     if (found)
         atomic_fetch_add(&comm->aborts_in_flight, 1);
     pthread_mutex_unlock(&live_mu);
