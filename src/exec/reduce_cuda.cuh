@@ -667,8 +667,10 @@ template <typename D, int Op, int W> struct weft_dev_unit {
 /* Units j in [0, n) of W bytes, unit j at byte offset base + (j < split ? j : j + jump) * W of
  * dst and of every source (the jump lets one loop take a head and a tail), done by the thread with
  * tid == j mod nthreads. Each step takes weft_dev_unit::unroll units, issuing the loads of all
- * of them from one source before folding them; units past n are predicated off (one copy of
- * the loop body serves every step). */
+ * of them from one source before folding them. A unit past n reloads the step's first unit
+ * (always below n) and stores nothing, so one copy of the loop body serves every step and no load
+ * is predicated: with predicated loads the compiler sank each unit's loads after the previous
+ * unit's fold on MAX, which cost the two-GPU all-reduce 21-28% of its bandwidth (s19 call A). */
 template <typename D, int Op, int W>
 static __device__ __forceinline__ void
 weft_dev_reduce_units(char *dst, const void *const *srcs, int nsrcs, size_t base, size_t n,
@@ -684,19 +686,19 @@ weft_dev_reduce_units(char *dst, const void *const *srcs, int nsrcs, size_t base
 #pragma unroll
         for (int k = 0; k < unroll; k++) {
             size_t j = u + k * nthreads;
-            live[k] = j < n;
-            off[k] = base + (j < split ? j : j + jump) * W;
+            live[k] = j < n; /* unit 0 always is: j = u < n */
+            off[k] = live[k] ? base + (j < split ? j : j + jump) * W : off[0];
         }
         const char *s0 = (const char *)srcs[0];
 #pragma unroll
         for (int k = 0; k < unroll; k++)
-            acc[k].init(live[k] ? weft_dev_load<raw>(s0 + off[k]) : raw());
+            acc[k].init(weft_dev_load<raw>(s0 + off[k]));
         for (int s = 1; s < nsrcs; s++) {
             const char *sp = (const char *)srcs[s];
             raw r[unroll];
 #pragma unroll
             for (int k = 0; k < unroll; k++)
-                r[k] = live[k] ? weft_dev_load<raw>(sp + off[k]) : raw();
+                r[k] = weft_dev_load<raw>(sp + off[k]);
 #pragma unroll
             for (int k = 0; k < unroll; k++)
                 acc[k].fold(r[k]);
