@@ -8,8 +8,9 @@
  * The two allocator functions have no communicator argument (PyTorch passes none): they use the
  * one set by weft_torch_bind, process-wide.
  *
- * Thread safety: every function may be called from any thread; binding waits for an allocation
- * or free in flight on another thread.
+ * Thread safety: every function may be called from any thread. Allocations and frees on
+ * different threads run concurrently (a free waiting for the device holds up no allocation);
+ * binding waits for those in flight on other threads.
  *
  * This header compiles alone, as C11 and as C++.
  */
@@ -30,8 +31,9 @@ extern "C" {
  * still holds, and frees PyTorch makes after the unbind do nothing. Binding a communicator other
  * than the bound one is refused while PyTorch still holds memory that weft_torch_alloc handed out
  * under an earlier binding: a later communicator may map the same addresses, and those frees
- * would release its memory. WEFT_ERR_INVALID_ARGUMENT in either case, the binding left as it
- * was. */
+ * would release its memory. Both refusals are WEFT_ERR_INVALID_ARGUMENT. Binding (or unbinding)
+ * first waits for the allocations and frees in flight on other threads, up to the bound
+ * communicator's timeout: WEFT_ERR_TIMEOUT after it. On an error the binding is left as it was. */
 WEFT_API weft_status_t weft_torch_bind(weft_comm_t comm);
 
 /* PyTorch's alloc_fn: size bytes of device memory from weft_malloc on the bound communicator,

@@ -16,20 +16,73 @@
  * unbind their frees do nothing (the memory went, or goes, with its communicator), and binding
  * another communicator is refused until PyTorch has returned every one of them.
  *
- * Thread safety: one mutex covers the state and the weft_malloc / weft_free under it, so that an
- * unbind (before weft_comm_destroy) waits for an allocation or free in flight on another thread.
+ * Thread safety: a mutex covers the state. Allocations and frees run their weft_malloc, device
+ * wait and weft_free outside it, counted in `in_flight`, so that a free waiting for the device
+ * holds up no other thread's allocation; a bind closes the gate to new calls and waits (up to the
+ * bound communicator's timeout) until none is in flight, so that an unbind before
+ * weft_comm_destroy never leaves a call running on the destroyed communicator.
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
+#include "core/comm.h"
 #include "core/comm_cuda.h"
 #include "util/log.h"
 #include "weft_torch.h"
 
 static pthread_mutex_t torch_mu = PTHREAD_MUTEX_INITIALIZER;
-static weft_comm_t bound_comm; /* under torch_mu */
-static uint64_t held_segments; /* from weft_torch_alloc, not yet freed; under torch_mu */
+static pthread_cond_t torch_cv = PTHREAD_COND_INITIALIZER; /* in_flight or binding changed */
+/* Under torch_mu: */
+static weft_comm_t bound_comm;
+static uint64_t held_segments; /* from weft_torch_alloc, not yet freed */
+static unsigned in_flight;     /* allocations and frees running on bound_comm outside the mutex */
+static unsigned binding;       /* binds waiting for in_flight to drain: new calls wait */
+
+/* Start an allocation or free (under torch_mu): waits while a bind drains the calls in flight
+ * (a bounded wait: the bind gives up at its deadline). Returns the communicator to use, NULL if
+ * none is bound; a non-NULL one must be handed back with call_end. */
+static weft_comm_t call_begin(void)
+{
+    while (binding > 0)
+        pthread_cond_wait(&torch_cv, &torch_mu);
+    if (bound_comm)
+        in_flight++;
+    return bound_comm;
+}
+
+/* End what call_begin started, counting the segments it handed to PyTorch (takes torch_mu). */
+static void call_end(uint64_t segments_made)
+{
+    pthread_mutex_lock(&torch_mu);
+    held_segments += segments_made;
+    if (--in_flight == 0)
+        pthread_cond_broadcast(&torch_cv);
+    pthread_mutex_unlock(&torch_mu);
+}
+
+/* Wait until no call is in flight, up to the bound communicator's timeout (under torch_mu, with
+ * `binding` raised so that no new call starts). */
+static weft_status_t drain_calls(void)
+{
+    if (in_flight == 0)
+        return WEFT_SUCCESS;
+    double timeout_s = bound_comm->timeout_s;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    uint64_t ns = (uint64_t)until.tv_nsec + (uint64_t)(timeout_s * 1e9);
+    until.tv_sec += (time_t)(ns / 1000000000u);
+    until.tv_nsec = (long)(ns % 1000000000u);
+    while (in_flight > 0)
+        if (pthread_cond_timedwait(&torch_cv, &torch_mu, &until) == ETIMEDOUT && in_flight > 0)
+            return weft_error(WEFT_ERR_TIMEOUT,
+                              "weft_torch_bind: %u allocation(s) or free(s) of the bound "
+                              "communicator still running on other threads after %.1f s",
+                              in_flight, timeout_s);
+    return WEFT_SUCCESS;
+}
 
 weft_status_t weft_torch_bind(weft_comm_t comm)
 {
@@ -38,9 +91,12 @@ weft_status_t weft_torch_bind(weft_comm_t comm)
         return weft_error(WEFT_ERR_INVALID_ARGUMENT,
                           "weft_torch_bind: comm does not use the CUDA backend (PyTorch's "
                           "allocator hands out device memory)");
-    weft_status_t st = WEFT_SUCCESS;
     pthread_mutex_lock(&torch_mu);
-    if (comm && comm != bound_comm && held_segments > 0)
+    binding++;
+    weft_status_t st = drain_calls();
+    if (st != WEFT_SUCCESS)
+        ; /* the binding stays as it was */
+    else if (comm && comm != bound_comm && held_segments > 0)
         st = weft_error(WEFT_ERR_INVALID_ARGUMENT,
                         "weft_torch_bind: PyTorch still holds %llu segment(s) from the "
                         "communicator bound before; free their tensors and pools (and empty "
@@ -48,6 +104,8 @@ weft_status_t weft_torch_bind(weft_comm_t comm)
                         (unsigned long long)held_segments);
     else
         bound_comm = comm;
+    if (--binding == 0)
+        pthread_cond_broadcast(&torch_cv);
     pthread_mutex_unlock(&torch_mu);
     return st;
 }
@@ -62,20 +120,21 @@ void *weft_torch_alloc(ssize_t size, int device, void *stream)
     }
     void *ptr = NULL;
     pthread_mutex_lock(&torch_mu);
-    weft_comm_t comm = bound_comm;
+    weft_comm_t comm = call_begin();
+    pthread_mutex_unlock(&torch_mu);
     if (!comm) {
         weft_error(WEFT_ERR_INVALID_ARGUMENT,
                    "weft_torch_alloc: no communicator is bound (call weft_torch_bind first)");
-    } else if (device != weft_cuda_device(comm)) {
-        /* weft_malloc memory lives on the communicator's device only */
+        return NULL;
+    }
+    if (device != weft_cuda_device(comm)) /* weft_malloc memory lives on its device only */
         weft_error(WEFT_ERR_INVALID_ARGUMENT,
                    "weft_torch_alloc: device %d is not the communicator's device %d (weft's "
                    "allocator serves only that device)",
                    device, weft_cuda_device(comm));
-    } else if (weft_malloc(comm, &ptr, (size_t)size) == WEFT_SUCCESS && ptr) {
-        held_segments++;
-    }
-    pthread_mutex_unlock(&torch_mu);
+    else if (weft_malloc(comm, &ptr, (size_t)size) != WEFT_SUCCESS)
+        ptr = NULL;
+    call_end(ptr != NULL);
     return ptr;
 }
 
@@ -87,19 +146,23 @@ void weft_torch_free(void *ptr, ssize_t size, int device, void *stream)
         return;
     pthread_mutex_lock(&torch_mu);
     if (held_segments == 0) {
+        pthread_mutex_unlock(&torch_mu);
         weft_error(WEFT_ERR_INVALID_ARGUMENT,
                    "weft_torch_free: %p did not come from weft_torch_alloc", ptr);
-    } else {
-        /* PyTorch has let go of it, whatever happens next. Unbound: the memory went, or goes,
-         * with its communicator. A failure stays in weft_last_error(); the memory is then
-         * released with the communicator. */
-        held_segments--;
-        int restore = -1;
-        if (bound_comm &&
-            weft_cuda_device_enter(bound_comm, "weft_torch_free", &restore) == WEFT_SUCCESS &&
-            weft_cuda_synchronize("weft_torch_free") == WEFT_SUCCESS)
-            weft_free(bound_comm, ptr);
-        weft_cuda_device_leave(restore);
+        return;
     }
+    /* PyTorch has let go of it, whatever happens next. Unbound: the memory went, or goes, with
+     * its communicator. A failure stays in weft_last_error(); the memory is then released with
+     * the communicator. */
+    held_segments--;
+    weft_comm_t comm = call_begin();
     pthread_mutex_unlock(&torch_mu);
+    if (!comm)
+        return;
+    int restore = -1;
+    if (weft_cuda_device_enter(comm, "weft_torch_free", &restore) == WEFT_SUCCESS &&
+        weft_cuda_synchronize("weft_torch_free") == WEFT_SUCCESS)
+        weft_free(comm, ptr);
+    weft_cuda_device_leave(restore);
+    call_end(0);
 }

@@ -26,6 +26,10 @@
  *     the memory is on the communicator's device, the result is exact, and the thread's current
  *     device is what it was (weft makes the communicator's device current for each call and
  *     gives the caller's back, as NCCL does).
+ *   PyTorch's allocator entry points (roa only): while one thread's weft_torch_free waits for the
+ *     device (held busy by a host function on a side stream until the test releases it, at most
+ *     TORCH_GATE_S), another thread's weft_torch_alloc returns at once; an unbind started then
+ *     returns only after that free has finished; every call succeeds.
  * Registration is seen through remote reads of user buffers, which weft's push path (small
  * payloads stored into the peers' control blocks) never makes: main turns it off
  * (WEFT_CUDA_PUSH_BYTES=0, before weft reads its configuration).
@@ -38,9 +42,13 @@
 
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#include "weft_torch.h"
 
 #define SLEEP_BEFORE_USE_MS 50.0
 #define BIG_CAP_BYTES ((uint64_t)1 << 30)
@@ -51,6 +59,8 @@
 #define MANY_MIN_BYTES ((size_t)64 << 10)
 #define MANY_ELEMS 64 /* uint64 gathered from each buffer: 512 bytes, more than travels inline */
 #define REGISTER_WAIT_S 120.0
+#define TORCH_GATE_S 20.0 /* below WEFT_TIMEOUT_S: an unbind waits that long for a free */
+#define TORCH_BYTES ((ssize_t)64 << 10)
 
 static const size_t use_sizes[] = {1, 3, 255, 1024, 4099, 65537, 300001};
 static const weft_dtype_t use_dtypes[] = {WEFT_INT32,   WEFT_FLOAT32, WEFT_BFLOAT16, WEFT_INT8,
@@ -524,6 +534,125 @@ static void other_thread(gpu_ctx_t *g)
     mp_check(ctx, wrong == 0, "%zu of %d all-reduced elements wrong", wrong, THREAD_ELEMS);
 }
 
+static void sleep_ms(double ms)
+{
+    struct timespec ts = {(time_t)(ms / 1e3), (long)((ms - 1e3 * (time_t)(ms / 1e3)) * 1e6)};
+    nanosleep(&ts, NULL);
+}
+
+/* A host function that keeps the device busy until opened, or TORCH_GATE_S at most. */
+typedef struct torch_gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int open, timed_out;
+} torch_gate_t;
+
+static void CUDART_CB torch_gate_wait(void *arg)
+{
+    torch_gate_t *gate = arg;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += (time_t)TORCH_GATE_S;
+    pthread_mutex_lock(&gate->mu);
+    while (!gate->open && !gate->timed_out)
+        gate->timed_out = pthread_cond_timedwait(&gate->cv, &gate->mu, &until) != 0;
+    pthread_mutex_unlock(&gate->mu);
+}
+
+static void torch_gate_open(torch_gate_t *gate)
+{
+    pthread_mutex_lock(&gate->mu);
+    gate->open = 1;
+    pthread_cond_broadcast(&gate->cv);
+    pthread_mutex_unlock(&gate->mu);
+}
+
+/* 1 while the gate holds the device (neither opened nor timed out). */
+static int torch_gate_shut(torch_gate_t *gate)
+{
+    pthread_mutex_lock(&gate->mu);
+    int shut = !gate->open && !gate->timed_out;
+    pthread_mutex_unlock(&gate->mu);
+    return shut;
+}
+
+/* A thread's weft_torch_free (ptr set) or weft_torch_bind(NULL) (ptr NULL). */
+typedef struct torch_call {
+    void *ptr;
+    int device;
+    _Atomic int started, done;
+    char error[256]; /* weft_last_error() after the call */
+} torch_call_t;
+
+static void *torch_call_main(void *arg)
+{
+    torch_call_t *c = arg;
+    atomic_store(&c->started, 1);
+    if (c->ptr)
+        weft_torch_free(c->ptr, TORCH_BYTES, c->device, NULL); /* errors: weft_last_error() */
+    else
+        (void)weft_torch_bind(NULL);
+    snprintf(c->error, sizeof c->error, "%s", weft_last_error());
+    atomic_store(&c->done, 1);
+    return NULL;
+}
+
+/* Start c on a thread and give it SLEEP_BEFORE_USE_MS to reach its wait once started (a slower
+ * thread makes the test pass without showing anything, never fail). */
+static void torch_call_start(mp_ctx_t *ctx, torch_call_t *c, pthread_t *th)
+{
+    if (pthread_create(th, NULL, torch_call_main, c) != 0)
+        mp_fatal(ctx, "pthread_create");
+    while (!atomic_load(&c->started))
+        sleep_ms(1);
+    sleep_ms(SLEEP_BEFORE_USE_MS);
+}
+
+/* A free waiting for the device holds up no allocation on another thread; an unbind waits for
+ * the free. */
+static void torch_allocator_threads(gpu_ctx_t *g)
+{
+    mp_ctx_t *ctx = &g->mp;
+    mp_case(ctx, "weft_torch_alloc while another thread's weft_torch_free waits for the device");
+    mp_ok(ctx, weft_torch_bind(ctx->comm), "weft_torch_bind");
+    void *p = weft_torch_alloc(TORCH_BYTES, g->device, NULL);
+    if (!mp_check(ctx, p != NULL, "weft_torch_alloc: %s", weft_last_error())) {
+        mp_ok(ctx, weft_torch_bind(NULL), "weft_torch_bind(NULL)");
+        return;
+    }
+    static torch_gate_t gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+    gate.open = gate.timed_out = 0;
+    cudaStream_t side;
+    gpu_cuda_ok(g, cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "cudaStreamCreate");
+    gpu_cuda_ok(g, cudaLaunchHostFunc(side, torch_gate_wait, &gate), "cudaLaunchHostFunc");
+    static torch_call_t freeing, unbinding;
+    memset(&freeing, 0, sizeof freeing);
+    memset(&unbinding, 0, sizeof unbinding);
+    freeing.ptr = p;
+    freeing.device = g->device;
+    pthread_t free_th, bind_th;
+    torch_call_start(ctx, &freeing, &free_th);
+    void *q = weft_torch_alloc(TORCH_BYTES, g->device, NULL);
+    mp_check(ctx, q != NULL, "weft_torch_alloc: %s", weft_last_error());
+    mp_check(ctx, torch_gate_shut(&gate),
+             "weft_torch_alloc returned only once the device was idle: it waited for the other "
+             "thread's free");
+    torch_call_start(ctx, &unbinding, &bind_th);
+    int unbind_waited = !atomic_load(&unbinding.done) && torch_gate_shut(&gate);
+    torch_gate_open(&gate);
+    pthread_join(free_th, NULL);
+    pthread_join(bind_th, NULL);
+    gpu_cuda_ok(g, cudaStreamSynchronize(side), "cudaStreamSynchronize(side)");
+    gpu_cuda_ok(g, cudaStreamDestroy(side), "cudaStreamDestroy(side)");
+    mp_check(ctx, !gate.timed_out, "the device gate timed out after %.0f s", TORCH_GATE_S);
+    mp_check(ctx, unbind_waited, "weft_torch_bind(NULL) returned while a free was in flight");
+    mp_check(ctx, freeing.error[0] == '\0', "weft_torch_free on another thread: %s", freeing.error);
+    mp_check(ctx, unbinding.error[0] == '\0', "weft_torch_bind(NULL) on a third thread: %s",
+             unbinding.error);
+    /* Unbound now: q's free does nothing (its memory goes with the communicator). */
+    weft_torch_free(q, TORCH_BYTES, g->device, NULL);
+}
+
 int main(void)
 {
     setenv("WEFT_CUDA_PUSH_BYTES", "0", 1);
@@ -537,6 +666,8 @@ int main(void)
         address_reuse(&g);
         first_use_waits(&g);
         other_thread(&g);
+        if (reg == WEFT_REGISTRATION_ROA)
+            torch_allocator_threads(&g);
         mp_case(&g.mp, "final barrier reg=%s", mp_reg_name((weft_registration_t)reg));
         mp_ok(&g.mp, weft_barrier(g.mp.comm, g.stream), "weft_barrier");
         gpu_sync(&g, "final barrier");
