@@ -37,7 +37,8 @@
  *   peer UNREG   : unmap -> ack.
  *
  * THREADS AND LOCKS
- *   `mu` protects the heap, pending ranges, `jobs`, next_ticket and file_next. The registrar
+ *   `mu` protects the heap, pending ranges, `jobs`, next_ticket and file_next; it is never held
+ *   across a provider's create or map of a new chunk (milliseconds on the GPU). The registrar
  *   owns the sockets, outboxes, `queue`, `inflight`, peer mappings and acked[] without a lock;
  *   it publishes progress through `acked_all` (the minimum of acked[]) and atomic counters, and
  *   rings the futex word `acked_moved` after every change of `acked_all`, so that waiters can
@@ -813,7 +814,11 @@ static int registers_at_once(const weft_registry_t *reg, int internal)
     return internal || reg->mode == WEFT_REGISTRATION_ROA;
 }
 
-/* Map a new chunk of bytes in the slice and register it as the mode says (under mu). */
+/* Map a new chunk of bytes in the slice and register it as the mode says. Called under mu, it
+ * drops mu while the provider makes and maps the memory (cuMemCreate and cuMemMap take
+ * milliseconds), so that other threads' acquires, frees and allocations from the chunks there
+ * are meanwhile do not wait; the address range (and the range of `file`) is taken first, so no
+ * other thread is handed it. */
 static weft_status_t add_chunk(weft_registry_t *reg, size_t bytes, int internal,
                                weft_chunk_t **chunk_out)
 {
@@ -821,24 +826,31 @@ static weft_status_t add_chunk(weft_registry_t *reg, size_t bytes, int internal,
     if (weft_heap_take_range(&reg->heap, bytes, &addr) != 0)
         return weft_error(WEFT_ERR_NO_MEMORY,
                           "weft_malloc: no %zu bytes left in this rank's window slice", bytes);
-    weft_mem_seg_t seg;
+    weft_mem_seg_t seg = {.fd = -1};
     weft_status_t st = WEFT_SUCCESS;
-    if (reg->file.fd < 0) {
-        st = reg->mem->create(bytes, &seg);
-    } else if (reg->file.bytes - reg->file_next >= bytes) {
+    int sparse = reg->file.fd >= 0;
+    if (sparse) {
+        if (reg->file.bytes - reg->file_next < bytes) {
+            st = weft_error(WEFT_ERR_NO_MEMORY,
+                            "weft_malloc: this rank's memfd has no unused %zu bytes left (%zu "
+                            "bytes were handed out, and are never reused)",
+                            bytes, reg->file_next);
+            goto err_give;
+        }
         seg = weft_mem_range(&reg->file, reg->file_next, bytes);
         reg->file_next += bytes; /* never handed out again, even if this fails */
-    } else {
-        st = weft_error(WEFT_ERR_NO_MEMORY,
-                        "weft_malloc: this rank's memfd has no unused %zu bytes left (%zu bytes "
-                        "were handed out, and are never reused)",
-                        bytes, reg->file_next);
     }
+    pthread_mutex_unlock(&reg->mu);
+    if (!sparse)
+        st = reg->mem->create(bytes, &seg);
+    if (st == WEFT_SUCCESS) {
+        st = reg->mem->map(&seg, (void *)addr);
+        if (st != WEFT_SUCCESS)
+            reg->mem->destroy(&seg);
+    }
+    pthread_mutex_lock(&reg->mu);
     if (st != WEFT_SUCCESS)
         goto err_give;
-    st = reg->mem->map(&seg, (void *)addr);
-    if (st != WEFT_SUCCESS)
-        goto err_destroy;
     weft_chunk_t *c = weft_heap_add_chunk(&reg->heap, addr, bytes, seg, 0, internal);
     if (!c) {
         st = weft_error(WEFT_ERR_NO_MEMORY, "weft_malloc: chunk table");
@@ -861,7 +873,6 @@ static weft_status_t add_chunk(weft_registry_t *reg, size_t bytes, int internal,
 
 err_unmap:
     reg->mem->unmap((void *)addr, bytes);
-err_destroy:
     reg->mem->destroy(&seg);
 err_give:
     (void)weft_heap_give_range(&reg->heap, addr, bytes);
@@ -900,9 +911,10 @@ static size_t release_empty_chunks(weft_registry_t *reg)
     return released;
 }
 
-/* A new chunk for an allocation of size bytes, under mu: of the growth's size (chunks grow to
- * 1 GiB); short of memory or of address space for that, of the allocation's own size after the
- * spare chunks were given back, so that an allocation that would fit does not fail. */
+/* A new chunk for an allocation of size bytes, under mu (dropped meanwhile: add_chunk): of the
+ * growth's size (chunks grow to 1 GiB); short of memory or of address space for that, of the
+ * allocation's own size after the spare chunks were given back, so that an allocation that would
+ * fit does not fail. */
 static weft_status_t new_chunk(weft_registry_t *reg, size_t size, int internal,
                                weft_chunk_t **chunk_out)
 {
@@ -937,10 +949,14 @@ weft_status_t weft_registry_alloc(weft_registry_t *reg, size_t bytes, int intern
     weft_chunk_t *c;
     weft_status_t st = WEFT_SUCCESS;
     if (weft_heap_alloc(&reg->heap, size, internal, &addr, &c) != 0) {
-        st = new_chunk(reg, size, internal, &c);
-        if (st == WEFT_SUCCESS && weft_heap_alloc(&reg->heap, size, internal, &addr, &c) != 0) {
-            release_chunk(reg, c); /* empty: nothing else would ever release it */
-            st = weft_error(WEFT_ERR_NO_MEMORY, "weft_malloc: allocation table");
+        weft_chunk_t *fresh;
+        st = new_chunk(reg, size, internal, &fresh);
+        if (st == WEFT_SUCCESS) {
+            /* Usually from fresh; from another chunk if one was freed while mu was dropped. */
+            if (weft_heap_alloc(&reg->heap, size, internal, &addr, &c) != 0)
+                st = weft_error(WEFT_ERR_NO_MEMORY, "weft_malloc: allocation table");
+            if (weft_heap_should_release(&reg->heap, fresh))
+                release_chunk(reg, fresh); /* left empty, and not needed as the spare */
         }
     }
     pthread_mutex_unlock(&reg->mu);

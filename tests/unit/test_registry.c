@@ -27,6 +27,9 @@
  *   the same address, and its writes do not reach the new buffer.
  * - With growing chunks, an allocation that fits the slice succeeds where the next chunk size
  *   does not: the spare chunk is given back and a chunk of the allocation's size made.
+ * - A new chunk is mapped without the registry's mutex: while one thread's allocation is held
+ *   inside the provider's map (a wrapped host provider), another thread's acquire, allocation
+ *   from an existing chunk and free all return.
  *
  * The test includes registry.c itself, to reach the registry's private ticket counter: it jumps
  * the counter forward under the registry's mutex, as 2^31 allocations and frees would (the only
@@ -38,6 +41,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -46,6 +50,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/comm.h"
@@ -59,6 +64,11 @@
 #define PEER_TIMEOUT_MS 5000
 #define BACKLOG 64 /* WEFT_REGISTRATION_BACKLOG's default */
 #define SLICE_PAGES 1024
+
+#define GATE_TIMEOUT_S 10 /* the held map gives up after this; the test then fails */
+
+/* The provider of the fixtures' windows: the host one, or gated_ops (test_map_unlocked). */
+static const weft_mem_ops_t *fixture_mem = &weft_mem_host_ops;
 
 static _Atomic int inject_sock = -1;
 static _Atomic int inject_left;
@@ -101,7 +111,7 @@ static int fixture_open_chunked(fixture_t *f, weft_registration_t mode, unsigned
 {
     memset(f, 0, sizeof *f);
     f->sock = f->peer = -1;
-    const weft_mem_ops_t *mem = &weft_mem_host_ops;
+    const weft_mem_ops_t *mem = fixture_mem;
     size_t slice = SLICE_PAGES * mem->granularity();
     f->window_bytes = 2 * slice;
     f->comm = calloc(1, sizeof *f->comm);
@@ -146,7 +156,7 @@ static void fixture_close(fixture_t *f)
     if (f->peer >= 0)
         close(f->peer);
     if (f->base)
-        (void)weft_mem_host_ops.release(f->base, f->window_bytes);
+        (void)fixture_mem->release(f->base, f->window_bytes);
     free(f->comm);
 }
 
@@ -662,6 +672,105 @@ static void test_chunk_fallback(void)
     fixture_close(&f);
 }
 
+/* The host provider, except that a map made while the gate is armed waits until the gate opens
+ * (GATE_TIMEOUT_S at most). */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int armed, held, open, timed_out;
+} gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0};
+static weft_mem_ops_t gated_ops;
+
+static weft_status_t gated_map(const weft_mem_seg_t *seg, void *addr)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += GATE_TIMEOUT_S;
+    pthread_mutex_lock(&gate.mu);
+    if (gate.armed) {
+        gate.armed = 0;
+        gate.held = 1;
+        pthread_cond_broadcast(&gate.cv);
+        while (!gate.open && !gate.timed_out)
+            gate.timed_out = pthread_cond_timedwait(&gate.cv, &gate.mu, &until) != 0;
+    }
+    pthread_mutex_unlock(&gate.mu);
+    return weft_mem_host_ops.map(seg, addr);
+}
+
+typedef struct alloc_call {
+    weft_registry_t *reg;
+    size_t bytes;
+    void *ptr;
+    weft_status_t st;
+} alloc_call_t;
+
+static void *alloc_call_main(void *arg)
+{
+    alloc_call_t *a = arg;
+    a->st = weft_registry_alloc(a->reg, a->bytes, 0, &a->ptr);
+    return NULL;
+}
+
+/* While one thread's new chunk is held in the provider's map, the registry's other calls go on.
+ * Staged mode, 1 MiB chunks: the first allocation makes a 1 MiB chunk; the other thread's 2 MiB
+ * needs a new one. */
+static void test_map_unlocked(void)
+{
+    const size_t mib = (size_t)1 << 20;
+    gated_ops = weft_mem_host_ops;
+    gated_ops.map = gated_map;
+    fixture_mem = &gated_ops;
+    fixture_t f;
+    int rc = fixture_open_chunked(&f, WEFT_REGISTRATION_STAGED, BACKLOG, mib);
+    fixture_mem = &weft_mem_host_ops;
+    if (rc != 0) {
+        fixture_close(&f);
+        return;
+    }
+    void *a = NULL, *b = NULL;
+    CHECK(weft_registry_alloc(f.reg, 4096, 0, &a) == WEFT_SUCCESS, "4 KiB: %s", weft_last_error());
+    pthread_mutex_lock(&gate.mu);
+    gate.armed = 1;
+    gate.held = gate.open = gate.timed_out = 0;
+    pthread_mutex_unlock(&gate.mu);
+    alloc_call_t big = {f.reg, 2 * mib, NULL, WEFT_ERR_INTERNAL};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, alloc_call_main, &big) == 0, "pthread_create");
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += GATE_TIMEOUT_S;
+    pthread_mutex_lock(&gate.mu);
+    while (!gate.held && pthread_cond_timedwait(&gate.cv, &gate.mu, &until) == 0)
+        ;
+    int held = gate.held;
+    pthread_mutex_unlock(&gate.mu);
+    CHECK(held, "the 2 MiB allocation never reached the provider's map");
+
+    /* The other thread sits in map now (or gave up, with the old code, after holding mu). */
+    weft_buf_state_t state = WEFT_BUF_READY;
+    uint64_t waited;
+    weft_status_t st =
+        weft_registry_acquire(f.reg, a, 4096, &f.comm->wait_policy, NULL, NULL, &state, &waited);
+    CHECK(st == WEFT_SUCCESS && state == WEFT_BUF_STAGED, "acquire: %s", weft_status_string(st));
+    CHECK(weft_registry_alloc(f.reg, 4096, 0, &b) == WEFT_SUCCESS, "4 KiB more: %s",
+          weft_last_error());
+    CHECK(weft_registry_free(f.reg, b) == WEFT_SUCCESS, "free: %s", weft_last_error());
+    pthread_mutex_lock(&gate.mu);
+    int timed_out = gate.timed_out;
+    gate.open = 1;
+    pthread_cond_broadcast(&gate.cv);
+    pthread_mutex_unlock(&gate.mu);
+    CHECK(!timed_out, "acquire, alloc and free waited for another thread's map (%d s)",
+          GATE_TIMEOUT_S);
+    pthread_join(th, NULL);
+    CHECK(big.st == WEFT_SUCCESS && big.ptr, "2 MiB on the other thread: %s",
+          weft_status_string(big.st));
+    if (big.ptr)
+        memset(big.ptr, 0x5a, 2 * mib); /* mapped */
+    fixture_close(&f);
+}
+
 int main(void)
 {
     test_send_status();
@@ -675,6 +784,7 @@ int main(void)
     test_offsets_not_reused();
     test_peer_range_under_limit();
     test_chunk_fallback();
+    test_map_unlocked();
     if (failures == 0)
         printf("PASS test_registry\n");
     return failures != 0;
