@@ -224,6 +224,8 @@ static weft_status_t msg_status(ssize_t n)
         return WEFT_SUCCESS;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
         return WEFT_ERR_TIMEOUT;
+    if (n < 0 && errno == EMFILE)
+        return WEFT_ERR_SYSTEM; /* a descriptor lost here, for want of room: not the peer's end */
     return WEFT_ERR_PEER_LOST;
 }
 
@@ -294,7 +296,13 @@ weft_status_t weft_ctrl_exchange_fd(const int *socks, int rank, int nranks, int 
         if (st == WEFT_SUCCESS &&
             (in.type != WEFT_CTRL_BLOCK || in.bytes != bytes || peer_fds_out[p] < 0))
             st = WEFT_ERR_PEER_LOST;
-        if (st != WEFT_SUCCESS)
+        if (st == WEFT_ERR_SYSTEM)
+            st = weft_error(WEFT_ERR_SYSTEM,
+                            "weft_comm_init: rank %d's control block came without its "
+                            "descriptor: this process has no file descriptor left (raise "
+                            "ulimit -n)",
+                            p);
+        else if (st != WEFT_SUCCESS)
             st = weft_error(WEFT_ERR_PEER_LOST,
                             "weft_comm_init: rank %d sent no valid control block", p);
     }

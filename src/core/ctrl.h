@@ -71,7 +71,9 @@ weft_status_t weft_ctrl_exchange_fd(const int *socks, int rank, int nranks, int 
 weft_status_t weft_ctrl_send(int sock, const weft_ctrl_msg_t *msg, int fd);
 
 /* Receive one message (non-blocking). *fd_out gets the attached descriptor or -1. Returns
- * WEFT_ERR_TIMEOUT when nothing is pending, WEFT_ERR_PEER_LOST on EOF or error. */
+ * WEFT_ERR_TIMEOUT when nothing is pending; WEFT_ERR_SYSTEM when the message came but its
+ * descriptor was lost because this process has none left (EMFILE: the message is consumed, and
+ * cannot be received again); WEFT_ERR_PEER_LOST on EOF or any other error. Logs nothing. */
 weft_status_t weft_ctrl_recv(int sock, weft_ctrl_msg_t *msg, int *fd_out);
 
 #endif /* WEFT_CORE_CTRL_H */

@@ -286,20 +286,28 @@ static void outbox_push(weft_registry_t *reg, int peer, const weft_ctrl_msg_t *m
 /* Stop talking to peer: drop what is queued for it, and shut the socket down so that the peer
  * sees the loss too (it then fails with WEFT_ERR_PEER_LOST instead of waiting for
  * acknowledgements that will not come). Unless it said BYE, the communicator fails with
- * WEFT_ERR_PEER_LOST, or keeps the error recorded before. */
-static void peer_lost(weft_registry_t *reg, int peer, const char *why)
+ * status, or keeps the error recorded before. */
+static void peer_drop(weft_registry_t *reg, int peer, weft_status_t status, const char *why)
 {
     if (reg->closed[peer])
         return;
     reg->closed[peer] = 1;
+    /* Recorded before the shutdown, which the peer (or a test playing it) may act on at once. */
+    if (!reg->bye[peer] && atomic_load(&reg->stopping) == STOP_NOT)
+        weft_comm_set_async_error(
+            reg->comm, weft_error(status, "rank %d %s: %s", peer,
+                                  status == WEFT_ERR_PEER_LOST ? "lost" : "dropped", why));
     shutdown(reg->socks[peer], SHUT_RDWR);
     outbox_t *ob = &reg->out[peer];
     for (size_t i = ob->head; i < ob->n; i++)
         shared_fd_drop(ob->msgs[i].sfd);
     ob->head = ob->n = 0;
-    if (!reg->bye[peer] && atomic_load(&reg->stopping) == STOP_NOT)
-        weft_comm_set_async_error(reg->comm,
-                                  weft_error(WEFT_ERR_PEER_LOST, "rank %d lost: %s", peer, why));
+}
+
+/* The peer is gone, or broke the protocol: peer_drop with WEFT_ERR_PEER_LOST. */
+static void peer_lost(weft_registry_t *reg, int peer, const char *why)
+{
+    peer_drop(reg, peer, WEFT_ERR_PEER_LOST, why);
 }
 
 static void receive_from(weft_registry_t *reg, int peer);
@@ -522,6 +530,12 @@ static void receive_from(weft_registry_t *reg, int peer)
         weft_status_t st = weft_ctrl_recv(reg->socks[peer], &msg, &fd);
         if (st == WEFT_ERR_TIMEOUT)
             return;
+        if (st == WEFT_ERR_SYSTEM) { /* its registration cannot be mapped here, nor acknowledged */
+            peer_drop(reg, peer, st,
+                      "a control message's descriptor was lost: this process has no file "
+                      "descriptor left (raise ulimit -n)");
+            return;
+        }
         if (st != WEFT_SUCCESS) {
             peer_lost(reg, peer, "control socket closed");
             return;

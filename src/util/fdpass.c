@@ -80,8 +80,12 @@ ssize_t weft_fdpass_recv(int sock, void *buf, size_t len, int timeout_ms, int *f
         }
     }
     if (n >= 0 && ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || nfds > 1)) {
+        /* Room for two descriptors, yet none came: the kernel could not install the one sent
+         * (it drops it and flags the control data truncated), so this process is out of
+         * descriptors. */
+        int no_room = (mh.msg_flags & MSG_CTRUNC) && nfds == 0;
         n = -1;
-        errno = EMSGSIZE;
+        errno = no_room ? EMFILE : EMSGSIZE;
     }
     if (n != (ssize_t)len && *fd_out >= 0) {
         int saved = errno;

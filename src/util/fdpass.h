@@ -29,7 +29,8 @@ ssize_t weft_fdpass_send(int sock, const void *buf, size_t len, int fd, bool wai
  * then returns -1 with errno ETIMEDOUT; < 0 waits without limit. Returns len for a whole record,
  * 0 at end of file (the peer closed), another count for a shorter record, or -1 with errno set
  * (EMSGSIZE: the record or its descriptors did not fit, or it carried more than one descriptor;
- * none is left open). */
+ * EMFILE: its descriptor was lost because this process has no descriptor left (RLIMIT_NOFILE);
+ * either way the record is consumed and no descriptor is left open). */
 ssize_t weft_fdpass_recv(int sock, void *buf, size_t len, int timeout_ms, int *fd_out);
 
 #endif /* WEFT_UTIL_FDPASS_H */

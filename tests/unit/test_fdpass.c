@@ -3,7 +3,8 @@
  * (src/util/fdpass.c): a descriptor arrives, close-on-exec, and reaches the same pipe; a record
  * without one gives -1; nothing pending returns EAGAIN at once or ETIMEDOUT after the timeout; a
  * short record is returned as such and its descriptor closed; a long one, or one with two
- * descriptors, fails with EMSGSIZE and leaves none open;
+ * descriptors, fails with EMSGSIZE and leaves none open; a record whose descriptor the kernel
+ * cannot install (RLIMIT_NOFILE reached) fails with EMFILE and is consumed;
  * end of file reads 0; a full socket refuses a non-waiting send; a send to a closed peer fails
  * with EPIPE instead of raising SIGPIPE.
  */
@@ -12,6 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -160,6 +162,45 @@ static void test_two_descriptors(void)
     close(sv[1]);
 }
 
+/* The receiver has no descriptor left: the record is consumed, its descriptor lost, EMFILE. */
+static void test_no_descriptor_room(void)
+{
+    int sv[2], p[2];
+    if (make_pair(sv) != 0)
+        return;
+    CHECK(pipe(p) == 0, "pipe: %s", strerror(errno));
+    rec_t out = {5, 6}, in;
+    CHECK(weft_fdpass_send(sv[0], &out, sizeof out, p[1], true) == (ssize_t)sizeof out, "send: %s",
+          strerror(errno));
+    CHECK(weft_fdpass_send(sv[0], &out, sizeof out, -1, true) == (ssize_t)sizeof out, "send: %s",
+          strerror(errno));
+    close(p[1]);
+    int lowest = dup(0); /* the lowest free descriptor number */
+    close(lowest);
+    struct rlimit saved, lim;
+    CHECK(getrlimit(RLIMIT_NOFILE, &saved) == 0, "getrlimit: %s", strerror(errno));
+    lim = saved;
+    lim.rlim_cur = (rlim_t)lowest; /* no new descriptor fits */
+    CHECK(setrlimit(RLIMIT_NOFILE, &lim) == 0, "setrlimit: %s", strerror(errno));
+    int fd = -7;
+    errno = 0;
+    ssize_t n = weft_fdpass_recv(sv[1], &in, sizeof in, TIMEOUT_MS, &fd);
+    int err = errno;
+    CHECK(setrlimit(RLIMIT_NOFILE, &saved) == 0, "restore RLIMIT_NOFILE: %s", strerror(errno));
+    CHECK(n == -1 && err == EMFILE && fd == -1, "no room: returned %zd (%s), fd %d", n,
+          strerror(err), fd);
+    if (fd >= 0)
+        close(fd);
+    n = weft_fdpass_recv(sv[1], &in, sizeof in, TIMEOUT_MS, &fd); /* the next record */
+    CHECK(n == (ssize_t)sizeof in && fd == -1 && in.a == 5, "after it: returned %zd, fd %d", n, fd);
+    char byte;
+    fcntl(p[0], F_SETFL, O_NONBLOCK);
+    CHECK(read(p[0], &byte, 1) == 0, "the lost descriptor is still open somewhere");
+    close(p[0]);
+    close(sv[0]);
+    close(sv[1]);
+}
+
 /* End of file, a full socket, a closed peer. */
 static void test_peer_states(void)
 {
@@ -195,6 +236,7 @@ int main(void)
     test_nothing_pending();
     test_wrong_size();
     test_two_descriptors();
+    test_no_descriptor_room();
     test_peer_states();
     if (failures)
         printf("test_fdpass: %d failure(s)\n", failures);

@@ -27,6 +27,9 @@
  *   the same address, and its writes do not reach the new buffer.
  * - With growing chunks, an allocation that fits the slice succeeds where the next chunk size
  *   does not: the spare chunk is given back and a chunk of the allocation's size made.
+ * - A peer's registration whose descriptor this process has no room for (RLIMIT_NOFILE) fails
+ *   the communicator with WEFT_ERR_SYSTEM, not WEFT_ERR_PEER_LOST, and the peer's socket is shut
+ *   down (it sees the loss) with no acknowledgement sent.
  * - A new chunk is mapped without the registry's mutex: while one thread's allocation is held
  *   inside the provider's map (a wrapped host provider), another thread's acquire, allocation
  *   from an existing chunk and free all return.
@@ -571,6 +574,45 @@ out:
     CHECK(setrlimit(RLIMIT_FSIZE, &saved) == 0, "restore RLIMIT_FSIZE: %s", strerror(errno));
 }
 
+/* The fake peer registers a range while rank 0 has no descriptor left. */
+static void test_peer_reg_no_descriptor_room(void)
+{
+    fixture_t f;
+    weft_mem_seg_t file = {.fd = -1};
+    struct rlimit saved;
+    CHECK(getrlimit(RLIMIT_NOFILE, &saved) == 0, "getrlimit: %s", strerror(errno));
+    if (fixture_open(&f, WEFT_REGISTRATION_ROA, BACKLOG) != 0)
+        goto out;
+    size_t gran = weft_mem_host_ops.granularity();
+    CHECK(weft_mem_host_ops.create(gran, &file) == WEFT_SUCCESS, "create: %s", weft_last_error());
+    if (file.fd < 0)
+        goto out;
+    int lowest = dup(0); /* the lowest free descriptor number */
+    close(lowest);
+    struct rlimit lim = saved;
+    lim.rlim_cur = (rlim_t)lowest; /* the registrar can receive no descriptor */
+    CHECK(setrlimit(RLIMIT_NOFILE, &lim) == 0, "setrlimit: %s", strerror(errno));
+    uintptr_t addr = (uintptr_t)f.base + f.window_bytes / 2; /* rank 1's slice */
+    weft_ctrl_msg_t reg = {.type = WEFT_CTRL_REG, .ticket = 1, .addr = addr, .bytes = gran};
+    CHECK(weft_fdpass_send(f.peer, &reg, sizeof reg, file.fd, true) == (ssize_t)sizeof reg,
+          "peer: send REG: %s", strerror(errno));
+    /* The registrar shuts the socket down: the peer reads end of file, no acknowledgement. */
+    weft_ctrl_msg_t msg;
+    int fd = -1;
+    ssize_t n = weft_fdpass_recv(f.peer, &msg, sizeof msg, PEER_TIMEOUT_MS, &fd);
+    CHECK(setrlimit(RLIMIT_NOFILE, &saved) == 0, "restore RLIMIT_NOFILE: %s", strerror(errno));
+    if (fd >= 0)
+        close(fd);
+    CHECK(n == 0, "peer: recv returned %zd (type %u), not end of file", n, n > 0 ? msg.type : 0u);
+    weft_status_t st = (weft_status_t)atomic_load(&f.comm->async_error);
+    CHECK(st == WEFT_ERR_SYSTEM, "the registry recorded %s, not %s", weft_status_string(st),
+          weft_status_string(WEFT_ERR_SYSTEM));
+out:
+    (void)setrlimit(RLIMIT_NOFILE, &saved);
+    weft_mem_host_ops.destroy(&file);
+    fixture_close(&f);
+}
+
 /* Free a buffer and allocate one at the same address: a new offset; the old mapping reads
  * zeros and its writes do not reach the new buffer. */
 static void test_offsets_not_reused(void)
@@ -783,6 +825,7 @@ int main(void)
     test_range_descriptor(1);
     test_offsets_not_reused();
     test_peer_range_under_limit();
+    test_peer_reg_no_descriptor_room();
     test_chunk_fallback();
     test_map_unlocked();
     if (failures == 0)
