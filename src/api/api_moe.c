@@ -59,6 +59,13 @@ static weft_status_t check_arrays(const char *call, const moe_array_t *a, size_t
     return WEFT_SUCCESS;
 }
 
+/* Whether h was made by a dispatch on comm (not on an earlier communicator at comm's address,
+ * which the caller should have destroyed it before). */
+static int moe_handle_of(const struct weft_moe_handle *h, const struct weft_comm *comm)
+{
+    return h->comm == comm && h->comm_generation == comm->generation;
+}
+
 /* A WEFT_MOE_REUSE dispatch: the handle to reuse, whose shape the call must repeat. */
 static weft_status_t check_reuse(const char *call, weft_comm_t comm, weft_moe_handle_t *handle,
                                  size_t num_tokens, size_t hidden, weft_dtype_t dtype)
@@ -67,7 +74,7 @@ static weft_status_t check_reuse(const char *call, weft_comm_t comm, weft_moe_ha
         return INVALID("%s: topk is WEFT_MOE_REUSE but %s is NULL (no layout to reuse)", call,
                        !handle ? "handle" : "*handle");
     const struct weft_moe_handle *h = *handle;
-    if (h->comm != comm)
+    if (!moe_handle_of(h, comm))
         return INVALID("%s: *handle comes from a dispatch on another communicator", call);
     if (num_tokens != h->num_tokens)
         return INVALID("%s: num_tokens %zu differs from the reused layout's %zu", call, num_tokens,
@@ -185,7 +192,7 @@ weft_status_t weft_moe_combine(weft_comm_t comm, weft_moe_handle_t handle, const
         return st;
     if (!handle)
         return INVALID("%s: handle is NULL", call);
-    if (handle->comm != comm)
+    if (!moe_handle_of(handle, comm))
         return INVALID("%s: handle comes from a dispatch on another communicator", call);
     if (handle->num_tokens > 0 && !out)
         return INVALID("%s: out is NULL with num_tokens %zu", call, handle->num_tokens);

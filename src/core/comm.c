@@ -375,8 +375,9 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **c
     uint64_t deadline = weft_deadline_after_s(cfg.timeout_s);
 
     weft_store_t *store;
-    st = weft_store_open(env->master_addr, env->master_port, cfg.rank, cfg.nranks,
-                         atomic_fetch_add(&comm_generation, 1), cfg.timeout_s, &store);
+    comm->generation = atomic_fetch_add(&comm_generation, 1);
+    st = weft_store_open(env->master_addr, env->master_port, cfg.rank, cfg.nranks, comm->generation,
+                         cfg.timeout_s, &store);
     if (st != WEFT_SUCCESS)
         goto err_free;
     size_t slice = env->window_slice_bytes            ? env->window_slice_bytes

@@ -178,6 +178,10 @@ struct weft_comm {
     /* weft_forksafe_generation() of the creating process: a forked child, whose generation
      * differs, holds a copy of the communicator it must not use (weft_comm_owned) */
     uint32_t fork_generation;
+    /* The process's communicators are numbered in creation order (their rendezvous in the store
+     * too): an object made for this one (a MoE handle) records it, and is refused by a later
+     * communicator that happens to reuse this one's address. */
+    uint32_t generation;
 };
 
 /* The host backend's cost model from the configuration (WEFT_TIER_*, WEFT_PART_*). Pure. */

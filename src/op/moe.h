@@ -22,7 +22,8 @@
 #include "weft.h"
 
 struct weft_moe_handle {
-    struct weft_comm *comm; /* the communicator of the dispatch (combine must use the same) */
+    struct weft_comm *comm;   /* the communicator of the dispatch (combine must use the same) */
+    uint32_t comm_generation; /* comm->generation: tells comm from a later one at its address */
     int nranks;
     size_t num_tokens; /* this rank's tokens (rows of x and of combine's out) */
     size_t hidden;     /* elements per row */

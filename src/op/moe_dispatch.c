@@ -300,6 +300,7 @@ weft_status_t weft_moe_dispatch_mesh(struct weft_comm *comm, const void *x, size
         if (!h)
             return weft_op_end(&op, weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory", call), 0);
         h->comm = comm;
+        h->comm_generation = comm->generation;
         h->num_tokens = num_tokens;
         h->hidden = hidden;
         h->dtype = dtype;

@@ -21,8 +21,12 @@
  * Finally the argument checks: each bad argument must give WEFT_ERR_INVALID_ARGUMENT naming the
  * call, and leave the communicator usable; combine with handles of different dispatches on
  * the ranks must give WEFT_ERR_MISMATCH on every rank; and a reuse with a wrong handle, shape or
- * capacity, or on some ranks only, must fail as documented and leave the handle usable.
+ * capacity, or on some ranks only, must fail as documented and leave the handle usable. Last,
+ * in each mode, a handle kept past its communicator's destruction is refused by the next
+ * communicator (WEFT_ERR_INVALID_ARGUMENT), even where that one reuses the old one's address.
  */
+#include <stdio.h>
+
 #include "harness.h"
 #include "moe_ref.h"
 
@@ -429,6 +433,37 @@ static void run_reuse_errors(mp_ctx_t *ctx)
     mp_ok(ctx, weft_moe_handle_destroy(h), "weft_moe_handle_destroy");
 }
 
+/* A handle that outlived its communicator (weft.h: destroy handles first), passed to the next
+ * communicator of the same mode: refused, even where malloc gave the new communicator the old
+ * one's address. A host handle holds no communicator resources, so destroying it late is safe. */
+static void run_stale_handle(mp_ctx_t *ctx, weft_registration_t reg)
+{
+    int n = ctx->nranks;
+    mp_case(ctx, "moe handle of a destroyed communicator, reg=%s", mp_reg_name(reg));
+    enum { T = 2, H = 2 };
+    float x[T * H] = {1, 2, 3, 4}, w[T] = {1, 1}, rx[64 * T * H], rw[64 * T], out[T * H];
+    int64_t to_first[T] = {0, 0}, ridx[64 * T], rcnt[1], num = -5;
+    weft_moe_handle_t h = NULL;
+    void *old_comm = ctx->comm;
+    if (!mp_ok(ctx,
+               weft_moe_dispatch(ctx->comm, x, T, H, WEFT_FLOAT32, to_first, w, 1, n, rx, ridx, rw,
+                                 rcnt, (size_t)n * T, &num, &h, NULL),
+               "weft_moe_dispatch"))
+        return;
+    mp_comm_close(ctx);
+    mp_comm_open(ctx, reg);
+    printf("rank %d: the new communicator %s the old one's address\n", ctx->rank,
+           (void *)ctx->comm == old_comm ? "reuses" : "does not reuse");
+    mp_expect_status(ctx, weft_moe_combine(ctx->comm, h, rx, out, NULL), WEFT_ERR_INVALID_ARGUMENT,
+                     "weft_moe_combine", "a destroyed communicator's handle");
+    mp_expect_status(ctx,
+                     weft_moe_dispatch(ctx->comm, x, T, H, WEFT_FLOAT32, NULL, NULL, WEFT_MOE_REUSE,
+                                       0, rx, NULL, NULL, NULL, (size_t)n * T, &num, &h, NULL),
+                     WEFT_ERR_INVALID_ARGUMENT, "weft_moe_dispatch",
+                     "reusing a destroyed communicator's handle");
+    mp_ok(ctx, weft_moe_handle_destroy(h), "weft_moe_handle_destroy");
+}
+
 int main(void)
 {
     mp_ctx_t ctx;
@@ -486,6 +521,7 @@ int main(void)
         run_reuse_errors(&ctx);
         run_reuse_other_dispatch(&ctx);
         run_bad_expert_one_rank(&ctx);
+        run_stale_handle(&ctx, (weft_registration_t)reg);
         mp_comm_close(&ctx);
     }
     return mp_finish(&ctx);
