@@ -41,13 +41,13 @@ weft_status_t weft_comm_destroy(weft_comm_t comm)
     weft_status_t st = weft_comm_owned(comm, "weft_comm_destroy");
     if (st != WEFT_SUCCESS)
         return st; /* a forked child's copy: the parent's threads, peers and memory stay as is */
-    int restore;
-    st = weft_cuda_device_enter(comm, "weft_comm_destroy", &restore);
+    weft_cuda_prev_t prev;
+    st = weft_cuda_device_enter(comm, "weft_comm_destroy", &prev);
     if (st == WEFT_SUCCESS) /* else: no CUDA call can work; still tear down, never leak */
         st = weft_comm_teardown(comm);
     else
         (void)weft_comm_teardown(comm);
-    weft_cuda_device_leave(restore);
+    weft_cuda_device_leave(prev);
     return st;
 }
 
@@ -94,11 +94,11 @@ weft_status_t weft_malloc(weft_comm_t comm, void **ptr, size_t bytes)
         *ptr = NULL;
         return WEFT_SUCCESS;
     }
-    int restore;
-    st = weft_cuda_device_enter(comm, "weft_malloc", &restore);
+    weft_cuda_prev_t prev;
+    st = weft_cuda_device_enter(comm, "weft_malloc", &prev);
     if (st == WEFT_SUCCESS)
         st = weft_registry_alloc(comm->registry, bytes, 0, ptr);
-    weft_cuda_device_leave(restore);
+    weft_cuda_device_leave(prev);
     return st;
 }
 
@@ -112,11 +112,11 @@ weft_status_t weft_free(weft_comm_t comm, void *ptr)
         return st;
     if (!ptr)
         return WEFT_SUCCESS;
-    int restore;
-    st = weft_cuda_device_enter(comm, "weft_free", &restore);
+    weft_cuda_prev_t prev;
+    st = weft_cuda_device_enter(comm, "weft_free", &prev);
     if (st == WEFT_SUCCESS)
         st = weft_registry_free(comm->registry, ptr);
-    weft_cuda_device_leave(restore);
+    weft_cuda_device_leave(prev);
     return st;
 }
 

@@ -219,7 +219,7 @@ weft_status_t weft_moe_combine(weft_comm_t comm, weft_moe_handle_t handle, const
 weft_status_t weft_moe_handle_destroy(weft_moe_handle_t handle)
 {
     weft_error_clear();
-    int restore = -1;
+    weft_cuda_prev_t prev = {NULL, 0};
     weft_status_t st = WEFT_SUCCESS;
     if (handle && handle->dev) {
         /* Freeing its device memory reaches the registrar (a host handle is local memory). */
@@ -227,9 +227,9 @@ weft_status_t weft_moe_handle_destroy(weft_moe_handle_t handle)
         if (st != WEFT_SUCCESS)
             return st;
         /* On failure still freed: its synchronisation then fails too and is logged. */
-        st = weft_cuda_device_enter(handle->comm, "weft_moe_handle_destroy", &restore);
+        st = weft_cuda_device_enter(handle->comm, "weft_moe_handle_destroy", &prev);
     }
     weft_moe_handle_free(handle);
-    weft_cuda_device_leave(restore);
+    weft_cuda_device_leave(prev);
     return st;
 }

@@ -159,10 +159,10 @@ void weft_torch_free(void *ptr, ssize_t size, int device, void *stream)
     pthread_mutex_unlock(&torch_mu);
     if (!comm)
         return;
-    int restore = -1;
-    if (weft_cuda_device_enter(comm, "weft_torch_free", &restore) == WEFT_SUCCESS &&
+    weft_cuda_prev_t prev;
+    if (weft_cuda_device_enter(comm, "weft_torch_free", &prev) == WEFT_SUCCESS &&
         weft_cuda_synchronize("weft_torch_free") == WEFT_SUCCESS)
         weft_free(comm, ptr);
-    weft_cuda_device_leave(restore);
+    weft_cuda_device_leave(prev);
     call_end(0);
 }

@@ -24,6 +24,8 @@
 
 struct weft_cuda_state {
     int device;
+    CUcontext ctx; /* the device's primary context, which every call makes current */
+    const weft_cuda_driver_t *drv;
     int nblocks;    /* blocks per launch at most */
     int moe_blocks; /* blocks of the MoE data kernels (weft_cuda_moe_blocks) */
     weft_cuda_ctl_t *ctl[WEFT_CUDA_MAX_RANKS];
@@ -152,6 +154,15 @@ weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store)
         err = cudaGetDeviceProperties(&prop, cs->device);
     if (err != cudaSuccess) {
         st = cuda_error(err, "weft_comm_init: cudaGetDeviceProperties");
+        goto out;
+    }
+    st = weft_cuda_driver_get(&cs->drv);
+    if (st != WEFT_SUCCESS)
+        goto out;
+    CUresult res = cs->drv->cuCtxGetCurrent(&cs->ctx); /* weft_cuda_select_device made it */
+    if (res != CUDA_SUCCESS || !cs->ctx) {
+        st = res != CUDA_SUCCESS ? weft_cuda_error(res, "weft_comm_init: cuCtxGetCurrent")
+                                 : weft_error(WEFT_ERR_CUDA, "weft_comm_init: no current context");
         goto out;
     }
     int sms = prop.multiProcessorCount;
@@ -307,29 +318,33 @@ size_t weft_cuda_ctl_bytes(const struct weft_comm *comm)
     return comm->cuda ? comm->cuda->ctl_bytes : 0;
 }
 
-weft_status_t weft_cuda_device_enter(const struct weft_comm *comm, const char *call, int *restore)
+weft_status_t weft_cuda_device_enter(const struct weft_comm *comm, const char *call,
+                                     weft_cuda_prev_t *prev)
 {
-    *restore = -1;
-    if (!comm->cuda)
+    *prev = (weft_cuda_prev_t){NULL, 0};
+    const struct weft_cuda_state *cs = comm->cuda;
+    if (!cs)
         return WEFT_SUCCESS;
-    int current = -1;
-    cudaError_t err = cudaGetDevice(&current);
-    /* Also when it is current already: on a thread that never used CUDA the runtime reports
-     * device 0 without a current context, which the memory provider's driver calls need. */
-    if (err == cudaSuccess)
-        err = cudaSetDevice(comm->cuda->device);
-    if (err != cudaSuccess)
-        return weft_error(WEFT_ERR_CUDA, "%s: cudaSetDevice(%d): %s: %s", call, comm->cuda->device,
-                          cudaGetErrorName(err), cudaGetErrorString(err));
-    if (current != comm->cuda->device)
-        *restore = current;
+    /* The context, not the runtime's device number: on a thread that never used CUDA the
+     * runtime reports device 0 without a current context, and setting device 0 back would
+     * create one there. The runtime works in whatever context is current. */
+    CUcontext current = NULL;
+    CUresult res = cs->drv->cuCtxGetCurrent(&current);
+    if (res == CUDA_SUCCESS && current == cs->ctx)
+        return WEFT_SUCCESS;
+    if (res == CUDA_SUCCESS)
+        res = cs->drv->cuCtxSetCurrent(cs->ctx);
+    if (res != CUDA_SUCCESS)
+        return weft_cuda_error(res, "%s: making device %d's context current", call, cs->device);
+    *prev = (weft_cuda_prev_t){current, 1};
     return WEFT_SUCCESS;
 }
 
-void weft_cuda_device_leave(int restore)
+void weft_cuda_device_leave(weft_cuda_prev_t prev)
 {
-    if (restore >= 0)
-        (void)cudaSetDevice(restore); /* it was current a moment ago */
+    const weft_cuda_driver_t *drv;
+    if (prev.restore && weft_cuda_driver_get(&drv) == WEFT_SUCCESS)
+        (void)drv->cuCtxSetCurrent((CUcontext)prev.ctx); /* current a moment ago, or none */
 }
 
 weft_status_t weft_cuda_synchronize(const char *call)

@@ -38,14 +38,22 @@ weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store);
 void *weft_cuda_ctl(struct weft_comm *comm);
 size_t weft_cuda_ctl_bytes(const struct weft_comm *comm);
 
-/* Make the communicator's device current on the calling thread for the span of a public call,
- * as NCCL does: a thread whose current device is another GPU, or that never chose one, then
- * allocates, launches and synchronises on the communicator's GPU and creates no context on
- * another. *restore gets what weft_cuda_device_leave must give back (-1: nothing). The host
- * backend, or a communicator whose CUDA state is not set up yet: nothing. WEFT_ERR_CUDA when
- * the device cannot be made current (call names the caller). */
-weft_status_t weft_cuda_device_enter(const struct weft_comm *comm, const char *call, int *restore);
-void weft_cuda_device_leave(int restore);
+/* The calling thread's CUDA context before weft_cuda_device_enter, for weft_cuda_device_leave. */
+typedef struct weft_cuda_prev {
+    void *ctx;   /* its CUcontext; NULL: it had none */
+    int restore; /* 0: it was the communicator's already, nothing to give back */
+} weft_cuda_prev_t;
+
+/* Make the communicator's device (its primary context) current on the calling thread for the
+ * span of a public call, as NCCL does: a thread whose current context is another GPU's, or that
+ * has none, then allocates, launches and synchronises on the communicator's GPU and creates no
+ * context on another. *prev gets what weft_cuda_device_leave gives back: exactly the context
+ * that was current, or none (a thread that never used CUDA is left without one, not bound to
+ * device 0). The host backend, or a communicator whose CUDA state is not set up yet: nothing.
+ * WEFT_ERR_CUDA when the context cannot be made current (call names the caller). */
+weft_status_t weft_cuda_device_enter(const struct weft_comm *comm, const char *call,
+                                     weft_cuda_prev_t *prev);
+void weft_cuda_device_leave(weft_cuda_prev_t prev);
 
 /* Wait for all work this process queued on the device (nobody may free or unmap memory a kernel
  * still reads). Bounded: every kernel's waits have a deadline. call names the caller in the

@@ -38,13 +38,14 @@ size_t weft_cuda_ctl_bytes(const struct weft_comm *comm)
     return 0;
 }
 
-weft_status_t weft_cuda_device_enter(const struct weft_comm *comm, const char *call, int *restore)
+weft_status_t weft_cuda_device_enter(const struct weft_comm *comm, const char *call,
+                                     weft_cuda_prev_t *prev)
 {
-    *restore = -1;
+    *prev = (weft_cuda_prev_t){NULL, 0};
     return WEFT_SUCCESS;
 }
 
-void weft_cuda_device_leave(int restore) {}
+void weft_cuda_device_leave(weft_cuda_prev_t prev) {}
 
 weft_status_t weft_cuda_synchronize(const char *call)
 {

@@ -41,6 +41,8 @@ static const struct symbol {
     SYMBOL_(cuGetErrorName),
     SYMBOL_(cuGetErrorString),
     SYMBOL_(cuCtxGetDevice),
+    SYMBOL_(cuCtxGetCurrent),
+    SYMBOL_(cuCtxSetCurrent),
     SYMBOL_(cuDeviceGetAttribute),
     SYMBOL_(cuPointerGetAttribute),
     SYMBOL_(cuMemGetAllocationGranularity),
@@ -104,10 +106,10 @@ static void resolve(void)
         snprintf(reason, sizeof reason, "no CUDA driver is installed: libcuda.so.1 was not found");
         return;
     }
-    if (version < WEFT_CUDA_DRIVER_ABI) {
+    if (version < WEFT_CUDA_DRIVER_MIN) {
         snprintf(reason, sizeof reason, "the CUDA driver (%d.%d) is older than CUDA %d.%d",
-                 version / 1000, version % 1000 / 10, WEFT_CUDA_DRIVER_ABI / 1000,
-                 WEFT_CUDA_DRIVER_ABI % 1000 / 10);
+                 version / 1000, version % 1000 / 10, WEFT_CUDA_DRIVER_MIN / 1000,
+                 WEFT_CUDA_DRIVER_MIN % 1000 / 10);
         return;
     }
     int count = 0;

@@ -23,6 +23,9 @@
 
 /* The driver ABI every entry point is requested at (1000 * major + 10 * minor). */
 #define WEFT_CUDA_DRIVER_ABI 12000
+/* The oldest driver accepted: CUDA 12.1 (R530) takes kernel parameters above 4 KiB, which the
+ * collective kernel's long form uses (exec_cuda.cu). */
+#define WEFT_CUDA_DRIVER_MIN 12010
 
 typedef struct weft_cuda_driver {
     int driver_version; /* of the installed driver, 1000 * major + 10 * minor */
@@ -31,6 +34,8 @@ typedef struct weft_cuda_driver {
     PFN_cuGetErrorName_v6000 cuGetErrorName;
     PFN_cuGetErrorString_v6000 cuGetErrorString;
     PFN_cuCtxGetDevice_v2000 cuCtxGetDevice;
+    PFN_cuCtxGetCurrent_v4000 cuCtxGetCurrent;
+    PFN_cuCtxSetCurrent_v4000 cuCtxSetCurrent;
     PFN_cuDeviceGetAttribute_v2000 cuDeviceGetAttribute;
     PFN_cuPointerGetAttribute_v4000 cuPointerGetAttribute;
     PFN_cuMemGetAllocationGranularity_v10020 cuMemGetAllocationGranularity;
@@ -47,7 +52,7 @@ typedef struct weft_cuda_driver {
 
 /* The process-wide driver table. The first call resolves it (it initialises the CUDA runtime;
  * never call it in a child between fork and exec). Statuses: WEFT_ERR_UNSUPPORTED, with a
- * message saying why (no driver installed, a driver older than CUDA 12.0, no device visible,
+ * message saying why (no driver installed, a driver older than CUDA 12.1, no device visible,
  * a missing entry point), whenever the table could not be resolved; every later call returns
  * the same status and message. *out is set only on success. */
 weft_status_t weft_cuda_driver_get(const weft_cuda_driver_t **out);

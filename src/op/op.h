@@ -48,7 +48,7 @@ typedef struct weft_op {
     weft_cuda_copy_t pending; /* CUDA: a local copy the next launch runs (weft_op_local_copy) */
     weft_cuda_push_t push;    /* CUDA: the push path's payloads for the next launch (coll_push.c) */
     weft_cuda_usage_t usage;  /* CUDA: what its launches held of the GPU (counted in the stats) */
-    int device;               /* CUDA: the caller's device, given back at the end (-1: none) */
+    weft_cuda_prev_t caller;  /* CUDA: the caller's context, given back at the end */
 } weft_op_t;
 
 /* Start an operation on a communicator the API layer found usable (weft_api_check_comm): fails

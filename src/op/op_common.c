@@ -14,27 +14,27 @@
 weft_status_t weft_op_begin(struct weft_comm *comm, const char *call, void *stream, weft_op_t *op)
 {
     /* The API layer checked that the communicator is usable (weft_api_check_comm). */
-    int restore = -1;
+    weft_cuda_prev_t prev = {NULL, 0};
     if (comm->backend == WEFT_BACKEND_CUDA) {
-        weft_status_t st = weft_cuda_device_enter(comm, call, &restore);
+        weft_status_t st = weft_cuda_device_enter(comm, call, &prev);
         if (st == WEFT_SUCCESS)
             st = weft_cuda_check(comm, call);
         if (st != WEFT_SUCCESS) {
-            weft_cuda_device_leave(restore);
+            weft_cuda_device_leave(prev);
             return st;
         }
     }
     /* Two threads in operations at once would interleave their handshakes: both would wait
      * until the timeout and leave the communicator dead. Refuse the second instead. */
     if (atomic_exchange_explicit(&comm->in_op, 1, memory_order_acquire)) {
-        weft_cuda_device_leave(restore);
+        weft_cuda_device_leave(prev);
         return weft_error(WEFT_ERR_INVALID_ARGUMENT,
                           "%s: comm is in an operation on another thread (a communicator serves "
                           "one thread at a time)",
                           call);
     }
     *op = (weft_op_t){
-        .comm = comm, .seq = ++comm->seq, .call = call, .stream = stream, .device = restore};
+        .comm = comm, .seq = ++comm->seq, .call = call, .stream = stream, .caller = prev};
     op->wait = weft_comm_wait_ctx(comm, call);
     return WEFT_SUCCESS;
 }
@@ -85,7 +85,7 @@ static weft_status_t op_finish(weft_op_t *op, weft_status_t st, int inline_paylo
 weft_status_t weft_op_end(weft_op_t *op, weft_status_t st, int inline_payload)
 {
     st = op_finish(op, st, inline_payload);
-    weft_cuda_device_leave(op->device);
+    weft_cuda_device_leave(op->caller);
     return st;
 }
 

@@ -20,12 +20,14 @@
  *   counters: registrations_completed <= registrations_started; a fresh allocation larger than
  *     everything registered so far raises registrations_started, registrations_completed and
  *     bytes_registered once used (roa: by at least its size; jit: nothing before first use).
- *   another thread: a thread whose current device is another GPU (with two or more visible; else
- *     a thread that never used CUDA, which has no current context) allocates with weft_malloc,
- *     fills the buffer, all-reduces it on the test's stream and frees it: every call succeeds,
- *     the memory is on the communicator's device, the result is exact, and the thread's current
- *     device is what it was (weft makes the communicator's device current for each call and
- *     gives the caller's back, as NCCL does).
+ *   another thread: a thread that has no current CUDA context (it never used CUDA), and one
+ *     whose current device is another GPU (with two or more visible), each allocate with
+ *     weft_malloc, fill the buffer, all-reduce it on the test's stream and free it: every call
+ *     succeeds, the memory is on the communicator's device, the result is exact, and after each
+ *     weft call the thread's context is what it was: none, or the other GPU's (weft makes the
+ *     communicator's context current for each call and gives the caller's back, as NCCL does;
+ *     a thread without one must not be left with device 0's, which would create a context
+ *     there).
  *   PyTorch's allocator entry points (roa only): while one thread's weft_torch_free waits for the
  *     device (held busy by a host function on a side stream until the test releases it, at most
  *     TORCH_GATE_S), another thread's weft_torch_alloc returns at once; an unbind started then
@@ -39,6 +41,8 @@
  * counters test leaves, is within the bounds).
  */
 #include "gpu_harness.h"
+
+#include <cuda.h>
 
 #include <inttypes.h>
 #include <pthread.h>
@@ -429,8 +433,8 @@ static void counters(gpu_ctx_t *g)
 /* What the other thread saw; the main thread checks it (only it may CHECK). */
 typedef struct thread_run {
     gpu_ctx_t *g;
-    int device;          /* the thread's own current device (-1: it never chose one) */
-    int device_after[3]; /* its current device after weft_malloc, weft_all_reduce, weft_free */
+    int device;   /* the thread's own current device (-1: it has no context) */
+    int after[3]; /* thread_state() after weft_malloc, weft_all_reduce, weft_free */
     weft_status_t malloc_st, reduce_st, free_st;
     cudaError_t copy_err, sync_err;
     int mem_device; /* where weft_malloc's memory lives */
@@ -442,19 +446,31 @@ static float thread_value(int rank, size_t i)
     return (float)(rank * 1000 + (int)(i % 1000)); /* sums of these are exact in float32 */
 }
 
-/* The thread's current device, -2 when it cannot tell. */
-static int current_device(void)
+/* cuCtxGetCurrent and cuCtxSetCurrent, from the driver through the runtime (other_thread). */
+static CUresult (*ctx_get)(CUcontext *);
+static CUresult (*ctx_set)(CUcontext);
+
+/* The device of the calling thread's current context; -1 when it has none, -2 when it cannot
+ * tell. */
+static int thread_state(void)
 {
+    CUcontext c = NULL;
     int d;
-    return cudaGetDevice(&d) == cudaSuccess ? d : -2;
+    if (ctx_get(&c) != CUDA_SUCCESS)
+        return -2;
+    return !c ? -1 : cudaGetDevice(&d) == cudaSuccess ? d : -2;
 }
 
-/* The test's own copies run with the stream's device current (the runtime refuses a copy into
- * another device's stream); only the weft calls run from the thread's own device. */
+/* The test's own calls run with the stream's device current (the runtime refuses a copy into
+ * another device's stream); only the weft calls run in the thread's own state. */
 static void test_device(const thread_run_t *t, int on)
 {
-    if (t->device >= 0)
-        (void)cudaSetDevice(on ? t->g->device : t->device);
+    if (on)
+        (void)cudaSetDevice(t->g->device);
+    else if (t->device >= 0)
+        (void)cudaSetDevice(t->device);
+    else
+        (void)ctx_set(NULL);
 }
 
 static void *other_thread_main(void *arg)
@@ -467,19 +483,19 @@ static void *other_thread_main(void *arg)
         t->input[i] = thread_value(ctx->rank, i);
     float *p = NULL;
     t->malloc_st = weft_malloc(ctx->comm, (void **)&p, sizeof t->input);
-    t->device_after[0] = current_device();
+    t->after[0] = thread_state();
     if (t->malloc_st != WEFT_SUCCESS)
         return NULL;
+    test_device(t, 1);
     struct cudaPointerAttributes attr;
     if (cudaPointerGetAttributes(&attr, p) == cudaSuccess)
         t->mem_device = attr.device;
-    test_device(t, 1);
     t->copy_err =
         cudaMemcpyAsync(p, t->input, sizeof t->input, cudaMemcpyHostToDevice, t->g->stream);
     test_device(t, 0);
     t->reduce_st =
         weft_all_reduce(ctx->comm, p, p, THREAD_ELEMS, WEFT_FLOAT32, WEFT_SUM, t->g->stream);
-    t->device_after[1] = current_device();
+    t->after[1] = thread_state();
     test_device(t, 1);
     if (t->copy_err == cudaSuccess)
         t->copy_err =
@@ -487,33 +503,31 @@ static void *other_thread_main(void *arg)
     t->sync_err = gpu_stream_wait(t->g->stream, t->g->sync_limit_s);
     test_device(t, 0);
     t->free_st = weft_free(ctx->comm, p);
-    t->device_after[2] = current_device();
+    t->after[2] = thread_state();
     return NULL;
 }
 
-/* weft calls from a thread whose current device is another one (or none). */
-static void other_thread(gpu_ctx_t *g)
+/* weft calls from a thread on device (-1: with no context). */
+static void other_thread_on(gpu_ctx_t *g, int device)
 {
     mp_ctx_t *ctx = &g->mp;
-    int visible = 0;
-    gpu_cuda_ok(g, cudaGetDeviceCount(&visible), "cudaGetDeviceCount");
     static thread_run_t t;
     memset(&t, 0, sizeof t);
     t.g = g;
-    t.device = visible > 1 ? (g->device + 1) % visible : -1;
+    t.device = device;
     t.mem_device = -1;
     mp_case(ctx, "weft_malloc, all_reduce, weft_free from a thread on %s",
-            t.device >= 0 ? "another device" : "no device yet");
+            t.device >= 0 ? "another device" : "no context");
     pthread_t th;
     if (pthread_create(&th, NULL, other_thread_main, &t) != 0)
         mp_fatal(ctx, "pthread_create");
     pthread_join(th, NULL);
-    int want_after = t.device >= 0 ? t.device : 0; /* a fresh thread's runtime default */
     static const char *const calls[3] = {"weft_malloc", "weft_all_reduce", "weft_free"};
     for (int i = 0; i < 3; i++)
-        mp_check(ctx, t.device_after[i] == want_after || (i > 0 && t.malloc_st != WEFT_SUCCESS),
-                 "the other thread's current device is %d after %s, not %d", t.device_after[i],
-                 calls[i], want_after);
+        mp_check(ctx, t.after[i] == t.device || (i > 0 && t.malloc_st != WEFT_SUCCESS),
+                 "after %s the other thread's context is device %d's, not device %d's (-1: "
+                 "none)",
+                 calls[i], t.after[i], t.device);
     mp_ok(ctx, t.malloc_st, "weft_malloc on the other thread");
     if (t.malloc_st != WEFT_SUCCESS)
         return;
@@ -532,6 +546,31 @@ static void other_thread(gpu_ctx_t *g)
         wrong += t.result[i] != want;
     }
     mp_check(ctx, wrong == 0, "%zu of %d all-reduced elements wrong", wrong, THREAD_ELEMS);
+}
+
+/* weft calls from a thread with no context, and from one on another device (two or more
+ * visible). */
+static void other_thread(gpu_ctx_t *g)
+{
+    int visible = 0;
+    gpu_cuda_ok(g, cudaGetDeviceCount(&visible), "cudaGetDeviceCount");
+    enum cudaDriverEntryPointQueryResult found;
+    void *get = NULL, *set = NULL;
+    gpu_cuda_ok(
+        g,
+        cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &get, 12000, cudaEnableDefault, &found),
+        "cudaGetDriverEntryPointByVersion(cuCtxGetCurrent)");
+    gpu_cuda_ok(
+        g,
+        cudaGetDriverEntryPointByVersion("cuCtxSetCurrent", &set, 12000, cudaEnableDefault, &found),
+        "cudaGetDriverEntryPointByVersion(cuCtxSetCurrent)");
+    if (!get || !set)
+        mp_fatal(&g->mp, "cuCtxGetCurrent or cuCtxSetCurrent not found");
+    memcpy(&ctx_get, &get, sizeof get);
+    memcpy(&ctx_set, &set, sizeof set);
+    other_thread_on(g, -1);
+    if (visible > 1)
+        other_thread_on(g, (g->device + 1) % visible);
 }
 
 static void sleep_ms(double ms)
