@@ -171,7 +171,7 @@ static void cuda_destroy(weft_mem_seg_t *seg)
         return;
     CUresult res = drv->cuMemRelease((CUmemGenericAllocationHandle)seg->handle);
     if (res != CUDA_SUCCESS)
-        weft_cuda_error(res, "cuMemRelease(%zu bytes)", seg->bytes);
+        weft_cuda_warn(res, "cuMemRelease(%zu bytes)", seg->bytes); /* often while unwinding */
     seg->handle = 0;
 }
 

@@ -100,4 +100,9 @@ weft_status_t weft_moe_check_rejected(weft_op_t *op, uint32_t seen);
  * their communicator. */
 void weft_moe_handle_free(struct weft_moe_handle *handle);
 
+/* Free a handle of a dispatch that failed before launching anything: no kernel ever read its
+ * memory, so this does not wait for the device (which would also break a stream capture in
+ * progress, and wait for unrelated work). */
+void weft_moe_handle_free_unused(struct weft_moe_handle *handle);
+
 #endif /* WEFT_OP_MOE_H */

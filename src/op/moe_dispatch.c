@@ -42,14 +42,16 @@ static size_t list_bytes(size_t c, size_t k)
     return align_up(c * sizeof(int64_t) + c * k * sizeof(int64_t) + c * k * sizeof(float), 8);
 }
 
-void weft_moe_handle_free(struct weft_moe_handle *handle)
+/* weft_moe_handle_free and weft_moe_handle_free_unused: wait_device says whether kernels may
+ * still read the handle's device memory. */
+static void handle_free(struct weft_moe_handle *handle, int wait_device)
 {
     if (!handle)
         return;
     if (handle->dev) {
         /* Kernels of this process may still read it; peers finished reading it when ours did
          * (each MoE kernel ends with the closing signal). */
-        if (weft_cuda_synchronize("weft_moe_handle_destroy") != WEFT_SUCCESS)
+        if (wait_device && weft_cuda_synchronize("weft_moe_handle_destroy") != WEFT_SUCCESS)
             WEFT_LOG_WARN("weft_moe_handle_destroy: %s", weft_last_error());
         if (weft_registry_free(handle->comm->registry, handle->dev) != WEFT_SUCCESS)
             WEFT_LOG_WARN("weft_moe_handle_destroy: %s", weft_last_error());
@@ -63,6 +65,16 @@ void weft_moe_handle_free(struct weft_moe_handle *handle)
     free(handle->recv_off);
     free(handle->send_off);
     free(handle);
+}
+
+void weft_moe_handle_free(struct weft_moe_handle *handle)
+{
+    handle_free(handle, 1);
+}
+
+void weft_moe_handle_free_unused(struct weft_moe_handle *handle)
+{
+    handle_free(handle, 0);
 }
 
 /* A handle with its per-rank arrays zeroed, NULL when out of memory. */

@@ -176,7 +176,7 @@ weft_status_t weft_moe_dispatch_dev(struct weft_comm *comm, const void *x, size_
 
 err_free_handle:
     if (!reuse) /* a reused handle is the caller's, and unchanged */
-        weft_moe_handle_free(h);
+        weft_moe_handle_free_unused(h);
     return weft_op_end(&op, st, 0);
 }
 

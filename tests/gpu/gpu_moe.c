@@ -40,7 +40,9 @@
  * replayed 20 times, an eager pair, 3 more replays. Before each execution fresh inputs of a new
  * case (the routing cycling through the four kinds) are written into the same buffers and the
  * outputs poisoned; each execution is synchronised and checked exactly. y can be written ahead:
- * the model knows each rank's receive order.
+ * the model knows each rank's receive order. Then a dispatch captured with the last rank
+ * passing another num_experts: WEFT_ERR_MISMATCH on every rank, and the capture still ends
+ * cleanly (the failed dispatch must not wait for the device, which a capture forbids).
  *
  * GPU_TEST_QUICK: a third of the grid, no large cases, 5 replays. GPU_TEST_SANITIZER (set by
  * run.sh for its compute-sanitizer runs): no rejected dispatches (their gate relies on kernel
@@ -272,7 +274,8 @@ static void run_reuse(gpu_ctx_t *g, moe_ref_t *ref, const moe_bufs_t *mb, size_t
              mp_check(ctx, again == h, "a reusing dispatch changed *handle");
     if (ok)
         ok = mp_ok(ctx,
-                   weft_moe_combine(ctx->comm, h, maybe_null(g, b[B_Y].ptr, ref->recv[ref->rank] == 0),
+                   weft_moe_combine(ctx->comm, h,
+                                    maybe_null(g, b[B_Y].ptr, ref->recv[ref->rank] == 0),
                                     maybe_null(g, b[B_OUT].ptr, T == 0), g->stream),
                    "weft_moe_combine after the reuse");
     bufs_pull(g, mb);
@@ -285,8 +288,7 @@ static void run_reuse(gpu_ctx_t *g, moe_ref_t *ref, const moe_bufs_t *mb, size_t
     if (!routing) {
         mp_check_poison(ctx, "recv_topk_idx (not asked for)", b[B_RIDX].host, b[B_RIDX].bytes);
         mp_check_poison(ctx, "recv_topk_weights (not asked for)", b[B_RW].host, b[B_RW].bytes);
-        mp_check_poison(ctx, "recv_expert_counts (not asked for)", b[B_RCNT].host,
-                        b[B_RCNT].bytes);
+        mp_check_poison(ctx, "recv_expert_counts (not asked for)", b[B_RCNT].host, b[B_RCNT].bytes);
     }
 }
 
@@ -716,6 +718,27 @@ static void run_graph(gpu_ctx_t *g, const graph_case_t *gc)
     gpu_cuda_ok(g, cudaGraphExecDestroy(exec), "cudaGraphExecDestroy");
     gpu_cuda_ok(g, cudaGraphDestroy(graph), "cudaGraphDestroy");
     mp_ok(ctx, weft_moe_handle_destroy(hg), "weft_moe_handle_destroy (captured)");
+
+    /* A dispatch that fails inside a capture leaves the capture usable. */
+    mp_case(ctx, "moe graph reg=%s: a mismatched dispatch captured", mp_reg_name(ctx->reg));
+    gpu_cuda_ok(g, cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeRelaxed),
+                "cudaStreamBeginCapture(relaxed)");
+    int experts = gc->em * n * (ctx->rank == n - 1 ? 2 : 1);
+    hg = NULL;
+    st = weft_moe_dispatch(ctx->comm, b[B_X].ptr, gc->T, gc->H, gc->dt,
+                           (const int64_t *)b[B_IDX].ptr, (const float *)b[B_W].ptr, gc->k, experts,
+                           b[B_RX].ptr, (int64_t *)b[B_RIDX].ptr, (float *)b[B_RW].ptr,
+                           (int64_t *)b[B_RCNT].ptr, rows, (int64_t *)b[B_NRECV].ptr, &hg,
+                           g->stream);
+    graph = NULL;
+    end = cudaStreamEndCapture(g->stream, &graph);
+    mp_expect_status(ctx, st, WEFT_ERR_MISMATCH, "weft_moe_dispatch", "captured, num_experts");
+    mp_check(ctx, hg == NULL, "a mismatched dispatch set *handle");
+    mp_check(ctx, end == cudaSuccess, "cudaStreamEndCapture after the failed dispatch: %s",
+             cudaGetErrorName(end));
+    if (graph)
+        gpu_cuda_ok(g, cudaGraphDestroy(graph), "cudaGraphDestroy");
+    (void)cudaGetLastError(); /* clear what a broken capture leaves (reported above) */
     bufs_put(g, &mb);
 }
 
@@ -738,7 +761,8 @@ static void run_mode(gpu_ctx_t *g, weft_registration_t reg)
     const char *san = getenv("GPU_TEST_SANITIZER");
     if (reg == WEFT_REGISTRATION_ROA && san && *san && strcmp(san, "0") != 0)
         printf("gpu_moe: rank %d: rejected dispatches skipped under a sanitizer "
-               "(GPU_TEST_SANITIZER): their gate needs asynchronous launches\n", ctx->rank);
+               "(GPU_TEST_SANITIZER): their gate needs asynchronous launches\n",
+               ctx->rank);
     else if (reg == WEFT_REGISTRATION_ROA)
         for (size_t i = 0; i < sizeof reject_cases / sizeof reject_cases[0]; i++)
             run_rejected(g, &reject_cases[i]);
