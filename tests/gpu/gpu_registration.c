@@ -34,7 +34,9 @@
  *     returns only after that free has finished; every call succeeds.
  * Registration is seen through remote reads of user buffers, which weft's push path (small
  * payloads stored into the peers' control blocks) never makes: main turns it off
- * (WEFT_CUDA_PUSH_BYTES=0, before weft reads its configuration).
+ * (WEFT_CUDA_PUSH_BYTES=0, before weft reads its configuration). The counters and first-use
+ * cases count registrations per allocation: main also sets WEFT_CUDA_CHUNK_BYTES=0 (a chunk,
+ * registered by itself, per allocation).
  * On each communicator the counters come first (later tests register more than their 1 GiB
  * cap), then the many buffers, before the tests that free many buffers: peers' unmaps still
  * under way would lower peer_mappings while it is compared (one freed buffer per peer, as the
@@ -695,6 +697,7 @@ static void torch_allocator_threads(gpu_ctx_t *g)
 int main(void)
 {
     setenv("WEFT_CUDA_PUSH_BYTES", "0", 1);
+    setenv("WEFT_CUDA_CHUNK_BYTES", "0", 1); /* a chunk per allocation: counted one by one */
     gpu_ctx_t g;
     gpu_init(&g, "gpu_registration");
     for (int reg = 0; reg < MP_NUM_REG_MODES; reg++) {

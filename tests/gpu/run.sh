@@ -202,9 +202,9 @@ print_summary() {
 # ---------------------------------------------------------------------------------------------
 # The suite
 # ---------------------------------------------------------------------------------------------
-# gpu_registration counts registrations per allocation: it runs with one registered segment per
-# allocation (WEFT_CUDA_CHUNK_BYTES=0); every other program runs with the default chunks.
-chunks() { [ "$1" = gpu_registration ] && echo WEFT_CUDA_CHUNK_BYTES=0 || echo WEFT_CUDA_CHUNK_BYTES=64M; }
+# Every program runs with 64 MiB chunks, except gpu_registration, which counts registrations per
+# allocation and sets WEFT_CUDA_CHUNK_BYTES=0 (a chunk per allocation) itself.
+chunks=WEFT_CUDA_CHUNK_BYTES=64M
 only=${GPU_TEST_ONLY:-}    # e.g. "gpu_registration": run just these programs
 ranks=${GPU_TEST_RANKS:-2 4 8}
 echo "run.sh: $(date -u '+%Y-%m-%d %H:%M:%S UTC') on $(hostname), build $build, logs in $out"
@@ -238,7 +238,7 @@ fi
 for n in $ranks; do
     for p in "${programs[@]}"; do
         run_one "$p" "$p" "$n" "$n" 300 \
-            env WEFT_TIMEOUT_S=30 "$(chunks "$p")" "$weftrun" --grace 15 -n "$n" -- "$bin/$p"
+            env WEFT_TIMEOUT_S=30 "$chunks" "$weftrun" --grace 15 -n "$n" -- "$bin/$p"
     done
     [ -n "$only" ] && continue
     run_one gpu_fault gpu_fault "$n" 0 120 \
@@ -258,15 +258,15 @@ if [ -z "$only" ]; then
     for n in $(printf '%s\n' "$first" "$last" | uniq); do
         for p in gpu_collectives gpu_graph; do
             run_one "$p (copy engine)" "$p" "$n" "$n" 300 \
-                env WEFT_TIMEOUT_S=30 WEFT_CUDA_COPY_ENGINE=1 "$(chunks "$p")" "$weftrun" \
+                env WEFT_TIMEOUT_S=30 WEFT_CUDA_COPY_ENGINE=1 "$chunks" "$weftrun" \
                 --grace 15 -n "$n" -- "$bin/$p"
         done
     done
     run_one "gpu_collectives (no push)" gpu_collectives "$first" "$first" 300 \
-        env WEFT_TIMEOUT_S=30 WEFT_CUDA_PUSH_BYTES=0 "$(chunks gpu_collectives)" "$weftrun" \
+        env WEFT_TIMEOUT_S=30 WEFT_CUDA_PUSH_BYTES=0 "$chunks" "$weftrun" \
         --grace 15 -n "$first" -- "$bin/gpu_collectives"
     run_one "gpu_collectives (3 blocks)" gpu_collectives "$first" "$first" 300 \
-        env WEFT_TIMEOUT_S=30 WEFT_CUDA_MAX_BLOCKS=3 "$(chunks gpu_collectives)" "$weftrun" \
+        env WEFT_TIMEOUT_S=30 WEFT_CUDA_MAX_BLOCKS=3 "$chunks" "$weftrun" \
         --grace 15 -n "$first" -- "$bin/gpu_collectives"
     # Operation numbers where 32-bit arithmetic breaks: 0x01010100 (the push path's first odd
     # operation is 0x01010101, the flag of never-written even words) and 2^32 - 8 (flags that
@@ -274,7 +274,7 @@ if [ -z "$only" ]; then
     for seq_start in 16843008 4294967288; do
         for p in gpu_collectives gpu_graph; do
             run_one "$p (from operation $seq_start)" "$p" "$first" "$first" 300 \
-                env WEFT_TIMEOUT_S=30 WEFT_CUDA_SEQ_START=$seq_start "$(chunks "$p")" "$weftrun" \
+                env WEFT_TIMEOUT_S=30 WEFT_CUDA_SEQ_START=$seq_start "$chunks" "$weftrun" \
                 --grace 15 -n "$first" -- "$bin/$p"
         done
     done
