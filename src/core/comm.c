@@ -351,6 +351,7 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **c
     comm->backend = cfg.backend;
     comm->registration = cfg.registration;
     comm->timeout_s = cfg.timeout_s;
+    comm->seq = env->seq_start; /* 0 but in tests: operation numbers past 2^31 and 2^32 */
     comm->inline_bytes = env->inline_bytes < WEFT_INLINE_MAX ? env->inline_bytes : WEFT_INLINE_MAX;
     comm->allreduce_twoshot_bytes = env->allreduce_twoshot_bytes;
     comm->allreduce_inplace_twoshot_bytes = env->allreduce_inplace_twoshot_bytes;
@@ -512,7 +513,7 @@ weft_status_t weft_comm_teardown(struct weft_comm *comm)
     }
     if (healthy) {
         /* The last handshake is a barrier: after it nobody touches another rank's memory. */
-        uint32_t seq = ++comm->seq;
+        uint64_t seq = ++comm->seq;
         weft_wait_ctx_t ctx = weft_comm_wait_ctx(comm, "weft_comm_destroy");
         weft_op_desc_t desc = {.coll = WEFT_COLL_DESTROY};
         for (int p = 0; p < comm->nranks; p++) {

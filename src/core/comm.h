@@ -148,7 +148,7 @@ struct weft_comm {
 
     weft_ctrlblk_layout_t layout;
     uint8_t **blocks; /* every rank's control block (host memory), mapped in this process */
-    uint32_t seq;     /* sequence number of the last operation started */
+    uint64_t seq;     /* sequence number of the last operation started */
 
     void *staging; /* registered scratch for the staged path */
     size_t staging_bytes;
@@ -237,18 +237,18 @@ void weft_ctrlblk_unmap(uint8_t **blocks, int nranks, size_t bytes);
 weft_ctrlblk_layout_t weft_ctrlblk_layout(int nranks);
 
 /* Slot that rank `from` writes in rank `to`'s block for sequence number seq. */
-static inline weft_slot_t *weft_slot(struct weft_comm *comm, int to, int from, uint32_t seq)
+static inline weft_slot_t *weft_slot(struct weft_comm *comm, int to, int from, uint64_t seq)
 {
     return (weft_slot_t *)(comm->blocks[to] + comm->layout.slots) + (size_t)from * 2 + (seq & 1u);
 }
 
 /* Post desc (and, if desc->flags has WEFT_DESC_INLINE, desc->inline_bytes of data) for seq in
  * peer's block. Never blocks. */
-void weft_hs_post(struct weft_comm *comm, int peer, uint32_t seq, const weft_op_desc_t *desc,
+void weft_hs_post(struct weft_comm *comm, int peer, uint64_t seq, const weft_op_desc_t *desc,
                   const void *data);
 
 /* Wait until every peer posted seq in this rank's block. */
-weft_status_t weft_hs_wait_posted(struct weft_comm *comm, uint32_t seq, weft_wait_ctx_t *ctx);
+weft_status_t weft_hs_wait_posted(struct weft_comm *comm, uint64_t seq, weft_wait_ctx_t *ctx);
 
 /* WEFT_ERR_MISMATCH (with a message naming the first differing rank and field) if any peer's
  * descriptor for seq disagrees with mine: the common fields (WEFT_DESC_TWOSHOT among them), and
@@ -257,17 +257,17 @@ weft_status_t weft_hs_wait_posted(struct weft_comm *comm, uint32_t seq, weft_wai
  * NULL) is set to 1 when a common field differs (every rank sees that at once), 0 when only pair
  * counts do (only the two ranks of the pair see it). Call after weft_hs_wait_posted. `call` names
  * the API function. */
-weft_status_t weft_hs_check_match(struct weft_comm *comm, uint32_t seq, const weft_op_desc_t *mine,
+weft_status_t weft_hs_check_match(struct weft_comm *comm, uint64_t seq, const weft_op_desc_t *mine,
                                   const uint64_t *my_pair_send, const uint64_t *my_pair_recv,
                                   const char *call, int *common_out);
 
 /* Set signal `kind` for seq, carrying status, in every peer's block. Never blocks. */
-void weft_hs_signal(struct weft_comm *comm, weft_signal_kind_t kind, uint32_t seq,
+void weft_hs_signal(struct weft_comm *comm, weft_signal_kind_t kind, uint64_t seq,
                     weft_status_t status);
 
 /* Wait until every peer signalled `kind` for seq. *peer_status_out (may be NULL) gets the first
  * non-success status a peer reported, or WEFT_SUCCESS. */
-weft_status_t weft_hs_wait_signal(struct weft_comm *comm, weft_signal_kind_t kind, uint32_t seq,
+weft_status_t weft_hs_wait_signal(struct weft_comm *comm, weft_signal_kind_t kind, uint64_t seq,
                                   weft_wait_ctx_t *ctx, weft_status_t *peer_status_out);
 
 /* ---- communicator lifetime (comm.c) --------------------------------------------------------- */

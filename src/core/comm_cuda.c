@@ -250,12 +250,12 @@ weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store)
             goto out;
         }
     }
-    if (env->cuda_seq_start != 0) { /* for tests (config.c); before any launch */
-        uint64_t start = env->cuda_seq_start;
+    if (env->seq_start != 0) { /* for tests (config.c); before any launch */
+        uint64_t start = env->seq_start;
         err = cudaMemcpy(&((weft_cuda_ctl_t *)ctl)->seq.v, &start, sizeof start,
                          cudaMemcpyHostToDevice);
         if (err != cudaSuccess) {
-            st = cuda_error(err, "weft_comm_init: setting WEFT_CUDA_SEQ_START");
+            st = cuda_error(err, "weft_comm_init: setting WEFT_SEQ_START");
             goto out;
         }
     }

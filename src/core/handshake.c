@@ -22,7 +22,7 @@ weft_ctrlblk_layout_t weft_ctrlblk_layout(int nranks)
     return l;
 }
 
-void weft_hs_post(struct weft_comm *comm, int peer, uint32_t seq, const weft_op_desc_t *desc,
+void weft_hs_post(struct weft_comm *comm, int peer, uint64_t seq, const weft_op_desc_t *desc,
                   const void *data)
 {
     weft_slot_t *slot = weft_slot(comm, peer, comm->rank, seq);
@@ -36,7 +36,7 @@ void weft_hs_post(struct weft_comm *comm, int peer, uint32_t seq, const weft_op_
     weft_flag_set(&slot->posted, seq);
 }
 
-weft_status_t weft_hs_wait_posted(struct weft_comm *comm, uint32_t seq, weft_wait_ctx_t *ctx)
+weft_status_t weft_hs_wait_posted(struct weft_comm *comm, uint64_t seq, weft_wait_ctx_t *ctx)
 {
     weft_slot_t *first = weft_slot(comm, comm->rank, 0, seq);
     return weft_flag_wait_all(&first->posted, 2 * sizeof(weft_slot_t), comm->nranks, comm->rank,
@@ -56,7 +56,7 @@ static int is_moe(uint8_t coll)
     return coll == WEFT_COLL_MOE_DISPATCH || coll == WEFT_COLL_MOE_COMBINE;
 }
 
-weft_status_t weft_hs_check_match(struct weft_comm *comm, uint32_t seq, const weft_op_desc_t *mine,
+weft_status_t weft_hs_check_match(struct weft_comm *comm, uint64_t seq, const weft_op_desc_t *mine,
                                   const uint64_t *my_pair_send, const uint64_t *my_pair_recv,
                                   const char *call, int *common_out)
 {
@@ -125,7 +125,7 @@ static weft_signal_t *signal_line(struct weft_comm *comm, int owner, weft_signal
     return (weft_signal_t *)(comm->blocks[owner] + off) + from;
 }
 
-void weft_hs_signal(struct weft_comm *comm, weft_signal_kind_t kind, uint32_t seq,
+void weft_hs_signal(struct weft_comm *comm, weft_signal_kind_t kind, uint64_t seq,
                     weft_status_t status)
 {
     for (int p = 0; p < comm->nranks; p++) {
@@ -137,7 +137,7 @@ void weft_hs_signal(struct weft_comm *comm, weft_signal_kind_t kind, uint32_t se
     }
 }
 
-weft_status_t weft_hs_wait_signal(struct weft_comm *comm, weft_signal_kind_t kind, uint32_t seq,
+weft_status_t weft_hs_wait_signal(struct weft_comm *comm, weft_signal_kind_t kind, uint64_t seq,
                                   weft_wait_ctx_t *ctx, weft_status_t *peer_status_out)
 {
     weft_signal_t *first = signal_line(comm, comm->rank, kind, 0);

@@ -185,7 +185,7 @@ enum {
 static void publish_acked(weft_registry_t *reg, uint64_t acked)
 {
     atomic_store_explicit(&reg->acked_all, acked, memory_order_release);
-    uint32_t moved = atomic_load_explicit(&reg->acked_moved.value, memory_order_relaxed);
+    uint64_t moved = atomic_load_explicit(&reg->acked_moved.value, memory_order_relaxed);
     weft_flag_set(&reg->acked_moved, moved + 1);
 }
 
@@ -196,7 +196,7 @@ static weft_status_t wait_acked(weft_registry_t *reg, uint64_t ticket,
                                 void *arg)
 {
     for (;;) {
-        uint32_t moved = atomic_load_explicit(&reg->acked_moved.value, memory_order_acquire);
+        uint64_t moved = atomic_load_explicit(&reg->acked_moved.value, memory_order_acquire);
         if (atomic_load_explicit(&reg->acked_all, memory_order_acquire) >= ticket)
             return WEFT_SUCCESS;
         weft_status_t st = weft_flag_wait(&reg->acked_moved, moved + 1, policy, check, arg);

@@ -50,7 +50,7 @@ static void *helper_main(void *p)
     char name[16];
     snprintf(name, sizeof name, "weft-worker-%d", arg.worker);
     pthread_setname_np(pthread_self(), name);
-    uint32_t gen = 0;
+    uint64_t gen = 0;
     for (;;) {
         gen++;
         (void)weft_flag_wait(&exec->generation, gen, &exec->policy, never_stop, NULL);
@@ -120,7 +120,7 @@ static void host_run(weft_exec_t *exec, weft_work_fn fn, void *ctx)
     exec->fn = fn;
     exec->ctx = ctx;
     atomic_store_explicit(&exec->finished, 0, memory_order_relaxed);
-    uint32_t gen = atomic_load_explicit(&exec->generation.value, memory_order_relaxed) + 1;
+    uint64_t gen = atomic_load_explicit(&exec->generation.value, memory_order_relaxed) + 1;
     weft_flag_set(&exec->generation, gen);
     fn(ctx, 0);
     (void)weft_flag_wait(&exec->completed, gen, &exec->policy, never_stop, NULL);

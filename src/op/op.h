@@ -38,7 +38,7 @@
 
 typedef struct weft_op {
     struct weft_comm *comm;
-    uint32_t seq;
+    uint64_t seq;
     weft_wait_ctx_t wait;
     const char *call;         /* API function name, for messages */
     void *stream;             /* cudaStream_t on the CUDA backend, NULL on the host */

@@ -157,10 +157,10 @@ static const cfg_row_t rows[] = {
     {"WEFT_CUDA_CHUNK_BYTES", NULL, "64M", "bytes", CFG_BYTES, OFF(cuda_chunk_bytes), NULL,
      "CUDA: device memory is registered in chunks of at least this size (doubling up to 1G)",
      NO_RANGE},
-    {"WEFT_CUDA_SEQ_START", NULL, "0", "", CFG_BYTES, OFF(cuda_seq_start), NULL,
-     "CUDA, for tests: every communicator's device operation counter starts at this number "
-     "(set it alike on every rank), to reach the 32-bit wrap of the push path's words and "
-     "numbers past 2^32 without running that many operations",
+    {"WEFT_SEQ_START", NULL, "0", "", CFG_BYTES, OFF(seq_start), NULL,
+     "For tests: every communicator's operation numbers (the host handshake's, and on CUDA the "
+     "device counter) start at this number (set it alike on every rank), to reach 2^31, 2^32 "
+     "and the 32-bit wrap of the push path's words without running that many operations",
      NO_RANGE},
     {"WEFT_RUN_GRACE_S", NULL, "30", "s", CFG_DOUBLE, OFF(run_grace_s), NULL,
      "weftrun: after a rank fails, how long the others get to exit before they are killed",

@@ -86,7 +86,7 @@ typedef struct weft_env {
     uint64_t cuda_fused_copy_bytes;  /* WEFT_CUDA_FUSED_COPY_BYTES: local copies run in-kernel */
     uint64_t cuda_push_bytes;  /* WEFT_CUDA_PUSH_BYTES: payloads pushed to the peers (or auto) */
     uint64_t cuda_chunk_bytes; /* WEFT_CUDA_CHUNK_BYTES: smallest registered chunk */
-    uint64_t cuda_seq_start;   /* WEFT_CUDA_SEQ_START: the device operation counter's start */
+    uint64_t seq_start;        /* WEFT_SEQ_START: where the operation numbers start (tests) */
 
     /* launcher */
     double run_grace_s; /* WEFT_RUN_GRACE_S: weftrun's wait for survivors after a rank dies */

@@ -25,38 +25,50 @@ static inline void cpu_relax(void)
 #endif
 }
 
-static void futex_wait(_Atomic uint32_t *addr, uint32_t expected, uint64_t ns)
+/* The futex word of a flag: the low half of its value (futexes are 32 bits wide). A store
+ * changes it unless the value moves by a multiple of 2^32 at once; a sleeper would then sleep
+ * through that one store until its slice ends, and check again. */
+static uint32_t *futex_word(weft_flag_t *flag)
+{
+    uint32_t *word = (uint32_t *)&flag->value;
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    word++;
+#endif
+    return word;
+}
+
+static void futex_wait(weft_flag_t *flag, uint32_t expected, uint64_t ns)
 {
     struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
                           .tv_nsec = (long)(ns % 1000000000ull)};
     /* Shared futex (no FUTEX_PRIVATE_FLAG): the word may live in another process's mapping. */
-    (void)syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT, expected, &ts, NULL, 0);
+    (void)syscall(SYS_futex, futex_word(flag), FUTEX_WAIT, expected, &ts, NULL, 0);
 }
 
-static void futex_wake_all(_Atomic uint32_t *addr)
+static void futex_wake_all(weft_flag_t *flag)
 {
-    (void)syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+    (void)syscall(SYS_futex, futex_word(flag), FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
 }
 
-void weft_flag_set(weft_flag_t *flag, uint32_t v)
+void weft_flag_set(weft_flag_t *flag, uint64_t v)
 {
     atomic_store_explicit(&flag->value, v, memory_order_seq_cst);
     if (atomic_load_explicit(&flag->sleepers, memory_order_seq_cst) != 0)
-        futex_wake_all(&flag->value);
+        futex_wake_all(flag);
 }
 
 /* Sleep on flag for at most one slice unless it has reached target meanwhile. */
-static void sleep_on(weft_flag_t *flag, uint32_t target)
+static void sleep_on(weft_flag_t *flag, uint64_t target)
 {
     atomic_fetch_add_explicit(&flag->sleepers, 1, memory_order_seq_cst);
-    uint32_t v = atomic_load_explicit(&flag->value, memory_order_seq_cst);
-    if (!weft_seq_reached(v, target))
-        futex_wait(&flag->value, v, SLEEP_SLICE_NS);
+    uint64_t v = atomic_load_explicit(&flag->value, memory_order_seq_cst);
+    if (v < target)
+        futex_wait(flag, (uint32_t)v, SLEEP_SLICE_NS);
     atomic_fetch_sub_explicit(&flag->sleepers, 1, memory_order_seq_cst);
 }
 
 weft_status_t weft_flag_wait_all(weft_flag_t *first, size_t stride_bytes, int count, int skip_index,
-                                 uint32_t target, const weft_wait_policy_t *policy,
+                                 uint64_t target, const weft_wait_policy_t *policy,
                                  weft_wait_check_fn check, void *arg)
 {
     uint64_t start = 0;
@@ -65,8 +77,7 @@ weft_status_t weft_flag_wait_all(weft_flag_t *first, size_t stride_bytes, int co
         if (i == skip_index)
             continue;
         weft_flag_t *flag = (weft_flag_t *)((char *)first + (size_t)i * stride_bytes);
-        while (
-            !weft_seq_reached(atomic_load_explicit(&flag->value, memory_order_acquire), target)) {
+        while (atomic_load_explicit(&flag->value, memory_order_acquire) < target) {
             if (++polls % SPIN_CHECK_EVERY != 0) {
                 cpu_relax();
                 continue;
@@ -92,7 +103,7 @@ weft_status_t weft_flag_wait_all(weft_flag_t *first, size_t stride_bytes, int co
     return WEFT_SUCCESS;
 }
 
-weft_status_t weft_flag_wait(weft_flag_t *flag, uint32_t target, const weft_wait_policy_t *policy,
+weft_status_t weft_flag_wait(weft_flag_t *flag, uint64_t target, const weft_wait_policy_t *policy,
                              weft_wait_check_fn check, void *arg)
 {
     return weft_flag_wait_all(flag, 0, 1, -1, target, policy, check, arg);

@@ -1,10 +1,12 @@
 /*
- * wait.h - waiting on a 32-bit flag word that another thread or process sets.
+ * wait.h - waiting on a 64-bit flag word that another thread or process sets.
  *
- * Flags hold sequence numbers that only grow (modulo 2^32); a wait ends when the flag reaches a
- * target, compared wrap-safely. The policy is the one DESIGN.md gives: poll for
- * WEFT_WAIT_SPIN_NS, then sched_yield for WEFT_WAIT_YIELD_NS (no spinning when the
- * host has fewer cores than waiting threads), then sleep on a futex in slices of
+ * Flags hold sequence numbers that only grow; a wait ends when the flag reaches a target. They are
+ * 64 bits, so they never wrap: a line not written for any number of operations still reads as
+ * behind (with 32 bits and a wrap-safe comparison, one left alone for 2^31 operations read as
+ * ahead, and its wait passed at once). The futex sleeps on the value's low 32 bits. The policy is
+ * the one DESIGN.md gives: poll for WEFT_WAIT_SPIN_NS, then sched_yield for WEFT_WAIT_YIELD_NS (no
+ * spinning when the host has fewer cores than waiting threads), then sleep on a futex in slices of
  * at most 10 ms. Between slices the waiter calls a check function (peer lost, aborted, timed out)
  * so no wait outlives its deadline or a dead peer.
  *
@@ -23,15 +25,9 @@
 
 /* A flag and the count of threads sleeping on it; both must be in the same mapping. */
 typedef struct weft_flag {
-    _Atomic uint32_t value;
+    _Atomic uint64_t value;
     _Atomic uint32_t sleepers;
 } weft_flag_t;
-
-/* True when a has reached b, modulo 2^32 (a - b is "non-negative"). */
-static inline int weft_seq_reached(uint32_t a, uint32_t b)
-{
-    return (int32_t)(a - b) >= 0;
-}
 
 /* How long a wait polls, then yields, before it sleeps. */
 typedef struct weft_wait_policy {
@@ -47,16 +43,16 @@ weft_wait_policy_t weft_wait_policy(int threads, int cpus);
 typedef weft_status_t (*weft_wait_check_fn)(void *arg);
 
 /* Store v into the flag (release, and ordered before the sleepers check) and wake sleepers. */
-void weft_flag_set(weft_flag_t *flag, uint32_t v);
+void weft_flag_set(weft_flag_t *flag, uint64_t v);
 
 /* Wait until flag reaches target. check is called every few microseconds once spinning is over
  * (and at least every 10 ms while sleeping). Returns WEFT_SUCCESS or the status check returned. */
-weft_status_t weft_flag_wait(weft_flag_t *flag, uint32_t target, const weft_wait_policy_t *policy,
+weft_status_t weft_flag_wait(weft_flag_t *flag, uint64_t target, const weft_wait_policy_t *policy,
                              weft_wait_check_fn check, void *arg);
 
 /* Wait until every flag of an array reaches target (flags[i * stride_bytes]); same policy. */
 weft_status_t weft_flag_wait_all(weft_flag_t *first, size_t stride_bytes, int count, int skip_index,
-                                 uint32_t target, const weft_wait_policy_t *policy,
+                                 uint64_t target, const weft_wait_policy_t *policy,
                                  weft_wait_check_fn check, void *arg);
 
 #endif /* WEFT_UTIL_WAIT_H */

@@ -4,7 +4,7 @@
  * Under each registration mode (roa, jit, staged; one communicator after another), first an
  * all_reduce of 4 MiB as the communicator's first mesh operation, with the last rank's input
  * written on its stream only after a 30 ms host callback (every rank's kernel must wait for it,
- * whatever WEFT_CUDA_SEQ_START says), then with weft, interior and cuda (cudaMalloc: the staged
+ * whatever WEFT_SEQ_START says), then with weft, interior and cuda (cudaMalloc: the staged
  * path) buffers:
  *   all_reduce, reduce_scatter  every dtype x reduction (the buffer kinds of a mode share out
  *                               the 50 combinations, so each kind and each mode sees all of
@@ -592,7 +592,7 @@ static void run_spread(gpu_ctx_t *g, const pool_t *pool, const size_t *counts, s
 
 /* The communicator's first mesh operation (its ready flags never set yet), with the last rank's
  * input written LATE_MS late on its stream: every rank's kernel must wait for that rank's ready
- * flag, whatever the operation number (WEFT_CUDA_SEQ_START), and the sum must be exact. The late
+ * flag, whatever the operation number (WEFT_SEQ_START), and the sum must be exact. The late
  * input is a device-to-device copy after a host callback, so that only the stream is late: a
  * copy from pageable host memory would hold the host too, and the host handshake would then
  * order everything. */

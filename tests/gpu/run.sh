@@ -20,7 +20,7 @@
 #    with 3 blocks per launch (WEFT_CUDA_MAX_BLOCKS=3: the partitioner's slices on few blocks;
 #    the harness checks that no operation launched more); then gpu_collectives and gpu_graph at
 #    the first rank count with the device operation counter started where 32-bit numbers break
-#    (WEFT_CUDA_SEQ_START=0x01010100 and 2^32 - 8).
+#    (WEFT_SEQ_START=0x01010100 and 2^32 - 8).
 #    Every run: WEFT_BACKEND=cuda NCCL_NVLS_ENABLE=0 WEFT_TIMEOUT_S=30 (5 for gpu_fault).
 # 4. Runs gpu_collectives and gpu_moe with 2 ranks and a small grid (GPU_TEST_QUICK=1), each rank
 #    under its own `compute-sanitizer --tool memcheck` (weftrun starts the sanitizers, so a
@@ -274,7 +274,7 @@ if [ -z "$only" ]; then
     for seq_start in 16843008 4294967288; do
         for p in gpu_collectives gpu_graph; do
             run_one "$p (from operation $seq_start)" "$p" "$first" "$first" 300 \
-                env WEFT_TIMEOUT_S=30 WEFT_CUDA_SEQ_START=$seq_start "$chunks" "$weftrun" \
+                env WEFT_TIMEOUT_S=30 WEFT_SEQ_START=$seq_start "$chunks" "$weftrun" \
                 --grace 15 -n "$first" -- "$bin/$p"
         done
     done
