@@ -555,8 +555,9 @@ weft_status_t weft_comm_acquire(struct weft_comm *comm, const void *ptr, size_t 
 {
     weft_buf_state_t state;
     uint64_t waited;
-    weft_status_t st = weft_registry_acquire(comm->registry, ptr, bytes, &comm->wait_policy,
-                                             weft_comm_check, ctx, &state, &waited);
+    weft_status_t st =
+        weft_registry_acquire(comm->registry, ptr, bytes, &comm->wait_policy, weft_comm_check,
+                              weft_wait_begin(ctx), &state, &waited);
     if (waited > 0) {
         atomic_fetch_add_explicit(&comm->stats.first_use_waits, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&comm->stats.first_use_wait_ns, waited, memory_order_relaxed);

@@ -217,6 +217,14 @@ typedef struct weft_wait_ctx {
     const char *what;     /* named in the timeout message */
 } weft_wait_ctx_t;
 
+/* ctx, made ready for a new wait: each wait of an operation gets the whole timeout from its own
+ * first slow poll (WEFT_TIMEOUT_S is every wait's deadline), not what an earlier wait left. */
+static inline weft_wait_ctx_t *weft_wait_begin(weft_wait_ctx_t *ctx)
+{
+    ctx->deadline_ns = 0;
+    return ctx;
+}
+
 /* WEFT_ERR_ABORTED, the stored background error, WEFT_ERR_TIMEOUT past the deadline, else
  * WEFT_SUCCESS. arg is a weft_wait_ctx_t. */
 weft_status_t weft_comm_check(void *arg);

@@ -361,7 +361,7 @@ weft_status_t weft_cuda_check(struct weft_comm *comm, const char *call)
     int32_t st = comm->cuda->words[STATUS_WORD];
     if (st == 0)
         return WEFT_SUCCESS;
-    weft_comm_set_async_error(comm, (weft_status_t)st);
+    weft_comm_fail(comm, (weft_status_t)st); /* peers then see the loss at once */
     return weft_error((weft_status_t)st, "%s: an earlier kernel failed: %s", call,
                       weft_status_string((weft_status_t)st));
 }

@@ -40,7 +40,7 @@ weft_status_t weft_hs_wait_posted(struct weft_comm *comm, uint64_t seq, weft_wai
 {
     weft_slot_t *first = weft_slot(comm, comm->rank, 0, seq);
     return weft_flag_wait_all(&first->posted, 2 * sizeof(weft_slot_t), comm->nranks, comm->rank,
-                              seq, &comm->wait_policy, weft_comm_check, ctx);
+                              seq, &comm->wait_policy, weft_comm_check, weft_wait_begin(ctx));
 }
 
 static const char *coll_name(uint32_t coll)
@@ -143,7 +143,7 @@ weft_status_t weft_hs_wait_signal(struct weft_comm *comm, weft_signal_kind_t kin
     weft_signal_t *first = signal_line(comm, comm->rank, kind, 0);
     weft_status_t st =
         weft_flag_wait_all(&first->flag, sizeof(weft_signal_t), comm->nranks, comm->rank, seq,
-                           &comm->wait_policy, weft_comm_check, ctx);
+                           &comm->wait_policy, weft_comm_check, weft_wait_begin(ctx));
     if (st != WEFT_SUCCESS || !peer_status_out)
         return st;
     *peer_status_out = WEFT_SUCCESS;

@@ -265,6 +265,16 @@ static void shared_fd_drop(shared_fd_t *sfd)
     }
 }
 
+/* The communicator fails with status (or keeps the error recorded before) and every connection
+ * is shut down: the peers see the loss at once instead of waiting out their timeouts, and no
+ * later UNREG reaches them (a peer still copying from this rank's buffers in the failed
+ * operation keeps its mappings until teardown). */
+static void fail_comm(weft_registry_t *reg, weft_status_t status)
+{
+    weft_comm_set_async_error(reg->comm, status);
+    weft_registry_shutdown_sockets(reg);
+}
+
 /* Queue msg for peer, with a new reference to sfd (may be NULL). */
 static void outbox_push(weft_registry_t *reg, int peer, const weft_ctrl_msg_t *msg,
                         shared_fd_t *sfd)
@@ -274,8 +284,7 @@ static void outbox_push(weft_registry_t *reg, int peer, const weft_ctrl_msg_t *m
         ob->head = ob->n = 0;
     }
     if (weft_array_grow((void **)&ob->msgs, &ob->cap, ob->n + 1, sizeof *ob->msgs) != 0) {
-        weft_comm_set_async_error(
-            reg->comm, weft_error(WEFT_ERR_NO_MEMORY, "registrar: outbox to rank %d", peer));
+        fail_comm(reg, weft_error(WEFT_ERR_NO_MEMORY, "registrar: outbox to rank %d", peer));
         return;
     }
     if (sfd)
@@ -294,8 +303,7 @@ static void peer_drop(weft_registry_t *reg, int peer, weft_status_t status, cons
     reg->closed[peer] = 1;
     /* Recorded before the shutdown, which the peer (or a test playing it) may act on at once. */
     if (!reg->bye[peer] && atomic_load(&reg->stopping) == STOP_NOT)
-        weft_comm_set_async_error(
-            reg->comm, weft_error(status, "rank %d %s: %s", peer,
+        fail_comm(reg, weft_error(status, "rank %d %s: %s", peer,
                                   status == WEFT_ERR_PEER_LOST ? "lost" : "dropped", why));
     shutdown(reg->socks[peer], SHUT_RDWR);
     outbox_t *ob = &reg->out[peer];
@@ -375,7 +383,7 @@ static void run_job(weft_registry_t *reg, job_t *job)
         if (st != WEFT_SUCCESS) {
             /* No peer maps this ticket: none may acknowledge a later one either, since
              * acknowledgements are cumulative and would make the chunk look registered. */
-            weft_comm_set_async_error(reg->comm, st);
+            fail_comm(reg, st);
             for (int p = 0; p < reg->nranks; p++) {
                 if (p != reg->rank)
                     peer_lost(reg, p, "a registration could not be exported");
@@ -432,8 +440,7 @@ static void drain_jobs(weft_registry_t *reg)
         reg->queue.n += reg->jobs.n;
         reg->jobs.n = 0;
     } else if (reg->jobs.n > 0) {
-        weft_comm_set_async_error(reg->comm,
-                                  weft_error(WEFT_ERR_NO_MEMORY, "registrar: job queue"));
+        fail_comm(reg, weft_error(WEFT_ERR_NO_MEMORY, "registrar: job queue"));
     }
     pthread_mutex_unlock(&reg->mu);
     run_queue(reg);
@@ -492,7 +499,7 @@ static void handle_reg(weft_registry_t *reg, int peer, const weft_ctrl_msg_t *ms
     }
     if (st != WEFT_SUCCESS) {
         /* Never acknowledge a later ticket of this peer: that would cover this one. */
-        weft_comm_set_async_error(reg->comm, st);
+        fail_comm(reg, st);
         peer_lost(reg, peer, "its registration could not be mapped here");
         return;
     }
@@ -512,7 +519,7 @@ static void handle_unreg(weft_registry_t *reg, int peer, const weft_ctrl_msg_t *
             (void)atomic_load_explicit(&reg->reads_epoch, memory_order_acquire);
             weft_status_t st = reg->mem->unmap((void *)m->addr, m->bytes);
             if (st != WEFT_SUCCESS)
-                weft_comm_set_async_error(reg->comm, st);
+                fail_comm(reg, st);
             *m = reg->maps.data[--reg->maps.n];
             atomic_fetch_sub(&reg->stats.peer_mappings, 1);
             break;
@@ -588,13 +595,13 @@ static void *registrar_main(void *arg)
     pthread_setname_np(pthread_self(), "weft-registrar");
     weft_status_t attached = reg->mem->attach_thread();
     if (attached != WEFT_SUCCESS) {
-        weft_comm_set_async_error(reg->comm, attached);
+        fail_comm(reg, attached);
         return NULL;
     }
     struct pollfd *pfds = calloc((size_t)reg->nranks + 1, sizeof *pfds);
     int *who = calloc((size_t)reg->nranks + 1, sizeof *who);
     if (!pfds || !who) {
-        weft_comm_set_async_error(reg->comm, weft_error(WEFT_ERR_NO_MEMORY, "registrar: calloc"));
+        fail_comm(reg, weft_error(WEFT_ERR_NO_MEMORY, "registrar: calloc"));
         free(pfds);
         free(who);
         return NULL;
@@ -640,8 +647,7 @@ static void *registrar_main(void *arg)
         if (ready < 0) {
             if (errno == EINTR)
                 continue;
-            weft_comm_set_async_error(reg->comm,
-                                      weft_error_errno(WEFT_ERR_SYSTEM, errno, "registrar: poll"));
+            fail_comm(reg, weft_error_errno(WEFT_ERR_SYSTEM, errno, "registrar: poll"));
             break;
         }
         for (int i = 0; i < n; i++) {
