@@ -50,8 +50,12 @@ static weft_status_t check_aligned_pair(const char *call, const void *sendbuf, c
     return st;
 }
 
+/* No buffer is larger: 64 PiB, what x86-64 and AArch64 user space spans at most (57-bit
+ * virtual addresses). A count beyond it is a bad argument, not a buffer to stage. */
+#define MAX_BUFFER_BYTES ((size_t)1 << 56)
+
 /* Checks every collective shares: weft_api_check_comm, dtype, and count * esize * blocks
- * fitting. */
+ * within MAX_BUFFER_BYTES. */
 static weft_status_t check_common(const char *call, weft_comm_t comm, void *stream,
                                   weft_dtype_t dtype, size_t count, size_t blocks)
 {
@@ -61,9 +65,10 @@ static weft_status_t check_common(const char *call, weft_comm_t comm, void *stre
     if (!weft_dtype_valid(dtype))
         return INVALID("%s: dtype %d is not a weft_dtype_t", call, (int)dtype);
     size_t esize = weft_dtype_size(dtype);
-    if (count > SIZE_MAX / esize / blocks)
-        return INVALID("%s: count %zu elements of %s overflows the address space", call, count,
-                       weft_dtype_name(dtype));
+    if (count > MAX_BUFFER_BYTES / esize / blocks)
+        return INVALID("%s: count %zu elements of %s (times %zu blocks) exceeds the %zu bytes a "
+                       "process can address",
+                       call, count, weft_dtype_name(dtype), blocks, MAX_BUFFER_BYTES);
     return WEFT_SUCCESS;
 }
 
@@ -74,10 +79,13 @@ static weft_status_t check_op(const char *call, weft_redop_t op)
     return WEFT_SUCCESS;
 }
 
-/* 1 if [x, x + xlen) and [y, y + ylen) overlap (empty ranges overlap nothing). */
+/* 1 if [x, x + xlen) and [y, y + ylen) overlap (empty ranges overlap nothing); no sum is
+ * formed, so ranges near the top of the address space compare right. */
 static int ranges_overlap(uintptr_t x, size_t xlen, uintptr_t y, size_t ylen)
 {
-    return xlen > 0 && ylen > 0 && x < y + ylen && y < x + xlen;
+    if (xlen == 0 || ylen == 0)
+        return 0;
+    return x < y ? y - x < xlen : x - y < ylen;
 }
 
 int weft_api_overlap(const void *a, size_t alen, const void *b, size_t blen)

@@ -573,8 +573,14 @@ weft_status_t weft_comm_staging(struct weft_comm *comm, size_t bytes, weft_wait_
         size_t grown = comm->staging_bytes * 2 > bytes ? comm->staging_bytes * 2 : bytes;
         void *fresh;
         weft_status_t st = weft_registry_alloc(comm->registry, grown, 1, &fresh);
-        if (st != WEFT_SUCCESS)
-            return st;
+        if (st != WEFT_SUCCESS) {
+            char why[256];
+            snprintf(why, sizeof why, "%s", weft_last_error());
+            return weft_error(st,
+                              "%s: a buffer not from weft_malloc takes the staged path, whose "
+                              "scratch cannot grow to %zu bytes (%s); pass weft_malloc memory",
+                              ctx->what, bytes, why);
+        }
         /* On the device the old scratch stays until destroy: queued operations may still use it
          * (this rank's or, through their kernels, its peers'), and so does every replay of a
          * CUDA graph captured with it, its address baked into the kernels' parameters. Growth

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #define OVERFLOW_COUNT (SIZE_MAX / 4 + 1) /* times 8 (float64) overflows size_t */
+#define HUGE_COUNT ((size_t)1 << 60) /* bytes no process can address, as float64 or int8 */
 #define BAD_OP ((weft_redop_t)42)
 
 /* ---------------------------------------------------------------------------------------------
@@ -77,6 +78,8 @@ typedef enum {
     ROW_BC_OVERFLOW,
     ROW_A2A_OVERFLOW,
     ROW_A2AV_OVERFLOW,
+    ROW_AR_HUGE_INPLACE,
+    ROW_BC_HUGE_INPLACE,
     ROW_A2A_OVERLAP,
     ROW_AR_MISALIGNED,
     ROW_RS_MISALIGNED,
@@ -148,6 +151,8 @@ static const row_info_t rows[NUM_ROWS] = {
     [ROW_BC_OVERFLOW] = {"broadcast count * 8 overflows size_t", "weft_broadcast"},
     [ROW_A2A_OVERFLOW] = {"all_to_all count * 8 overflows size_t", "weft_all_to_all"},
     [ROW_A2AV_OVERFLOW] = {"all_to_allv counts * 8 overflow size_t", "weft_all_to_allv"},
+    [ROW_AR_HUGE_INPLACE] = {"all_reduce in place, 2^60 elements", "weft_all_reduce"},
+    [ROW_BC_HUGE_INPLACE] = {"broadcast in place, 2^60 elements", "weft_broadcast"},
     [ROW_A2A_OVERLAP] = {"all_to_all with sendbuf == recvbuf", "weft_all_to_all"},
     [ROW_AR_MISALIGNED] = {"all_reduce float64 with recvbuf 4 bytes off", "weft_all_reduce"},
     [ROW_RS_MISALIGNED] = {"reduce_scatter float64 with sendbuf 4 bytes off",
@@ -289,6 +294,10 @@ static weft_status_t bad_call(const mp_ctx_t *ctx, const mp_args_fixture_t *f, r
         return weft_all_to_all(c, a, b, OVERFLOW_COUNT, d, s);
     case ROW_A2AV_OVERFLOW:
         return weft_all_to_allv(c, a, f->huge, f->displs, b, f->huge, f->displs, d, s);
+    case ROW_AR_HUGE_INPLACE: /* in place: no overlap check catches it */
+        return weft_all_reduce(c, a, a, HUGE_COUNT, d, WEFT_SUM, s);
+    case ROW_BC_HUGE_INPLACE:
+        return weft_broadcast(c, a, a, HUGE_COUNT, d, 0, s);
     case ROW_A2A_OVERLAP:
         return weft_all_to_all(c, a, a, 1, d, s);
     case ROW_AR_MISALIGNED:
