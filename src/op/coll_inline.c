@@ -28,7 +28,7 @@ static weft_status_t inline_exchange(struct weft_comm *comm, const char *call, w
     if (st != WEFT_SUCCESS)
         return st;
     desc->flags = WEFT_DESC_INLINE;
-    desc->inline_bytes = (uint32_t)bytes;
+    desc->inline_bytes = (uint16_t)bytes; /* at most WEFT_INLINE_MAX */
     return weft_op_exchange(op, desc, NULL, NULL, NULL, data, stride, NULL);
 }
 
