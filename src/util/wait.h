@@ -29,6 +29,9 @@ typedef struct weft_flag {
     _Atomic uint32_t sleepers;
 } weft_flag_t;
 
+/* Flags are shared between processes: their atomics must not hide a lock in this one. */
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "64-bit atomics must be lock-free");
+
 /* How long a wait polls, then yields, before it sleeps. */
 typedef struct weft_wait_policy {
     uint64_t spin_ns;  /* busy polling */
