@@ -151,10 +151,15 @@ static weft_status_t and_over_ranks(weft_store_t *store, const char *tag, int at
 weft_status_t weft_window_reserve(weft_store_t *store, const weft_mem_ops_t *mem, int nranks,
                                   size_t slice_bytes, weft_window_t *win_out)
 {
+    weft_error_clear();
     size_t gran = mem->granularity();
-    if (gran == 0)
+    if (gran == 0) { /* the provider's reason, if it gave one, is in the last error */
+        char why[256];
+        snprintf(why, sizeof why, "%s", weft_last_error());
         return weft_error(WEFT_ERR_UNSUPPORTED,
-                          "weft_comm_init: the memory provider reports no mapping granularity");
+                          "weft_comm_init: the memory provider reports no mapping granularity%s%s",
+                          why[0] ? ": " : "", why);
+    }
     size_t align = gran > (2u << 20) ? gran : (2u << 20);
     slice_bytes = (slice_bytes + align - 1) / align * align;
     if (slice_bytes == 0 || slice_bytes > SIZE_MAX / (size_t)nranks)

@@ -48,7 +48,7 @@ typedef struct weft_mem_ops {
     weft_status_t (*attach_thread)(void);
 
     /* Granularity of sizes and addresses (host: the page size; cuda: the minimum VMM
-     * granularity, usually 2 MiB). */
+     * granularity, usually 2 MiB); 0 when it cannot be known, the reason in weft_last_error(). */
     size_t (*granularity)(void);
 
     /* Reserve bytes of address space with no access. exact != 0: exactly at hint or fail with
