@@ -79,8 +79,9 @@ typedef struct weft_mem_ops {
      * range's offset and size from elsewhere (the core: the registration message). */
     weft_status_t (*export_fd)(const weft_mem_seg_t *seg, int *fd_out);
     /* Import [offset, offset + bytes) of what a descriptor received from a peer holds (offset
-     * must be 0 unless the provider is sparse); checks that the descriptor holds that much.
-     * Takes ownership of fd in every case. */
+     * must be 0 unless the provider is sparse). The host provider checks that the descriptor
+     * holds that much; the CUDA driver does not tell an imported handle's size, so there a short
+     * one fails later, at map (WEFT_ERR_CUDA). Takes ownership of fd in every case. */
     weft_status_t (*import_fd)(int fd, size_t offset, size_t bytes, weft_mem_seg_t *seg_out);
 } weft_mem_ops_t;
 
