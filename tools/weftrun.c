@@ -12,12 +12,16 @@
  * Design. weftrun is single-threaded. It blocks SIGCHLD, SIGINT, SIGTERM, SIGHUP and SIGQUIT
  * before forking and waits for them on a signalfd in poll(), whose timeout is the end of the
  * grace period when one runs: no busy loop. The ranks stay in weftrun's process group, so a
- * Ctrl-C at the terminal reaches every rank from the kernel; a signal the kernel generated for
- * the terminal's process group (si_code SI_KERNEL) is therefore not forwarded again, any other
- * (kill(1), a batch system) is forwarded to every running rank. When a rank exits non-zero or
- * by a signal, or weftrun receives a termination signal, the others get the grace period
+ * Ctrl-C at the terminal reaches every rank from the kernel; a SIGINT or SIGQUIT the kernel
+ * generated for the terminal's process group (si_code SI_KERNEL) is therefore not forwarded
+ * again, any other signal (kill(1), a batch system, the SIGHUP of a hangup, which reaches only
+ * the session leader) is forwarded to every running rank. When a rank exits non-zero or by a
+ * signal, or weftrun receives a termination signal, the others get the grace period
  * (WEFT_RUN_GRACE_S, or --grace) to exit on their own; then weftrun sends SIGKILL to the rest.
- * A second termination signal sends SIGKILL at once. weftrun is a child subreaper, so what a
+ * A second termination signal sends SIGKILL at once; the same signal from the same sender
+ * within 100 ms is one signal that came twice (`timeout` signals weftrun, then its process
+ * group). An inherited ignored SIGCHLD is reset to the default, or the kernel would reap the
+ * ranks unseen. weftrun is a child subreaper, so what a
  * rank leaves behind (a background process, or the program a wrapper script ran when the
  * script was killed) becomes weftrun's child; once every rank is reaped, weftrun kills and reaps
  * those too. Each rank also has PR_SET_PDEATHSIG = SIGKILL, so no rank outlives weftrun even if
@@ -68,6 +72,9 @@
 #define WEFTRUN_KILL_WAIT_S 10.0 /* default of --kill-wait */
 /* 10 ms: how often waitpid is polled where no wait on the signalfd is possible. */
 #define WEFTRUN_REAP_POLL_NS 10000000
+/* A signal repeated this soon by the same sender is the same one: `timeout`, Slurm and
+ * `kill -- -PGID` signal weftrun and then its process group, which holds weftrun too. */
+#define WEFTRUN_SAME_SIGNAL_NS 100000000
 
 typedef struct rank_proc {
     pid_t pid;
@@ -87,6 +94,9 @@ typedef struct job {
     int exit_code;       /* of the first failure (a skip is none); 0 while there is none */
     int skipped;         /* ranks that exited WEFTRUN_EXIT_SKIP */
     int signals;         /* termination signals received */
+    int last_signo;      /* the last one, its sender and when it came (WEFTRUN_SAME_SIGNAL_NS) */
+    uint32_t last_sender;
+    uint64_t last_signal_ns;
 } job_t;
 
 #define WEFTRUN_USAGE "usage: weftrun -n N [--grace S] [--kill-wait S] [--] prog [args...]\n"
@@ -367,18 +377,27 @@ static void on_signal(job_t *job, const struct signalfd_siginfo *si)
         reap(job);
         return;
     }
+    uint64_t now = weft_now_ns();
+    if (job->signals > 0 && sig == job->last_signo && si->ssi_pid == job->last_sender &&
+        now - job->last_signal_ns < WEFTRUN_SAME_SIGNAL_NS)
+        return; /* one signal that reached weftrun twice, not a second one */
     job->signals++;
+    job->last_signo = sig;
+    job->last_sender = si->ssi_pid;
+    job->last_signal_ns = now;
     if (job->exit_code == 0)
         job->exit_code = 128 + sig;
     if (job->signals > 1) {
         kill_survivors(job, "second signal");
         return;
     }
-    /* A terminal's signal (SI_KERNEL) already reached every rank of the process group. */
-    if (si->ssi_code != SI_KERNEL)
+    /* A terminal's SIGINT or SIGQUIT (SI_KERNEL) already reached every rank of the foreground
+     * process group; a hangup's SIGHUP reaches only the session leader, which weftrun may be. */
+    int forward = si->ssi_code != SI_KERNEL || sig == SIGHUP;
+    if (forward)
         signal_running(job, sig);
     fprintf(stderr, "weftrun: received signal %d (%s)%s\n", sig, strsignal(sig),
-            si->ssi_code != SI_KERNEL ? ", forwarded to every rank" : "");
+            forward ? ", forwarded to every rank" : "");
     start_grace(job);
 }
 
@@ -535,6 +554,12 @@ int main(int argc, char **argv)
         fprintf(stderr, "weftrun: out of memory for %d ranks\n", o.nranks);
         return WEFTRUN_EXIT_START;
     }
+
+    /* SIGCHLD ignored (inherited through exec: SIG_IGN, or SA_NOCLDWAIT) would reap the ranks
+     * behind weftrun's back and never signal their exit: restore the default. */
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
+    sigemptyset(&dfl.sa_mask);
+    sigaction(SIGCHLD, &dfl, NULL);
 
     /* Block the signals before the first fork, so none is lost between fork and the wait. */
     sigset_t set, orig_mask;

@@ -479,6 +479,121 @@ static void test_ctrl_c(void)
     close(master);
 }
 
+/* Ranks that trap sig and, 0.3 s later, record it in dir/got.<rank> and exit 3 (a rank killed
+ * before its handler finished records nothing): the script. */
+static void trapping_script(char *script, size_t cap, const char *dir, const char *sig)
+{
+    char pid_cmd[512];
+    pid_snippet(pid_cmd, sizeof pid_cmd, dir);
+    snprintf(script, cap,
+             "trap 'sleep 0.3; echo got > %s/got.$WEFT_RANK; exit 3' %s; %s; sleep 30 & wait $!",
+             dir, sig, pid_cmd);
+}
+
+/* 1 when every rank of 2 recorded its signal in dir/got.<rank>. */
+static int both_got(const char *dir)
+{
+    for (int r = 0; r < 2; r++) {
+        char path[256];
+        snprintf(path, sizeof path, "%s/got.%d", dir, r);
+        if (access(path, F_OK) != 0)
+            return 0;
+    }
+    return 1;
+}
+
+/* One SIGTERM that reaches weftrun twice from the same sender (as `timeout` signals weftrun and
+ * then its process group): still one signal, so the ranks run their handlers within the grace
+ * instead of being killed at once as after a second signal. */
+static void test_same_signal_twice(void)
+{
+    char dir[128], script[1024];
+    case_dir(dir, sizeof dir, "same-signal");
+    trapping_script(script, sizeof script, dir, "TERM");
+    const char *args[] = {"--grace", "5", "-n", "2", "sh", "-c", script, NULL};
+    pid_t pid = spawn(args);
+    if (pid <= 0)
+        return;
+    pid_t pids[2];
+    CHECK(wait_pids(dir, 2, pids) == 2, "same-signal: ranks did not start");
+    uint64_t t0 = weft_now_ns();
+    kill(pid, SIGTERM);
+    sleep_s(0.02); /* read by weftrun by now: not merged with the first by the kernel */
+    kill(pid, SIGTERM);
+    int st = wait_for(pid);
+    double dt = since_s(t0);
+    int rc = st == -1 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    CHECK(rc == 128 + SIGTERM, "same-signal: weftrun exit %d, expected %d", rc, 128 + SIGTERM);
+    CHECK(both_got(dir), "same-signal: a rank's SIGTERM handler did not run (killed at once?)");
+    CHECK(dt < 4.0, "same-signal: weftrun took %.3f s", dt);
+    check_gone("same-signal", pids, 2);
+}
+
+/* weftrun started with SIGCHLD ignored (inherited through exec): it still sees its ranks exit. */
+static void test_sigchld_ignored(void)
+{
+    fflush(stdout);
+    uint64_t t0 = weft_now_ns();
+    pid_t pid = fork();
+    if (pid == 0) {
+        signal(SIGCHLD, SIG_IGN);
+        execl(weftrun, weftrun, "-n", "2", "true", (char *)NULL);
+        _exit(99);
+    }
+    CHECK(pid > 0, "fork: %s", strerror(errno));
+    if (pid <= 0)
+        return;
+    int st = wait_for(pid);
+    double dt = since_s(t0);
+    CHECK(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+          "sigchld-ignored: weftrun status %d, expected exit 0", st);
+    CHECK(dt < 3.0, "sigchld-ignored: weftrun took %.3f s", dt);
+}
+
+/* A terminal hangup: weftrun is the session leader of a pseudo-terminal whose master closes.
+ * The kernel sends SIGHUP to the session leader only; weftrun must forward it, so the ranks run
+ * their handlers long before the 5 s grace ends. */
+static void test_hangup(void)
+{
+    char dir[128], script[1024];
+    case_dir(dir, sizeof dir, "hangup");
+    trapping_script(script, sizeof script, dir, "HUP");
+    int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (master < 0 || grantpt(master) != 0 || unlockpt(master) != 0 || ptsname(master) == NULL) {
+        CHECK(0, "hangup: no pseudo-terminal: %s", strerror(errno));
+        if (master >= 0)
+            close(master);
+        return;
+    }
+    char slave_name[128];
+    snprintf(slave_name, sizeof slave_name, "%s", ptsname(master));
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int slave = setsid() < 0 ? -1 : open(slave_name, O_RDWR);
+        if (slave < 0 || dup2(slave, STDIN_FILENO) < 0)
+            _exit(98);
+        execl(weftrun, weftrun, "--grace", "5", "-n", "2", "sh", "-c", script, (char *)NULL);
+        _exit(99);
+    }
+    CHECK(pid > 0, "fork: %s", strerror(errno));
+    if (pid <= 0) {
+        close(master);
+        return;
+    }
+    pid_t pids[2];
+    CHECK(wait_pids(dir, 2, pids) == 2, "hangup: ranks did not start");
+    uint64_t t0 = weft_now_ns();
+    close(master);
+    int st = wait_for(pid);
+    double dt = since_s(t0);
+    int rc = st == -1 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    CHECK(rc == 128 + SIGHUP, "hangup: weftrun exit %d, expected %d", rc, 128 + SIGHUP);
+    CHECK(both_got(dir), "hangup: a rank's SIGHUP handler did not run");
+    CHECK(dt < 3.0, "hangup: weftrun took %.3f s after the hangup (grace 5 s)", dt);
+    check_gone("hangup", pids, 2);
+}
+
 /* weftrun killed with SIGKILL: its ranks die too (PR_SET_PDEATHSIG); as the subreaper, this
  * process reaps them and sees SIGKILL. */
 static void test_weftrun_killed(void)
@@ -656,6 +771,9 @@ int main(void)
     /* A second signal kills at once, long before the 20 s grace. */
     test_signal("second-signal", "20", "trap '' INT; ", SIGINT, 1, 128 + SIGINT, 2.0);
     test_ctrl_c();
+    test_same_signal_twice();
+    test_sigchld_ignored();
+    test_hangup();
     test_leftovers();
     test_weftrun_killed();
     test_unreaped("unreaped-rank", 1);
