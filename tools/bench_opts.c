@@ -242,6 +242,11 @@ int bench_parse_args(int argc, char **argv, bench_opts_t *opt)
         return -1;
     }
 #endif
+    if (opt->min_bytes == 0 && opt->max_bytes > 0) { /* 0 times the factor stays 0 */
+        fprintf(stderr, "weft-bench: -b 0 sweeps nothing past 0; give -b a positive size, or "
+                        "-b 0 -e 0 for the empty call alone\n");
+        return -1;
+    }
     if (opt->min_bytes > opt->max_bytes) {
         fprintf(stderr, "weft-bench: -b %zu is larger than -e %zu\n", opt->min_bytes,
                 opt->max_bytes);

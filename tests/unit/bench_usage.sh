@@ -58,6 +58,7 @@ for prog in weft-bench partition-skew first-use first-use-nccl launch-cost moe-b
     expect 2 "$prog" --bogus
 done
 expect 2 weft-bench -b 12Q
+expect 2 weft-bench -b 0 -e 1K   # a sweep from 0 never grows
 expect 2 weft-bench -f 1
 expect 2 weft-bench -n 5x
 expect 2 partition-skew -n x
