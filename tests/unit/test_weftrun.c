@@ -432,21 +432,17 @@ static void test_signal(const char *name, const char *grace, const char *prelude
     check_gone(name, pids, 2);
 }
 
-/* Ctrl-C typed at a terminal: weftrun runs as the session leader of a new pseudo-terminal, the
- * kernel sends SIGINT to the foreground process group, which holds the ranks too, so they die at
- * once and weftrun exits 130 long before the 5 s grace. */
-static void test_ctrl_c(void)
+/* Start `weftrun --grace 5 -n 2 sh -c script` as the session leader of a new pseudo-terminal
+ * (its controlling terminal, weftrun's process group in the foreground). Returns weftrun's pid
+ * and the terminal's master end in *master_out, or -1 (checked) with nothing left open. */
+static pid_t spawn_on_pty(const char *name, const char *script, int *master_out)
 {
-    char dir[128], pid_cmd[512], script[1024];
-    case_dir(dir, sizeof dir, "ctrl-c");
-    pid_snippet(pid_cmd, sizeof pid_cmd, dir);
-    snprintf(script, sizeof script, "%s; exec sleep 30", pid_cmd);
     int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
     if (master < 0 || grantpt(master) != 0 || unlockpt(master) != 0 || ptsname(master) == NULL) {
-        CHECK(0, "ctrl-c: no pseudo-terminal: %s", strerror(errno));
+        CHECK(0, "%s: no pseudo-terminal: %s", name, strerror(errno));
         if (master >= 0)
             close(master);
-        return;
+        return -1;
     }
     char slave_name[128];
     snprintf(slave_name, sizeof slave_name, "%s", ptsname(master));
@@ -464,8 +460,25 @@ static void test_ctrl_c(void)
     CHECK(pid > 0, "fork: %s", strerror(errno));
     if (pid <= 0) {
         close(master);
-        return;
+        return -1;
     }
+    *master_out = master;
+    return pid;
+}
+
+/* Ctrl-C typed at a terminal: weftrun runs as the session leader of a new pseudo-terminal, the
+ * kernel sends SIGINT to the foreground process group, which holds the ranks too, so they die at
+ * once and weftrun exits 130 long before the 5 s grace. */
+static void test_ctrl_c(void)
+{
+    char dir[128], pid_cmd[512], script[1024];
+    case_dir(dir, sizeof dir, "ctrl-c");
+    pid_snippet(pid_cmd, sizeof pid_cmd, dir);
+    snprintf(script, sizeof script, "%s; exec sleep 30", pid_cmd);
+    int master;
+    pid_t pid = spawn_on_pty("ctrl-c", script, &master);
+    if (pid <= 0)
+        return;
     pid_t pids[2];
     CHECK(wait_pids(dir, 2, pids) == 2, "ctrl-c: ranks did not start");
     uint64_t t0 = weft_now_ns();
@@ -558,29 +571,10 @@ static void test_hangup(void)
     char dir[128], script[1024];
     case_dir(dir, sizeof dir, "hangup");
     trapping_script(script, sizeof script, dir, "HUP");
-    int master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
-    if (master < 0 || grantpt(master) != 0 || unlockpt(master) != 0 || ptsname(master) == NULL) {
-        CHECK(0, "hangup: no pseudo-terminal: %s", strerror(errno));
-        if (master >= 0)
-            close(master);
+    int master;
+    pid_t pid = spawn_on_pty("hangup", script, &master);
+    if (pid <= 0)
         return;
-    }
-    char slave_name[128];
-    snprintf(slave_name, sizeof slave_name, "%s", ptsname(master));
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int slave = setsid() < 0 ? -1 : open(slave_name, O_RDWR);
-        if (slave < 0 || dup2(slave, STDIN_FILENO) < 0)
-            _exit(98);
-        execl(weftrun, weftrun, "--grace", "5", "-n", "2", "sh", "-c", script, (char *)NULL);
-        _exit(99);
-    }
-    CHECK(pid > 0, "fork: %s", strerror(errno));
-    if (pid <= 0) {
-        close(master);
-        return;
-    }
     pid_t pids[2];
     CHECK(wait_pids(dir, 2, pids) == 2, "hangup: ranks did not start");
     uint64_t t0 = weft_now_ns();
