@@ -515,6 +515,21 @@ static int both_got(const char *dir)
     return 1;
 }
 
+/* After weftrun (pid) was sent sig at t0: it must exit 128 + sig within max_s, every rank's
+ * handler must have finished (both_got) and no rank may be left. */
+static void check_trapped(const char *name, pid_t pid, int sig, uint64_t t0, double max_s,
+                          const char *dir, const pid_t *pids)
+{
+    int st = wait_for(pid);
+    double dt = since_s(t0);
+    int rc = st == -1 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    CHECK(rc == 128 + sig, "%s: weftrun exit %d, expected %d", name, rc, 128 + sig);
+    CHECK(both_got(dir), "%s: a rank's handler of signal %d did not finish (killed early?)", name,
+          sig);
+    CHECK(dt < max_s, "%s: weftrun took %.3f s after the signal (at most %.1f)", name, dt, max_s);
+    check_gone(name, pids, 2);
+}
+
 /* One SIGTERM that reaches weftrun twice from the same sender (as `timeout` signals weftrun and
  * then its process group): still one signal, so the ranks run their handlers within the grace
  * instead of being killed at once as after a second signal. */
@@ -533,13 +548,7 @@ static void test_same_signal_twice(void)
     kill(pid, SIGTERM);
     sleep_s(0.02); /* read by weftrun by now: not merged with the first by the kernel */
     kill(pid, SIGTERM);
-    int st = wait_for(pid);
-    double dt = since_s(t0);
-    int rc = st == -1 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    CHECK(rc == 128 + SIGTERM, "same-signal: weftrun exit %d, expected %d", rc, 128 + SIGTERM);
-    CHECK(both_got(dir), "same-signal: a rank's SIGTERM handler did not run (killed at once?)");
-    CHECK(dt < 4.0, "same-signal: weftrun took %.3f s", dt);
-    check_gone("same-signal", pids, 2);
+    check_trapped("same-signal", pid, SIGTERM, t0, 4.0, dir, pids);
 }
 
 /* weftrun started with SIGCHLD ignored (inherited through exec): it still sees its ranks exit. */
@@ -579,13 +588,7 @@ static void test_hangup(void)
     CHECK(wait_pids(dir, 2, pids) == 2, "hangup: ranks did not start");
     uint64_t t0 = weft_now_ns();
     close(master);
-    int st = wait_for(pid);
-    double dt = since_s(t0);
-    int rc = st == -1 ? -1 : WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    CHECK(rc == 128 + SIGHUP, "hangup: weftrun exit %d, expected %d", rc, 128 + SIGHUP);
-    CHECK(both_got(dir), "hangup: a rank's SIGHUP handler did not run");
-    CHECK(dt < 3.0, "hangup: weftrun took %.3f s after the hangup (grace 5 s)", dt);
-    check_gone("hangup", pids, 2);
+    check_trapped("hangup", pid, SIGHUP, t0, 3.0, dir, pids); /* grace: 5 s */
 }
 
 /* weftrun killed with SIGKILL: its ranks die too (PR_SET_PDEATHSIG); as the subreaper, this
