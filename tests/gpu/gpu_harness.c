@@ -243,6 +243,36 @@ int gpu_finish(gpu_ctx_t *g)
 /* ---------------------------------------------------------------------------------------------
  * Streams and copies
  * ------------------------------------------------------------------------------------------- */
+void gpu_gate_init(gpu_gate_t *gate, double limit_s)
+{
+    atomic_init(&gate->open, 0);
+    atomic_init(&gate->timed_out, 0);
+    gate->limit_s = limit_s;
+}
+
+void CUDART_CB gpu_gate_hold(void *arg)
+{
+    gpu_gate_t *gate = arg;
+    double start = mp_now_s();
+    while (!atomic_load(&gate->open)) {
+        if (mp_now_s() - start > gate->limit_s) {
+            atomic_store(&gate->timed_out, 1);
+            return;
+        }
+        mp_sleep_ms(0.05);
+    }
+}
+
+void gpu_gate_open(gpu_gate_t *gate)
+{
+    atomic_store(&gate->open, 1);
+}
+
+int gpu_gate_holding(gpu_gate_t *gate)
+{
+    return !atomic_load(&gate->open) && !atomic_load(&gate->timed_out);
+}
+
 cudaError_t gpu_stream_wait(cudaStream_t stream, double limit_s)
 {
     double start = mp_now_s();

@@ -28,6 +28,7 @@
 #define WEFT_TESTS_GPU_HARNESS_H
 
 #include <cuda_runtime_api.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -98,6 +99,21 @@ void gpu_cuda_ok(gpu_ctx_t *g, cudaError_t err, const char *what);
 /* Wait until the stream is idle, at most limit_s seconds (polling cudaStreamQuery). Returns
  * cudaSuccess, the stream's error, or cudaErrorNotReady if it is still busy at the limit. */
 cudaError_t gpu_stream_wait(cudaStream_t stream, double limit_s);
+
+/* A gate that holds a stream (and so a device synchronisation) from the host:
+ * cudaLaunchHostFunc(stream, gpu_gate_hold, gate) blocks the stream until gpu_gate_open, or until
+ * limit_s passed (timed_out is then set; a test treats that as a failure). */
+typedef struct gpu_gate {
+    atomic_int open;
+    atomic_int timed_out;
+    double limit_s;
+} gpu_gate_t;
+
+void gpu_gate_init(gpu_gate_t *gate, double limit_s);
+void CUDART_CB gpu_gate_hold(void *arg); /* the host function; no CUDA calls inside */
+void gpu_gate_open(gpu_gate_t *gate);
+/* 1 while the gate holds (neither opened nor timed out). */
+int gpu_gate_holding(gpu_gate_t *gate);
 
 /* gpu_stream_wait(g->stream, g->sync_limit_s), then cudaStreamSynchronize; any failure or a
  * hang ends the run (mp_fatal, which aborts the communicator) naming what. */

@@ -398,25 +398,6 @@ static void run_large(gpu_ctx_t *g, weft_registration_t reg)
  * Rejected dispatches
  * ------------------------------------------------------------------------------------------- */
 
-/* A host callback that holds the stream until the test opens it (or GATE_LIMIT_S passed). */
-typedef struct gate {
-    atomic_int open;
-    atomic_int timed_out;
-} gate_t;
-
-static void CUDART_CB gate_wait(void *arg)
-{
-    gate_t *gt = arg;
-    double start = mp_now_s();
-    while (!atomic_load(&gt->open)) {
-        if (mp_now_s() - start > GATE_LIMIT_S) {
-            atomic_store(&gt->timed_out, 1);
-            return;
-        }
-        mp_sleep_ms(0.05);
-    }
-}
-
 typedef enum { REJECT_OVERFLOW, REJECT_EXPERT_HIGH, REJECT_EXPERT_LOW } reject_t;
 
 typedef struct reject_case {
@@ -502,10 +483,9 @@ static void run_rejected(gpu_ctx_t *g, const reject_case_t *rc)
     }
 
     /* 1. Dispatch and combine enqueued behind the gate: both must be accepted. */
-    gate_t gate;
-    atomic_init(&gate.open, 0);
-    atomic_init(&gate.timed_out, 0);
-    gpu_cuda_ok(g, cudaLaunchHostFunc(g->stream, gate_wait, &gate), "cudaLaunchHostFunc(gate)");
+    gpu_gate_t gate;
+    gpu_gate_init(&gate, GATE_LIMIT_S);
+    gpu_cuda_ok(g, cudaLaunchHostFunc(g->stream, gpu_gate_hold, &gate), "cudaLaunchHostFunc(gate)");
     weft_moe_handle_t h = NULL;
     weft_status_t st =
         weft_moe_dispatch(ctx->comm, b[B_X].ptr, T, H, s->dt, (const int64_t *)b[B_IDX].ptr,
@@ -517,7 +497,7 @@ static void run_rejected(gpu_ctx_t *g, const reject_case_t *rc)
     if (ok)
         ok = mp_ok(ctx, weft_moe_combine(ctx->comm, h, b[B_Y].ptr, b[B_OUT].ptr, g->stream),
                    "weft_moe_combine (after a dispatch rejected on the device)");
-    atomic_store(&gate.open, 1);
+    gpu_gate_open(&gate);
     bufs_pull(g, &mb);
     gpu_sync(g, "rejected dispatch");
     mp_check(ctx, !atomic_load(&gate.timed_out),

@@ -52,7 +52,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "weft_torch.h"
 
@@ -575,48 +574,6 @@ static void other_thread(gpu_ctx_t *g)
         other_thread_on(g, (g->device + 1) % visible);
 }
 
-static void sleep_ms(double ms)
-{
-    struct timespec ts = {(time_t)(ms / 1e3), (long)((ms - 1e3 * (time_t)(ms / 1e3)) * 1e6)};
-    nanosleep(&ts, NULL);
-}
-
-/* A host function that keeps the device busy until opened, or TORCH_GATE_S at most. */
-typedef struct torch_gate {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int open, timed_out;
-} torch_gate_t;
-
-static void CUDART_CB torch_gate_wait(void *arg)
-{
-    torch_gate_t *gate = arg;
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += (time_t)TORCH_GATE_S;
-    pthread_mutex_lock(&gate->mu);
-    while (!gate->open && !gate->timed_out)
-        gate->timed_out = pthread_cond_timedwait(&gate->cv, &gate->mu, &until) != 0;
-    pthread_mutex_unlock(&gate->mu);
-}
-
-static void torch_gate_open(torch_gate_t *gate)
-{
-    pthread_mutex_lock(&gate->mu);
-    gate->open = 1;
-    pthread_cond_broadcast(&gate->cv);
-    pthread_mutex_unlock(&gate->mu);
-}
-
-/* 1 while the gate holds the device (neither opened nor timed out). */
-static int torch_gate_shut(torch_gate_t *gate)
-{
-    pthread_mutex_lock(&gate->mu);
-    int shut = !gate->open && !gate->timed_out;
-    pthread_mutex_unlock(&gate->mu);
-    return shut;
-}
-
 /* A thread's weft_torch_free (ptr set) or weft_torch_bind(NULL) (ptr NULL). */
 typedef struct torch_call {
     void *ptr;
@@ -645,8 +602,8 @@ static void torch_call_start(mp_ctx_t *ctx, torch_call_t *c, pthread_t *th)
     if (pthread_create(th, NULL, torch_call_main, c) != 0)
         mp_fatal(ctx, "pthread_create");
     while (!atomic_load(&c->started))
-        sleep_ms(1);
-    sleep_ms(SLEEP_BEFORE_USE_MS);
+        mp_sleep_ms(1);
+    mp_sleep_ms(SLEEP_BEFORE_USE_MS);
 }
 
 /* A free waiting for the device holds up no allocation on another thread; an unbind waits for
@@ -661,11 +618,11 @@ static void torch_allocator_threads(gpu_ctx_t *g)
         mp_ok(ctx, weft_torch_bind(NULL), "weft_torch_bind(NULL)");
         return;
     }
-    static torch_gate_t gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
-    gate.open = gate.timed_out = 0;
+    static gpu_gate_t gate;
+    gpu_gate_init(&gate, TORCH_GATE_S);
     cudaStream_t side;
     gpu_cuda_ok(g, cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "cudaStreamCreate");
-    gpu_cuda_ok(g, cudaLaunchHostFunc(side, torch_gate_wait, &gate), "cudaLaunchHostFunc");
+    gpu_cuda_ok(g, cudaLaunchHostFunc(side, gpu_gate_hold, &gate), "cudaLaunchHostFunc");
     static torch_call_t freeing, unbinding;
     memset(&freeing, 0, sizeof freeing);
     memset(&unbinding, 0, sizeof unbinding);
@@ -675,17 +632,18 @@ static void torch_allocator_threads(gpu_ctx_t *g)
     torch_call_start(ctx, &freeing, &free_th);
     void *q = weft_torch_alloc(TORCH_BYTES, g->device, NULL);
     mp_check(ctx, q != NULL, "weft_torch_alloc: %s", weft_last_error());
-    mp_check(ctx, torch_gate_shut(&gate),
+    mp_check(ctx, gpu_gate_holding(&gate),
              "weft_torch_alloc returned only once the device was idle: it waited for the other "
              "thread's free");
     torch_call_start(ctx, &unbinding, &bind_th);
-    int unbind_waited = !atomic_load(&unbinding.done) && torch_gate_shut(&gate);
-    torch_gate_open(&gate);
+    int unbind_waited = !atomic_load(&unbinding.done) && gpu_gate_holding(&gate);
+    gpu_gate_open(&gate);
     pthread_join(free_th, NULL);
     pthread_join(bind_th, NULL);
     gpu_cuda_ok(g, cudaStreamSynchronize(side), "cudaStreamSynchronize(side)");
     gpu_cuda_ok(g, cudaStreamDestroy(side), "cudaStreamDestroy(side)");
-    mp_check(ctx, !gate.timed_out, "the device gate timed out after %.0f s", TORCH_GATE_S);
+    mp_check(ctx, !atomic_load(&gate.timed_out), "the device gate timed out after %.0f s",
+             TORCH_GATE_S);
     mp_check(ctx, unbind_waited, "weft_torch_bind(NULL) returned while a free was in flight");
     mp_check(ctx, freeing.error[0] == '\0', "weft_torch_free on another thread: %s", freeing.error);
     mp_check(ctx, unbinding.error[0] == '\0', "weft_torch_bind(NULL) on a third thread: %s",
