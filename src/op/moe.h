@@ -47,7 +47,7 @@ struct weft_moe_handle {
     int topk;        /* k of the dispatch */
     int num_experts; /* E of the dispatch */
     size_t capacity; /* CUDA: max_recv_tokens of its latest dispatch: rows y may have */
-    uint32_t layout; /* the operation number of the dispatch that made it (weft_op_desc_t) */
+    uint64_t layout; /* the operation number of the dispatch that made it (weft_op_desc_t) */
 };
 
 /* The redop field of a dispatch's handshake descriptor: set when the dispatch reuses a layout,
