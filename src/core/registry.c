@@ -54,7 +54,7 @@
  *   and the job queue between them (push_job on one side, drain_jobs on the other); the
  *   bookkeeping that needs neither lives in heap.c and ctrl.c already. Splitting the rest in two
  *   would publish that struct and its invariants to a second file (and to test_registry, which
- *   includes this one to reach them), so it stays one unit of about 1000 lines.
+ *   includes this one to reach them), so it stays one unit of about 1060 lines.
  */
 #include "core/registry.h"
 
@@ -265,9 +265,10 @@ static void shared_fd_drop(shared_fd_t *sfd)
     }
 }
 
-/* The communicator fails with status (or keeps the error recorded before) and every connection
- * is shut down: the peers see the loss at once instead of waiting out their timeouts, and no
- * later UNREG reaches them (a peer still copying from this rank's buffers in the failed
+/* weft_comm_fail for the registrar, on its own sockets (it may run before comm->registry is
+ * set). The communicator fails with status (or keeps the error recorded before) and every
+ * connection is shut down: the peers see the loss at once instead of waiting out their timeouts,
+ * and no later UNREG reaches them (a peer still copying from this rank's buffers in the failed
  * operation keeps its mappings until teardown). */
 static void fail_comm(weft_registry_t *reg, weft_status_t status)
 {
