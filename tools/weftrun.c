@@ -40,6 +40,7 @@
  * 2 for a usage error, 1 if the job could not be started.
  */
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -137,9 +138,12 @@ static void print_help(void)
            WEFTRUN_MAX_RANKS, weft_config_get()->run_grace_s, WEFTRUN_KILL_WAIT_S);
 }
 
-/* Seconds >= 0 from an option's value; -1 if it is not one. */
+/* Seconds >= 0 from an option's value written in decimal ("1", "0.5", ".5", "2e-3"); -1 if it
+ * is not one. strtod alone would also take a sign, leading blanks and hexadecimal ("0x10"). */
 static double parse_seconds(const char *s)
 {
+    if ((!isdigit((unsigned char)s[0]) && s[0] != '.') || strpbrk(s, "xX") != NULL)
+        return -1;
     char *end;
     errno = 0;
     double v = strtod(s, &end);
@@ -171,7 +175,9 @@ static int parse_args(int argc, char **argv, run_opts_t *o)
         case 'n': {
             errno = 0;
             long v = strtol(optarg, &end, 10);
-            if (end == optarg || *end != '\0' || errno != 0 || v < 1 || v > WEFTRUN_MAX_RANKS) {
+            /* Digits only: strtol would also take a sign and leading blanks. */
+            if (!isdigit((unsigned char)optarg[0]) || *end != '\0' || errno != 0 || v < 1 ||
+                v > WEFTRUN_MAX_RANKS) {
                 fprintf(stderr, "weftrun: -n %s: expected a number of ranks from 1 to %d\n", optarg,
                         WEFTRUN_MAX_RANKS);
                 return WEFTRUN_EXIT_USAGE;
@@ -407,10 +413,19 @@ static void sleep_poll(void)
     nanosleep(&ts, NULL);
 }
 
-/* Send SIGKILL to every child listed in /proc (zombies included); with give_up_s >= 0, name each
- * as one weftrun gives up on after that many seconds. Returns how many were listed, 0 also when
- * the list cannot be read. */
-static int kill_children(double give_up_s)
+/* Whether pid is a rank that weftrun gave up on (still running after the kill wait). */
+static int given_up_rank(const job_t *job, int pid)
+{
+    for (int r = 0; r < job->nranks; r++)
+        if (job->ranks[r].running && job->ranks[r].pid == pid)
+            return 1;
+    return 0;
+}
+
+/* Send SIGKILL to every child listed in /proc (zombies included) but the ranks weftrun gave up
+ * on (named already, and killed); with give_up_s >= 0, name each as one weftrun gives up on after
+ * that many seconds. Returns how many were listed, 0 also when the list cannot be read. */
+static int kill_children(const job_t *job, double give_up_s)
 {
     char path[64];
     snprintf(path, sizeof path, "/proc/self/task/%d/children", (int)getpid());
@@ -419,6 +434,8 @@ static int kill_children(double give_up_s)
         return 0;
     int pid, n = 0;
     while (fscanf(f, "%d", &pid) == 1) {
+        if (given_up_rank(job, pid))
+            continue;
         kill(pid, SIGKILL);
         if (give_up_s >= 0)
             fprintf(stderr,
@@ -432,13 +449,13 @@ static int kill_children(double give_up_s)
 }
 
 /* Kill and reap the processes the ranks left behind (re-parented to weftrun, the subreaper),
- * for at most wait_s. Each round kills every child, then reaps those that exited; a child's own
- * orphans join the next round. waitpid is polled (every 10 ms) rather than blocking, so a process
- * that SIGKILL does not end cannot hold weftrun. Returns how many children were still there at
- * the end of wait_s (each named on stderr), 0 when all are reaped. */
-static int kill_leftovers(double wait_s)
+ * for at most wait_s. Each round kills every child but the ranks given up on, then reaps those
+ * that exited; a child's own orphans join the next round. waitpid is polled (every 10 ms) rather
+ * than blocking, so a process that SIGKILL does not end cannot hold weftrun. Returns how many
+ * children were still there at the end of wait_s (each named on stderr), 0 when all are reaped. */
+static int kill_leftovers(const job_t *job, double wait_s)
 {
-    int n = kill_children(-1);
+    int n = kill_children(job, -1);
     if (n > 0)
         fprintf(stderr, "weftrun: killing %d process(es) the ranks left behind\n", n);
     uint64_t give_up_at = weft_deadline_after_s(wait_s);
@@ -448,10 +465,10 @@ static int kill_leftovers(double wait_s)
             break; /* ECHILD: none left */
         if (pid == 0) {
             if (weft_now_ns() >= give_up_at)
-                return kill_children(wait_s);
+                return kill_children(job, wait_s);
             sleep_poll();
         }
-        n = kill_children(-1);
+        n = kill_children(job, -1);
     }
     while (waitpid(-1, NULL, WNOHANG) > 0)
         continue;
@@ -598,7 +615,7 @@ int main(int argc, char **argv)
         job.running++;
     }
     rc = wait_job(&job, sfd);
-    if (kill_leftovers(o.kill_wait_s) > 0 && (rc == 0 || rc == WEFTRUN_EXIT_SKIP))
+    if (kill_leftovers(&job, o.kill_wait_s) > 0 && (rc == 0 || rc == WEFTRUN_EXIT_SKIP))
         rc = WEFTRUN_EXIT_UNREAPED;
     close(sfd);
     free(job.ranks);

@@ -259,8 +259,9 @@ static int file_has(const char *path, const char *text)
  * weftrun waiting: this test traces one process of the job (PTRACE_SEIZE) and does not wait for
  * it, so once killed it stays a zombie that only its tracer sees, and weftrun cannot reap it.
  * rank: rank 1 is traced and killed after the grace period that rank 0's exit 3 starts; weftrun
- * must name it and exit 3 about --kill-wait after the kill. leftover: rank 0 leaves a traced
- * background process and exits 0; weftrun must name it and exit 1 about --kill-wait later. */
+ * must name it (once: not again as a process left behind) and exit 3 about --kill-wait after
+ * the kill. leftover: rank 0 leaves a traced background process and exits 0; weftrun must name
+ * it and exit 1 about --kill-wait later. */
 static void test_unreaped(const char *name, int rank_case)
 {
     char dir[128], err[256], script[1024];
@@ -310,6 +311,10 @@ static void test_unreaped(const char *name, int rank_case)
         CHECK(rc == want, "%s: weftrun exit %d, expected %d", name, rc, want);
         CHECK(dt < 5.0, "%s: weftrun took %.3f s with a kill wait of 1 s", name, dt);
         CHECK(file_has(err, text), "%s: weftrun's stderr does not say \"%s\"", name, text);
+        /* A rank given up on is not killed and waited for again as a process left behind. */
+        CHECK(!rank_case || !file_has(err, "left behind"),
+              "%s: weftrun waited again for the rank it gave up on, as a process left behind",
+              name);
     }
     /* weftrun is gone: the traced zombie is this process's child now (the subreaper). */
     if (traced > 0) {
@@ -669,6 +674,12 @@ static void test_usage(void)
         {{"--grace", "nan", "-n", "1", "true", NULL}, 2},
         {{"--kill-wait", "-1", "-n", "1", "true", NULL}, 2},
         {{"--kill-wait", "x", "-n", "1", "true", NULL}, 2},
+        {{"-n", "+2", "true", NULL}, 2},
+        {{"-n", " 2", "true", NULL}, 2},
+        {{"--grace", "0x10", "-n", "1", "true", NULL}, 2},
+        {{"--grace", "+1", "-n", "1", "true", NULL}, 2},
+        {{"--kill-wait", " 1", "-n", "1", "true", NULL}, 2},
+        {{"--grace", ".5", "--kill-wait", "2e-1", "-n", "1", "true", NULL}, 0},
         {{"-n", NULL}, 2},
         {{"--help", NULL}, 0},
         {{"-h", NULL}, 0},
