@@ -12,7 +12,8 @@
  *   FAIL    client -> server  (nothing more) the client failed what the store serves and leaves:
  *                             a GET of a key that does not exist, waiting or later, closes its
  *                             connection instead of waiting for a key that may never come
- * A client sends one GET at a time and waits for its VALUE, so answers need no tag. SET has no
+ * A client sends one GET at a time and waits for its VALUE, so answers need no tag (the server
+ * drops a client that sends a SET or GET before it has its VALUE). SET has no
  * answer: the connection is ordered, so a GET sent after a SET sees it. Integers are
  * little-endian.
  *

@@ -8,7 +8,9 @@
  * non-blocking. Input is assembled per client into a body buffer; a SET's body becomes the
  * stored entry without a copy. A GET for a key that does not exist yet is parked on a list of
  * pending GETs and answered by the SET that creates the key. Output is queued per client and
- * written when the socket is writable, so a slow reader never blocks the server. A connection
+ * written when the socket is writable, so a slow reader never blocks the server; a client that
+ * sends a SET or GET before reading the answer to its GET breaks the protocol and is dropped, so
+ * no client can make the server queue without bound. A connection
  * whose first message is not a valid HELLO (magic, version, nranks, generation, rank not already
  * connected) is closed; the client sees the close before a WELCOME and retries. On stop the
  * server keeps serving until every rank has connected and disconnected, or the deadline passes;
@@ -301,11 +303,34 @@ static void fail_pending(weft_store_server_t *s, int rank)
         p->conn->dead = 1; /* reap_dead frees them */
 }
 
+/* Whether c still owes its client an answer: a GET parked for its key, or output not yet sent.
+ * A client waits for the answer to its GET before it sends anything but FAIL (store_proto.h), so
+ * a SET or GET from a connection in this state breaks the protocol. Checking it bounds what one
+ * connection can make the server hold: one parked GET and one queued answer. */
+static int conn_owes_answer(const weft_store_server_t *s, const conn_t *c)
+{
+    if (c->out_head != NULL)
+        return 1;
+    for (const pending_get_t *p = s->pending; p != NULL; p = p->next)
+        if (p->conn == c)
+            return 1;
+    return 0;
+}
+
 /* Act on one complete message; takes ownership of body. */
 static void handle_message(weft_store_server_t *s, conn_t *c, uint8_t *body, uint32_t len)
 {
     if (c->rank < 0) {
         handle_hello(s, c, body, len);
+        free(body);
+        return;
+    }
+    if ((body[0] == STORE_MSG_SET || body[0] == STORE_MSG_GET) && conn_owes_answer(s, c)) {
+        weft_error(
+            WEFT_ERR_INTERNAL,
+            "weft-store: dropping rank %d: it sent a %s before reading the answer to its GET",
+            c->rank, body[0] == STORE_MSG_SET ? "SET" : "GET");
+        c->dead = 1;
         free(body);
         return;
     }

@@ -9,7 +9,8 @@
  * blocking it. Scenarios: set/get/overwrite/allgather/barrier for 1, 2, 3 and 8 ranks (over
  * 127.0.0.1, "localhost" and ::1 when available), a GET that times out, handshakes rejected for
  * a wrong generation, nranks or a duplicate rank, rank 0 closing before the others have joined,
- * rank 0 failing to join its own server, and clients that see the server die.
+ * rank 0 failing to join its own server, clients that see the server die, and a client (speaking
+ * the wire protocol itself) that sends a GET before reading the answer to its last one.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -25,6 +26,7 @@
 #include <unistd.h>
 
 #include "core/bootstrap.h"
+#include "core/store_proto.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/splitmix.h"
@@ -481,6 +483,86 @@ static void rank_no_fds(const scenario_t *sc, int rank)
         weft_store_close(st);
 }
 
+/* Send all of buf on fd (blocking). Returns 0, or -1. */
+static int send_all(int fd, const uint8_t *buf, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        buf += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* A GET message for key into buf; returns its length. */
+static size_t get_message(uint8_t *buf, const char *key)
+{
+    size_t key_len = strlen(key);
+    store_put_u32(buf, (uint32_t)(3 + key_len));
+    buf[STORE_HDR_BYTES] = STORE_MSG_GET;
+    store_put_u16(buf + STORE_HDR_BYTES + 1, (uint16_t)key_len);
+    memcpy(buf + STORE_HDR_BYTES + 3, key, key_len);
+    return STORE_HDR_BYTES + 3 + key_len;
+}
+
+/* Process 1 speaks the wire protocol itself: it joins as rank 1, then sends a second GET while
+ * its first waits for a key nobody sets (a client must read each answer before it sends again).
+ * The server must drop the connection at once rather than park GETs without bound; rank 0's
+ * close then returns as soon as rank 1 is gone. */
+static void rank_get_flood(const scenario_t *sc, int rank)
+{
+    if (rank == 0) {
+        weft_store_t *st = NULL;
+        weft_status_t s = weft_store_open(sc->addr, sc->port, 0, sc->nranks, 5, 4.0, &st);
+        CHECK(s == WEFT_SUCCESS, "rank 0 open: %s", weft_status_string(s));
+        if (s == WEFT_SUCCESS)
+            weft_store_close(st);
+        return;
+    }
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)sc->port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int fd = -1;
+    uint64_t deadline = weft_deadline_after_s(3.0);
+    while (weft_now_ns() < deadline) { /* until rank 0's server listens */
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0)
+            break;
+        close(fd);
+        fd = -1;
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
+    CHECK(fd >= 0, "could not connect to rank 0's server");
+    if (fd < 0)
+        return;
+    struct timeval tv = {3, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    uint8_t msg[64], reply[STORE_HDR_BYTES + STORE_WELCOME_BYTES];
+    store_put_u32(msg, STORE_HELLO_BYTES);
+    msg[STORE_HDR_BYTES] = STORE_MSG_HELLO;
+    const uint32_t hello[] = {STORE_MAGIC, STORE_VERSION, 1, (uint32_t)sc->nranks, 5};
+    for (int i = 0; i < 5; i++)
+        store_put_u32(msg + STORE_HDR_BYTES + 1 + 4 * i, hello[i]);
+    CHECK(send_all(fd, msg, STORE_HDR_BYTES + STORE_HELLO_BYTES) == 0 &&
+              recv(fd, reply, sizeof reply, MSG_WAITALL) == (ssize_t)sizeof reply &&
+              reply[STORE_HDR_BYTES] == STORE_MSG_WELCOME,
+          "handshake as rank 1 failed");
+    CHECK(send_all(fd, msg, get_message(msg, "never-set")) == 0, "first GET not sent");
+    CHECK(send_all(fd, msg, get_message(msg, "second")) == 0, "second GET not sent");
+    uint64_t t0 = weft_now_ns();
+    ssize_t n = recv(fd, reply, 1, 0);
+    double dt = elapsed_s(t0);
+    CHECK(n == 0 || (n < 0 && errno == ECONNRESET),
+          "a GET sent before the answer to the last one: the connection stayed open (recv %zd, "
+          "%s, after %.3f s)",
+          n, n < 0 ? strerror(errno) : "data", dt);
+    close(fd);
+}
+
 static void check_open_arguments(void)
 {
     weft_store_t *st = (weft_store_t *)&st;
@@ -544,6 +626,9 @@ int main(int argc, char **argv)
     bad += run_clean(&early, rank_early_close);
     scenario_t none = {"no server", "127.0.0.1", free_port(AF_INET), 2, 1};
     bad += run_clean(&none, rank_no_server);
+
+    scenario_t flood = {"GET before the last answer", "127.0.0.1", free_port(AF_INET), 2, 2};
+    bad += run_clean(&flood, rank_get_flood);
 
     scenario_t nofd = {"rank 0 out of descriptors", "127.0.0.1", free_port(AF_INET), 2, 1};
     bad += run_clean(&nofd, rank_no_fds);
