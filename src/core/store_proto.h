@@ -13,9 +13,8 @@
  *                             a GET of a key that does not exist, waiting or later, closes its
  *                             connection instead of waiting for a key that may never come
  * A client sends one GET at a time and waits for its VALUE, so answers need no tag (the server
- * drops a client that sends a SET or GET before it has its VALUE). SET has no
- * answer: the connection is ordered, so a GET sent after a SET sees it. Integers are
- * little-endian.
+ * drops a client that sends a SET or GET before it has its VALUE). SET has no answer: the
+ * connection is ordered, so a GET sent after a SET sees it. Integers are little-endian.
  *
  * Both sides retry what may succeed later (resolving, binding a port still held, joining) with a
  * backoff from STORE_BACKOFF_MIN_NS to STORE_BACKOFF_MAX_NS, bounded by the store's absolute

@@ -10,9 +10,9 @@
  * pending GETs and answered by the SET that creates the key. Output is queued per client and
  * written when the socket is writable, so a slow reader never blocks the server; a client that
  * sends a SET or GET before reading the answer to its GET breaks the protocol and is dropped, so
- * no client can make the server queue without bound. A connection
- * whose first message is not a valid HELLO (magic, version, nranks, generation, rank not already
- * connected) is closed; the client sees the close before a WELCOME and retries. On stop the
+ * no client can make the server queue without bound. A connection whose first message is not a
+ * valid HELLO (magic, version, nranks, generation, rank not already connected) is closed; the
+ * client sees the close before a WELCOME and retries. On stop the
  * server keeps serving until every rank has connected and disconnected, or the deadline passes;
  * after rank 0 failed (WEFT_STORE_STOP_FAIL) it closes every connection that waits for a missing
  * key.
