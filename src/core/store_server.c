@@ -12,10 +12,9 @@
  * sends a SET or GET before reading the answer to its GET breaks the protocol and is dropped, so
  * no client can make the server queue without bound. A connection whose first message is not a
  * valid HELLO (magic, version, nranks, generation, rank not already connected) is closed; the
- * client sees the close before a WELCOME and retries. On stop the
- * server keeps serving until every rank has connected and disconnected, or the deadline passes;
- * after rank 0 failed (WEFT_STORE_STOP_FAIL) it closes every connection that waits for a missing
- * key.
+ * client sees the close before a WELCOME and retries. On stop the server keeps serving until
+ * every rank has connected and disconnected, or the deadline passes; after rank 0 failed
+ * (WEFT_STORE_STOP_FAIL) it closes every connection that waits for a missing key.
  *
  * Thread safety: the server thread shares nothing with the thread that starts and stops it but
  * the eventfd it is woken through; its structures are created before it starts and freed after
