@@ -213,11 +213,13 @@ int weft_heap_free(weft_heap_t *h, uintptr_t addr, weft_chunk_t **chunk_out)
 {
     size_t j = UPPER_BOUND(h->allocs, h->nallocs, ALLOC_ADDR, addr);
     if (j == 0 || h->allocs[j - 1].addr != addr)
-        return -1;
+        return WEFT_HEAP_NOT_ALLOC;
     weft_alloc_t a = h->allocs[j - 1];
     weft_chunk_t *c = weft_heap_find_chunk(h, addr);
-    if (!c || range_give(&c->free, a.addr, a.bytes) != 0)
-        return -1;
+    if (!c)
+        return WEFT_HEAP_NOT_ALLOC;
+    if (range_give(&c->free, a.addr, a.bytes) != 0)
+        return WEFT_HEAP_NO_MEMORY;
     memmove(&h->allocs[j - 1], &h->allocs[j], (h->nallocs - j) * sizeof *h->allocs);
     h->nallocs--;
     c->live--;

@@ -97,7 +97,10 @@ weft_chunk_t *weft_heap_find_chunk(const weft_heap_t *h, uintptr_t addr);
 weft_chunk_t *weft_heap_empty_chunk(const weft_heap_t *h);
 
 /* Free the allocation starting exactly at addr: its range goes back to its chunk. Returns 0 and
- * sets *chunk_out, or -1 if no allocation starts at addr. */
+ * sets *chunk_out; WEFT_HEAP_NOT_ALLOC if no allocation starts at addr; WEFT_HEAP_NO_MEMORY if
+ * the chunk's list of free ranges cannot grow to take it (nothing changed: the allocation is
+ * still recorded, and freeing it again may succeed). */
+enum { WEFT_HEAP_NOT_ALLOC = -1, WEFT_HEAP_NO_MEMORY = -2 };
 int weft_heap_free(weft_heap_t *h, uintptr_t addr, weft_chunk_t **chunk_out);
 
 /* Whether an empty chunk should be released now: always without chunking, and a chunk larger

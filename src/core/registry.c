@@ -990,8 +990,14 @@ weft_status_t weft_registry_free(weft_registry_t *reg, void *ptr)
 {
     pthread_mutex_lock(&reg->mu);
     weft_chunk_t *c;
-    if (weft_heap_free(&reg->heap, (uintptr_t)ptr, &c) != 0) {
+    int rc = weft_heap_free(&reg->heap, (uintptr_t)ptr, &c);
+    if (rc != 0) {
         pthread_mutex_unlock(&reg->mu);
+        if (rc == WEFT_HEAP_NO_MEMORY)
+            return weft_error(WEFT_ERR_NO_MEMORY,
+                              "weft_free: ptr %p: out of memory recording its range as free (it "
+                              "stays allocated; freeing it again may succeed)",
+                              ptr);
         return weft_error(WEFT_ERR_INVALID_ARGUMENT,
                           "weft_free: ptr %p is not the start of a weft_malloc allocation", ptr);
     }

@@ -1,7 +1,8 @@
 /*
  * test_heap.c - the slice bookkeeping (src/core/heap.c): chunk sizes and growth, sub-allocation
- * alignment and reuse, the spare-chunk policy, lookups, and a random allocate/free run checked
- * against a shadow model (no overlap, every byte inside its chunk, ranges conserved).
+ * alignment and reuse, the spare-chunk policy, lookups, a free that runs out of memory, and a
+ * random allocate/free run checked against a shadow model (no overlap, every byte inside its
+ * chunk, ranges conserved).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -92,6 +93,56 @@ static void test_chunked(void)
     weft_heap_fini(&h);
 }
 
+/* weft_array_grow is wrapped (the link passes -Wl,--wrap=weft_array_grow, see
+ * tests/CMakeLists.txt): while fail_growth is set, a growth that needs new memory fails as an
+ * exhausted malloc would. */
+int __real_weft_array_grow(void **data, size_t *cap, size_t need, size_t elem);
+int __wrap_weft_array_grow(void **data, size_t *cap, size_t need, size_t elem);
+static int fail_growth;
+
+int __wrap_weft_array_grow(void **data, size_t *cap, size_t need, size_t elem)
+{
+    if (fail_growth && need > *cap)
+        return -1;
+    return __real_weft_array_grow(data, cap, need, elem);
+}
+
+/* A free whose range needs a new entry in its chunk's free list while memory is exhausted fails
+ * with WEFT_HEAP_NO_MEMORY (not "no such allocation") and changes nothing: the same free
+ * succeeds once memory is back. */
+static void test_free_out_of_memory(void)
+{
+    weft_heap_t h;
+    CHECK(weft_heap_init(&h, BASE, 1024 * MiB, 2 * MiB, 64 * MiB, 64 * MiB) == 0, "init");
+    enum { N = 200 };
+    uintptr_t addr[N];
+    for (int i = 0; i < N; i++)
+        addr[i] = heap_malloc(&h, 1, 0);
+    CHECK(h.nchunks == 1, "one chunk holds them all: %zu", h.nchunks);
+    /* Freeing every other allocation leaves holes that merge with nothing: each needs an entry. */
+    int failed_at = -1;
+    fail_growth = 1;
+    for (int i = 0; i < N && failed_at < 0; i += 2) {
+        weft_chunk_t *c;
+        int rc = weft_heap_free(&h, addr[i], &c);
+        if (rc == WEFT_HEAP_NO_MEMORY)
+            failed_at = i;
+        else
+            CHECK(rc == 0, "free %d: %d", i, rc);
+    }
+    fail_growth = 0;
+    CHECK(failed_at >= 0, "no free needed the free list to grow");
+    if (failed_at >= 0) {
+        size_t live = weft_heap_find_chunk(&h, addr[failed_at])->live;
+        CHECK(live == (size_t)(N - failed_at / 2), "the failed free changed the count: %zu", live);
+        heap_free(&h, addr[failed_at]); /* still recorded: freeing it again succeeds */
+        weft_chunk_t *c;
+        CHECK(weft_heap_free(&h, addr[failed_at], &c) == WEFT_HEAP_NOT_ALLOC,
+              "a second free of the same allocation");
+    }
+    weft_heap_fini(&h);
+}
+
 static void test_random(unsigned seed)
 {
     srand(seed);
@@ -143,6 +194,7 @@ int main(int argc, char **argv)
     printf("test_heap: seed %u\n", seed);
     test_unchunked();
     test_chunked();
+    test_free_out_of_memory();
     test_random(seed);
     if (failures)
         printf("test_heap: %d failure(s)\n", failures);
