@@ -26,6 +26,9 @@
 #define MAX_FREE 16                      /* unmapped ranges each rank offers */
 #define MAX_CANDIDATES 16                /* the common base, then up to 15 distinct proposals */
 #define WINDOW_FLOOR ((uint64_t)1 << 32) /* the low 4 GiB stay for MAP_32BIT and brk heaps */
+/* The largest window: 2^56 bytes, the user address space with 5-level page tables (2^47 with
+ * 4). Bounding it keeps every sum of a base, a size and an alignment below 2^64. */
+#define WINDOW_MAX_BYTES ((size_t)1 << 56)
 
 typedef struct offer {
     uint64_t proposal; /* a free base the provider chose for this rank (0 if none) */
@@ -161,10 +164,12 @@ weft_status_t weft_window_reserve(weft_store_t *store, const weft_mem_ops_t *mem
                           why[0] ? ": " : "", why);
     }
     size_t align = gran > (2u << 20) ? gran : (2u << 20);
+    if (slice_bytes == 0 || slice_bytes > WINDOW_MAX_BYTES / (size_t)nranks)
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                          "weft_comm_init: WEFT_WINDOW_SLICE_BYTES: %d slices of %zu bytes are "
+                          "more than an address space holds (2^56 bytes)",
+                          nranks, slice_bytes);
     slice_bytes = (slice_bytes + align - 1) / align * align;
-    if (slice_bytes == 0 || slice_bytes > SIZE_MAX / (size_t)nranks)
-        return weft_error(WEFT_ERR_INVALID_ARGUMENT, "weft_comm_init: window slice of %zu bytes",
-                          slice_bytes);
     size_t total = slice_bytes * (size_t)nranks;
     offer_t *offers = calloc((size_t)nranks, sizeof *offers);
     uint32_t *flags = calloc((size_t)nranks, sizeof *flags);

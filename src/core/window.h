@@ -26,7 +26,8 @@ typedef struct weft_window {
  * with exact reservations (MAP_FIXED_NOREPLACE semantics), and reserve the first that worked
  * everywhere; a rank that loses the range to a concurrent mapping makes all of them start over,
  * up to a bounded number of attempts. Never falls back to per-peer address translation.
- * Statuses: WEFT_ERR_NO_MEMORY (no common range found), store errors. */
+ * Statuses: WEFT_ERR_INVALID_ARGUMENT (slice_bytes 0, or nranks slices beyond 2^56 bytes),
+ * WEFT_ERR_NO_MEMORY (no common range found), store errors. */
 weft_status_t weft_window_reserve(weft_store_t *store, const weft_mem_ops_t *mem, int nranks,
                                   size_t slice_bytes, weft_window_t *win_out);
 

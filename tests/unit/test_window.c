@@ -1,7 +1,8 @@
 /*
  * test_window.c - the shadow window's common base (weft_window_common_base, src/core/window.c):
  * hand-made cases with their exact answers, then random range lists checked against a brute
- * force over every aligned base. The seed is printed; pass one as argv[1] to replay.
+ * force over every aligned base; and weft_window_reserve refusing sizes no address space holds.
+ * The seed is printed; pass one as argv[1] to replay.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -75,6 +76,28 @@ static uint64_t brute(weft_vrange_t lists[][MAX_LIST], const int *counts, int nr
     return 0;
 }
 
+/* Sizes no address space holds are refused before the ranks exchange anything (no store is
+ * needed to see it), and nothing is written to the window. */
+static void test_reserve_sizes(void)
+{
+    static const struct {
+        int nranks;
+        size_t slice;
+    } cases[] = {{1, 0},
+                 {4, (size_t)1 << 55},
+                 {2, SIZE_MAX},
+                 {1, SIZE_MAX - 4096},
+                 {1024, ((size_t)1 << 46) + 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        weft_window_t win = {.base = 0xdead};
+        weft_status_t st =
+            weft_window_reserve(NULL, &weft_mem_host_ops, cases[i].nranks, cases[i].slice, &win);
+        CHECK(st == WEFT_ERR_INVALID_ARGUMENT && win.base == 0xdead,
+              "%d slices of %zu bytes: %s, base %#" PRIxPTR, cases[i].nranks, cases[i].slice,
+              weft_status_string(st), (uintptr_t)win.base);
+    }
+}
+
 static void test_random(uint64_t seed)
 {
     uint64_t rng = seed;
@@ -112,6 +135,7 @@ int main(int argc, char **argv)
     uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 0) : (uint64_t)time(NULL);
     printf("test_window: seed %" PRIu64 "\n", seed);
     test_cases();
+    test_reserve_sizes();
     test_random(seed);
     if (failures == 0)
         printf("test_window: ok\n");
