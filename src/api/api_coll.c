@@ -199,7 +199,8 @@ weft_status_t weft_all_to_all(weft_comm_t comm, const void *sendbuf, void *recvb
     return weft_select_all_to_all(comm, sendbuf, recvbuf, count, dtype, stream);
 }
 
-/* The byte extent [0, *extent_out) the blocks (counts, displs) cover; checks overflow. */
+/* The byte extent [0, *extent_out) the blocks (counts, displs) cover; checks that each block
+ * ends within MAX_BUFFER_BYTES. */
 static weft_status_t block_extent(const char *call, const char *what, const size_t *counts,
                                   const size_t *displs, int n, size_t esize, size_t *extent_out)
 {
@@ -207,9 +208,11 @@ static weft_status_t block_extent(const char *call, const char *what, const size
     for (int p = 0; p < n; p++) {
         if (counts[p] == 0)
             continue;
-        if (counts[p] > SIZE_MAX / esize || displs[p] > SIZE_MAX / esize - counts[p])
-            return INVALID("%s: %s block %d (displacement %zu, count %zu) overflows", call, what, p,
-                           displs[p], counts[p]);
+        if (counts[p] > MAX_BUFFER_BYTES / esize ||
+            displs[p] > MAX_BUFFER_BYTES / esize - counts[p])
+            return INVALID("%s: %s block %d (displacement %zu, count %zu) ends beyond the %zu "
+                           "bytes a process can address",
+                           call, what, p, displs[p], counts[p], MAX_BUFFER_BYTES);
         size_t end = (displs[p] + counts[p]) * esize;
         if (end > extent)
             extent = end;

@@ -20,7 +20,7 @@
 #include <string.h>
 
 #define OVERFLOW_COUNT (SIZE_MAX / 4 + 1) /* times 8 (float64) overflows size_t */
-#define HUGE_COUNT ((size_t)1 << 60) /* bytes no process can address, as float64 or int8 */
+#define HUGE_COUNT ((size_t)1 << 60)      /* bytes no process can address, as float64 or int8 */
 #define BAD_OP ((weft_redop_t)42)
 
 /* ---------------------------------------------------------------------------------------------
@@ -80,6 +80,7 @@ typedef enum {
     ROW_A2AV_OVERFLOW,
     ROW_AR_HUGE_INPLACE,
     ROW_BC_HUGE_INPLACE,
+    ROW_A2AV_HUGE_DISPL,
     ROW_A2A_OVERLAP,
     ROW_AR_MISALIGNED,
     ROW_RS_MISALIGNED,
@@ -153,6 +154,7 @@ static const row_info_t rows[NUM_ROWS] = {
     [ROW_A2AV_OVERFLOW] = {"all_to_allv counts * 8 overflow size_t", "weft_all_to_allv"},
     [ROW_AR_HUGE_INPLACE] = {"all_reduce in place, 2^60 elements", "weft_all_reduce"},
     [ROW_BC_HUGE_INPLACE] = {"broadcast in place, 2^60 elements", "weft_broadcast"},
+    [ROW_A2AV_HUGE_DISPL] = {"all_to_allv with blocks 2^60 elements in", "weft_all_to_allv"},
     [ROW_A2A_OVERLAP] = {"all_to_all with sendbuf == recvbuf", "weft_all_to_all"},
     [ROW_AR_MISALIGNED] = {"all_reduce float64 with recvbuf 4 bytes off", "weft_all_reduce"},
     [ROW_RS_MISALIGNED] = {"reduce_scatter float64 with sendbuf 4 bytes off",
@@ -298,6 +300,12 @@ static weft_status_t bad_call(const mp_ctx_t *ctx, const mp_args_fixture_t *f, r
         return weft_all_reduce(c, a, a, HUGE_COUNT, d, WEFT_SUM, s);
     case ROW_BC_HUGE_INPLACE:
         return weft_broadcast(c, a, a, HUGE_COUNT, d, 0, s);
+    case ROW_A2AV_HUGE_DISPL:
+        /* The far blocks on the buffer at the higher address, so that no overlap check catches
+         * them: only the bound on what a process can address does. */
+        if ((uintptr_t)a < (uintptr_t)b)
+            return weft_all_to_allv(c, a, f->ones, f->displs, b, f->ones, f->far, d, s);
+        return weft_all_to_allv(c, a, f->ones, f->far, b, f->ones, f->displs, d, s);
     case ROW_A2A_OVERLAP:
         return weft_all_to_all(c, a, a, 1, d, s);
     case ROW_AR_MISALIGNED:
@@ -327,17 +335,19 @@ void mp_args_fixture_create(mp_ctx_t *ctx, mp_args_fixture_t *f, void *stream, v
     mp_ok(ctx, weft_malloc(ctx->comm, &f->reg, bytes), "weft_malloc");
     mp_ok(ctx, weft_malloc(ctx->comm, &f->reg2, bytes), "weft_malloc");
     f->plain = malloc(MP_ARGS_ELEMS * 8);
-    size_t *arrays = calloc(4 * (size_t)n, sizeof *arrays);
+    size_t *arrays = calloc(5 * (size_t)n, sizeof *arrays);
     if (!f->reg || !f->reg2 || !f->plain || !arrays)
         mp_fatal(ctx, "fixture allocation failed");
     f->ones = arrays;
     f->zeros = arrays + n;
     f->displs = arrays + 2 * n;
     f->huge = arrays + 3 * n;
+    f->far = arrays + 4 * n;
     for (int p = 0; p < n; p++) {
         f->ones[p] = 1;
         f->displs[p] = (size_t)p;
         f->huge[p] = OVERFLOW_COUNT;
+        f->far[p] = HUGE_COUNT + (size_t)p;
     }
 }
 
@@ -346,7 +356,7 @@ void mp_args_fixture_destroy(mp_ctx_t *ctx, mp_args_fixture_t *f)
     mp_ok(ctx, weft_free(ctx->comm, f->reg), "weft_free");
     mp_ok(ctx, weft_free(ctx->comm, f->reg2), "weft_free");
     free(f->plain);
-    free(f->ones); /* the start of the four count arrays */
+    free(f->ones); /* the start of the five count arrays */
     *f = (mp_args_fixture_t){0};
 }
 
@@ -621,7 +631,7 @@ static size_t a2av_layout(const mp_ctx_t *ctx, int side, const size_t *counts, s
 void mp_a2av_plan_create(mp_ctx_t *ctx, mp_a2av_pattern_t pattern, mp_a2av_plan_t *plan)
 {
     int n = ctx->nranks, me = ctx->rank;
-    size_t *arrays = calloc(4 * (size_t)n, sizeof *arrays);
+    size_t *arrays = calloc(5 * (size_t)n, sizeof *arrays);
     if (!arrays)
         mp_fatal(ctx, "out of memory");
     plan->sendcounts = arrays;

@@ -49,6 +49,7 @@ typedef struct mp_args_fixture {
     size_t *zeros;     /* nranks counts of 0 */
     size_t *displs;    /* nranks displacements 0, 1, ..., nranks - 1 */
     size_t *huge;      /* nranks counts whose size in float64 overflows size_t */
+    size_t *far;       /* nranks displacements 2^60, 2^60 + 1, ...: beyond any address space */
     mp_args_foreign_t foreign[MP_ARGS_MAX_FOREIGN]; /* the caller fills them */
     int nforeign;
 } mp_args_fixture_t;
