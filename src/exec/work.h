@@ -28,11 +28,12 @@
 #define WEFT_WORK_GRANULE 64 /* cuts fall on multiples of this many bytes */
 
 /* The size of each of n parts that cover bytes, cut on the granule: ceil(bytes / n) rounded up
- * to WEFT_WORK_GRANULE (the last parts may then be short or empty). n >= 1. */
+ * to WEFT_WORK_GRANULE (the last parts may then be short or empty). n >= 1; bytes at most 2^56
+ * (the API's bound on a buffer), so the result is never 0 for bytes > 0 and nothing wraps. */
 static inline uint64_t weft_work_share(uint64_t bytes, int n)
 {
     uint64_t share = bytes / (uint64_t)n + (bytes % (uint64_t)n != 0);
-    return (share + WEFT_WORK_GRANULE - 1) / WEFT_WORK_GRANULE * WEFT_WORK_GRANULE;
+    return (share / WEFT_WORK_GRANULE + (share % WEFT_WORK_GRANULE != 0)) * WEFT_WORK_GRANULE;
 }
 
 typedef enum { WEFT_WORK_COPY, WEFT_WORK_REDUCE, WEFT_WORK_FANOUT } weft_work_kind_t;
