@@ -7,9 +7,14 @@
  * - Copy collectives (all-gather, broadcast, all-to-all(v)) move values that cycle with a prime
  *   period, so that a block delivered to the wrong place or at the wrong offset differs.
  * - Reductions take inputs whose every partial result, in any order, stays within the dtype's
- *   exact limit (dtypes[].limit): SUM adds values below limit/nranks + 1; PROD multiplies +-1
- *   and a single 2; MAX/MIN need no headroom; AVG pairs ranks with +1/-1 around a common base,
- *   so that the sum is exactly nranks * base and the division is exact.
+ *   exact limit (dtypes[].limit): SUM adds pseudo-random values below limit/nranks + 1 (a
+ *   formula linear in the rank would give every element the same sum whenever nranks is a
+ *   multiple of its period); PROD multiplies +-1 and a single 2; MAX/MIN need no headroom: the
+ *   extreme of each element sits on one rank, rotating with the element, with a value that
+ *   varies along the buffer, every other rank holding a pseudo-random value from the other half
+ *   of the range (so the result is that rank's value, not a saturated bound); AVG pairs ranks
+ *   with +1/-1 around a common base, so that the sum is exactly nranks * base and the division
+ *   is exact.
  * - Except float16 and bfloat16 SUM and AVG, which must add in float32 and round once (weft.h):
  *   values exact in 16 bits whose partial sums are not, so that a reduction rounding partial sums
  *   to 16 bits is caught. Integers +-m * 2^e, m of the full significand width p (11 bits for
@@ -18,6 +23,10 @@
  *   float32, and the expected value is the exact sum (AVG: divided by nranks in float32) rounded
  *   once to nearest even. From 3 ranks, rounding after each addition changes 15-50% of the
  *   elements; with 2 there is one addition, and rounding it early changes nothing.
+ * - Past the limit (8-bit integers from 128 or 256 ranks, where SUM would add only zeros and AVG
+ *   of a base of 1 already exceeds it), integer SUM and AVG take values that make the sum wrap:
+ *   integers wrap exactly in any order (weft.h: SUM wraps; AVG divides the wrapped SUM,
+ *   truncating), so the expected value is the exact sum wrapped to the dtype (AVG: then divided).
  * - The expected value of an element is recomputed from every rank's input formula, so checking
  *   needs no communication; a rank counts its own wrong elements.
  *
@@ -31,6 +40,8 @@
 #define COPY_MODULUS 101
 /* Reduction inputs of SUM, MAX and MIN cycle through at most this many values. */
 #define REDUCE_MODULUS 64
+/* Bases of integer AVG inputs when n * base must wrap (more ranks than the limit allows). */
+#define AVG_WRAP_BASES 8
 /* Byte written over outputs before a verified call. */
 #define POISON_BYTE 0xA5
 
@@ -143,6 +154,28 @@ int64_t copy_value(const data_spec_t *spec, int r, size_t i)
     return dtypes[spec->dtype].is_signed ? v - COPY_MODULUS / 2 : v;
 }
 
+static bool is_integer(weft_dtype_t dtype)
+{
+    return dtype <= WEFT_UINT64;
+}
+
+/* v as the integer dtype holds it: wrapped modulo 2^bits (two's complement when signed). */
+static int64_t wrap_integer(weft_dtype_t dtype, int64_t v)
+{
+    switch (dtype) {
+    case WEFT_INT8:
+        return (int8_t)v;
+    case WEFT_UINT8:
+        return (uint8_t)v;
+    case WEFT_INT32:
+        return (int32_t)v;
+    case WEFT_UINT32:
+        return (uint32_t)v;
+    default: /* 64-bit: the sums here stay far below 2^63 */
+        return v;
+    }
+}
+
 /* Whether spec's reduction takes the spread 16-bit inputs (see the file comment). */
 static bool spread16(const data_spec_t *spec)
 {
@@ -189,7 +222,9 @@ static int64_t reduce_input(const data_spec_t *spec, int r, size_t i)
     switch (spec->op) {
     case WEFT_SUM: {
         int64_t m = lim / n + 1 < REDUCE_MODULUS ? lim / n + 1 : REDUCE_MODULUS;
-        return ((int64_t)(i % (size_t)m) * 7 + (int64_t)r * 13 + 1) % m;
+        if (m < 2 && is_integer(spec->dtype))
+            m = REDUCE_MODULUS; /* more ranks than the limit: the sum wraps (file comment) */
+        return (int64_t)(mix64(mix64((uint64_t)r) ^ (uint64_t)i) % (uint64_t)m);
     }
     case WEFT_PROD: {
         int64_t v = (int64_t)(i % (size_t)n) == r ? 2 : 1;
@@ -197,11 +232,18 @@ static int64_t reduce_input(const data_spec_t *spec, int r, size_t i)
     }
     case WEFT_MAX:
     case WEFT_MIN: {
-        int64_t v = ((int64_t)(i % REDUCE_MODULUS) * 7 + (int64_t)r * 13) % REDUCE_MODULUS;
-        return dt->is_signed ? v - REDUCE_MODULUS / 2 : v;
+        int64_t half = REDUCE_MODULUS / 2;
+        bool winner = (size_t)r == i % (size_t)n;
+        int64_t v = winner ? (int64_t)(i % (size_t)half)
+                           : (int64_t)(mix64(mix64((uint64_t)r) ^ (uint64_t)i) % (uint64_t)half);
+        if (winner == (spec->op == WEFT_MAX))
+            v += half;
+        return dt->is_signed ? v - half : v;
     }
     case WEFT_AVG: {
         int64_t m = lim / n - 1 > 1 ? lim / n - 1 : 1;
+        if (m < 2 && is_integer(spec->dtype))
+            m = AVG_WRAP_BASES; /* n * base wraps before the division (file comment) */
         int64_t base = 1 + ((int64_t)(i % (size_t)m) * 7) % m;
         int64_t d = (r % 2 == 0 && r + 1 < n) ? 1 : (r % 2 == 1 ? -1 : 0);
         return base + d;
@@ -234,7 +276,11 @@ static int64_t reduce_expected(const data_spec_t *spec, size_t i)
     }
     if (spread16(spec))
         return acc;
-    return spec->op == WEFT_AVG ? acc / spec->nranks : acc; /* divisible by construction */
+    if (spec->op != WEFT_AVG)
+        return acc; /* encode() wraps an integer sum, as the reduction does */
+    if (is_integer(spec->dtype))
+        acc = wrap_integer(spec->dtype, acc);
+    return acc / spec->nranks; /* divisible by construction, unless it wrapped */
 }
 
 /* The expected element i of a reduction's result, written at dst. */

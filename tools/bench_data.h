@@ -4,10 +4,11 @@
  *
  * Every value is an integer, stored exactly in every dtype (16-bit floats included), and chosen
  * so that every partial result of a reduction, in any order of combination, stays exact in the
- * type the reduction computes in (float32 for the 16-bit floats, whose SUM and AVG inputs are
- * chosen so that their partial sums are not exact in 16 bits): a verified call can then be
- * compared with its expected result bit for bit. Nothing here calls
- * weft or touches a device; the buffers are host memory. Pure computation: thread-safe.
+ * type the reduction computes in (integers past their limit: exact modulo 2^bits, as they wrap)
+ * (float32 for the 16-bit floats, whose SUM and AVG inputs are chosen so that their partial sums
+ * are not exact in 16 bits): a verified call can then be compared with its expected result bit for
+ * bit. Nothing here calls weft or touches a device; the buffers are host memory. Pure computation:
+ * thread-safe.
  */
 #ifndef WEFT_TOOLS_BENCH_DATA_H
 #define WEFT_TOOLS_BENCH_DATA_H
