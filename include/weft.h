@@ -103,10 +103,10 @@ typedef enum {
 #define WEFT_NUM_DTYPES 10
 
 /* 16-bit floats reduce in float32 and round to nearest even. Integer SUM and PROD wrap around;
- * AVG on integers divides that SUM by the rank count, truncating toward zero; AVG on floats
- * divides the float32 (float64 for WEFT_FLOAT64) sum by the rank count. MAX and MIN on floats
- * ignore NaNs, as fmaxf and fminf (and NCCL) do: an element is NaN only where it is NaN on every
- * rank. */
+ * AVG on integers divides that SUM, wrapped, by the rank count, truncating toward zero (the
+ * mean of values whose sum wraps is not their mean); AVG on floats divides the float32 (float64
+ * for WEFT_FLOAT64) sum by the rank count. MAX and MIN on floats ignore NaNs, as fmaxf and fminf
+ * (and NCCL) do: an element is NaN only where it is NaN on every rank. */
 typedef enum { WEFT_SUM, WEFT_PROD, WEFT_MAX, WEFT_MIN, WEFT_AVG } weft_redop_t;
 #define WEFT_NUM_REDOPS 5
 
