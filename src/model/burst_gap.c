@@ -107,6 +107,10 @@ static weft_status_t check_params(const char *fn, const weft_bg_params_t *params
                 return weft_error(WEFT_ERR_INVALID_ARGUMENT,
                                   "%s: row[%d].t_iss0_us[%d] %g must be finite and > 0", fn, r, i,
                                   row->t_iss0_us[i]);
+            if (row->bytes[i] > WEFT_BG_MAX_BYTES)
+                return weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                                  "%s: row[%d].bytes[%d] %llu is above WEFT_BG_MAX_BYTES (2^53)",
+                                  fn, r, i, (unsigned long long)row->bytes[i]);
             if (i > 0 && row->bytes[i] <= row->bytes[i - 1])
                 return weft_error(WEFT_ERR_INVALID_ARGUMENT,
                                   "%s: row[%d].bytes[%d] %llu is not above the previous %llu", fn,
@@ -357,8 +361,10 @@ static weft_status_t check_samples(const char *fn, const weft_bg_sample_t *sampl
         return weft_error(WEFT_ERR_INVALID_ARGUMENT, "%s: %zu samples, at least %zu needed", fn,
                           nsamples, min_samples);
     for (size_t i = 0; i < nsamples; i++) {
-        if (samples[i].bytes == 0)
-            return weft_error(WEFT_ERR_INVALID_ARGUMENT, "%s: samples[%zu].bytes is 0", fn, i);
+        if (samples[i].bytes == 0 || samples[i].bytes > WEFT_BG_MAX_BYTES)
+            return weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                              "%s: samples[%zu].bytes %llu must be in 1..WEFT_BG_MAX_BYTES (2^53)",
+                              fn, i, (unsigned long long)samples[i].bytes);
         if (!finite_positive(samples[i].time_us))
             return weft_error(WEFT_ERR_INVALID_ARGUMENT,
                               "%s: samples[%zu].time_us %g must be finite and > 0", fn, i,

@@ -36,6 +36,12 @@
 
 #define WEFT_BG_MAX_ROWS 16   /* producer counts K calibrated per parameter set */
 #define WEFT_BG_MAX_POINTS 32 /* volumes V per producer count */
+/* The largest volume of a table point or a sample, 2^53 bytes: every volume up to it converts to
+ * a double exactly, so volumes that differ as integers differ as the doubles the model
+ * computes with (above it, distinct volumes can round to one double and the interpolation would
+ * divide by zero). Burst volumes given to the evaluation functions and the planner may be larger.
+ */
+#define WEFT_BG_MAX_BYTES (1ull << 53)
 
 /*
  * T_iss0(K, V) is held as measured data: one row per calibrated K, each a small table of
@@ -51,7 +57,8 @@
 typedef struct weft_bg_row {
     int producers;                        /* K of this row (>= 1) */
     int npoints;                          /* entries used below (1..WEFT_BG_MAX_POINTS) */
-    uint64_t bytes[WEFT_BG_MAX_POINTS];   /* V of each point, strictly increasing */
+    uint64_t bytes[WEFT_BG_MAX_POINTS];   /* V of each point, strictly increasing, at most
+                                             WEFT_BG_MAX_BYTES */
     double t_iss0_us[WEFT_BG_MAX_POINTS]; /* T_iss0(K, V): finite, > 0, nondecreasing in V */
     double capacity_bytes;                /* Q(K): finite, >= 0 */
 } weft_bg_row_t;
@@ -131,11 +138,12 @@ weft_status_t weft_bg_backpressure_free(const weft_bg_params_t *params, int prod
  * measured time (a period for the rate fit, an issue time for the others). Each fit returns an
  * estimate, a spread in the same unit (interquartile range, so a few outliers do not move it)
  * and the number of samples it rests on. Statuses: WEFT_ERR_INVALID_ARGUMENT for NULL pointers,
- * too few samples, non-finite or non-positive times, or degenerate data (named in the message);
+ * too few samples, bytes of 0 or above WEFT_BG_MAX_BYTES, non-finite or non-positive times, or
+ * degenerate data (named in the message);
  * WEFT_ERR_NO_MEMORY if scratch cannot be allocated.
  */
 typedef struct weft_bg_sample {
-    uint64_t bytes; /* V of the burst */
+    uint64_t bytes; /* V of the burst: 1..WEFT_BG_MAX_BYTES */
     double gap_us;  /* G after it */
     double time_us; /* measured period or issue time */
 } weft_bg_sample_t;

@@ -448,6 +448,36 @@ static void test_invalid(void)
     p = good;
     p.row[0].t_iss0_us[1] = 0.99;
     CHECK(weft_bg_params_check(&p) == WEFT_ERR_INVALID_ARGUMENT, "decreasing T_iss0 accepted");
+    /* Volumes above 2^53: 2^60 and 2^60 + 1 differ as integers but not as doubles, which made
+     * the interpolation divide 0 by 0 (T_iss0 NaN, a plan of NaNs returned as a success). They
+     * are rejected, by every function that takes params; 2^53 itself converts exactly. */
+    p = good;
+    p.nrows = 1;
+    p.row[0].npoints = 3;
+    p.row[0].bytes[0] = 1u << 20;
+    p.row[0].bytes[1] = 1ull << 60;
+    p.row[0].bytes[2] = (1ull << 60) + 1;
+    p.row[0].t_iss0_us[2] = 2.0;
+    CHECK(weft_bg_params_check(&p) == WEFT_ERR_INVALID_ARGUMENT, "volumes above 2^53 accepted");
+    CHECK(weft_bg_t_iss0(&p, 4, (1ull << 60) + 4096, &out) == WEFT_ERR_INVALID_ARGUMENT &&
+              out == POISON,
+          "volumes above 2^53 accepted by t_iss0 (T_iss0 %g)", out);
+    weft_bg_plan_t big_plan;
+    memset(&big_plan, 0x5a, sizeof big_plan);
+    weft_bg_plan_t big_before = big_plan;
+    CHECK(weft_bg_plan(&p, 4, (1ull << 60) + 4096, 1.0, &big_plan) == WEFT_ERR_INVALID_ARGUMENT &&
+              memcmp(&big_plan, &big_before, sizeof big_plan) == 0,
+          "volumes above 2^53 accepted by the planner (T_iss0 %g)", big_plan.t_iss0_us);
+    p.row[0].npoints = 2;
+    p.row[0].bytes[1] = WEFT_BG_MAX_BYTES + 1;
+    CHECK(weft_bg_params_check(&p) == WEFT_ERR_INVALID_ARGUMENT, "volume 2^53 + 1 accepted");
+    p.row[0].bytes[1] = WEFT_BG_MAX_BYTES;
+    out = POISON;
+    CHECK(weft_bg_params_check(&p) == WEFT_SUCCESS &&
+              weft_bg_t_iss0(&p, 4, UINT64_MAX, &out) == WEFT_SUCCESS && isfinite(out) &&
+              out >= 1.0,
+          "volume 2^53 rejected, or T_iss0 at 2^64 - 1 not finite: %g", out);
+    out = POISON;
 
     /* Evaluation arguments; outputs untouched on failure. */
     p = good;
@@ -521,6 +551,8 @@ static void test_invalid(void)
     s[5].time_us = 6.0;
     s[2].bytes = 0;
     CHECK(weft_bg_fit_rate(s, 8, &rf) == WEFT_ERR_INVALID_ARGUMENT, "zero bytes accepted");
+    s[2].bytes = WEFT_BG_MAX_BYTES + 1;
+    CHECK(weft_bg_fit_rate(s, 8, &rf) == WEFT_ERR_INVALID_ARGUMENT, "bytes above 2^53 accepted");
     s[2].bytes = 3000;
     s[7].gap_us = 1.0;
     CHECK(weft_bg_fit_rate(s, 8, &rf) == WEFT_ERR_INVALID_ARGUMENT, "nonzero gap accepted");
