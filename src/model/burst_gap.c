@@ -13,15 +13,16 @@
  * Fitting uses order statistics (median, quartiles by linear interpolation between order
  * statistics) so that a minority of outliers moves neither the estimate nor its spread much. The
  * knee fit is a continuous two-segment (hinge) least-squares fit: for a fixed knee the model is
- * linear in its three coefficients (3x3 normal equations, volumes scaled into (0, 1] for
- * conditioning); the knee is searched on a grid of KNEE_GRID candidates per interval between
- * adjacent volumes, then refined by golden-section search between the best candidate's
- * neighbours, so it is not pinned to a measured volume. O(KNEE_GRID * n^2) for n samples (sweeps
- * have tens to hundreds of points). A row of the table is built from the samples below the knee
- * (per-volume medians, made nondecreasing by pooling adjacent violators, O(n log n)), so the
- * calibration's T_iss0 table is measured data, as burst_gap.h describes it. The stall times add
- * the capacity term (V - Q)/R to the capacity-free equations with one more max, which leaves
- * them bit-identical wherever the capacity holds.
+ * linear in its three coefficients (the intercept and the two segments' slopes, solved by QR,
+ * volumes scaled into (0, 1]: accurate on sweeps whose volumes span many orders of magnitude);
+ * the knee is searched on a grid of KNEE_GRID candidates per interval between adjacent volumes,
+ * then refined by golden-section search between the best candidate's neighbours, so it is not
+ * pinned to a measured volume. O(KNEE_GRID * n^2) for n samples (sweeps have tens to hundreds of
+ * points). A row of the table is built from the samples below the knee (per-volume medians, made
+ * nondecreasing by pooling adjacent violators, O(n log n)), so the calibration's T_iss0 table is
+ * measured data, as burst_gap.h describes it. The stall times add the capacity term (V - Q)/R to
+ * the capacity-free equations with one more max, which leaves them bit-identical wherever the
+ * capacity holds.
  *
  * Thread safety: pure functions of their arguments; callable from any thread. Errors are
  * recorded with weft_error(), the only output of this file besides the *_out arguments.
@@ -467,47 +468,64 @@ static int compare_x(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* The hinge y = a + b*x + c*[x - knee]+ fitted to pts by least squares; x scaled as in bg_xy. */
+/* The hinge fitted to pts by least squares, x scaled as in bg_xy: y = a + b*x + c*[x - knee]+,
+ * held as its two segments' slopes, below = b and above = b + c, which are its coefficients in
+ * the per-segment basis of hinge_value. */
 typedef struct bg_hinge {
-    double knee, a, b, c;
-    double sse; /* sum of squared residuals, us^2 */
+    double knee, a;
+    double below, above; /* slopes, us per scaled byte */
+    double sse;          /* sum of squared residuals, us^2 */
 } bg_hinge_t;
 
-/* Fit the hinge at a fixed knee: the 3x3 normal equations in (a, b, c), solved by Cramer's rule.
- * False if they are singular (the caller's knees leave two distinct volumes on each side, so
- * this does not happen with real data). */
+/* The hinge at x in the per-segment basis (1, min(x, knee), [x - knee]+). */
+static double hinge_value(const bg_hinge_t *h, double x)
+{
+    return h->a + h->below * fmin(x, h->knee) + h->above * fmax(0.0, x - h->knee);
+}
+
+/* Fit the hinge at a fixed knee in the per-segment basis, whose two slope columns are nonzero on
+ * opposite sides of the knee: they stay far from parallel however small the knee is next to the
+ * largest volume (in the basis (1, x, [x - knee]+) the last two columns differ only below the
+ * knee, and the normal equations square that ill-conditioning). The n x 3 least-squares problem
+ * is solved by QR, the rows folded one at a time into the triangular factor by Givens rotations
+ * (no scratch, backward stable), then back substitution. False if the design is numerically
+ * rank-deficient (the caller's knees leave two distinct volumes on each side, so this does not
+ * happen with real data). */
 static bool fit_hinge(const bg_xy_t *pts, size_t n, double knee, bg_hinge_t *out)
 {
-    /* m[i][j] = sum of basis_i * basis_j, r[i] = sum of basis_i * y; basis = (1, x, h). */
-    double m[3][3] = {{0.0}}, r[3] = {0.0};
+    /* r: upper triangle of R; z: Q^T y; norm2: squared column norms, for the rank test. */
+    double r[3][3] = {{0.0}}, z[3] = {0.0}, norm2[3] = {0.0};
     for (size_t i = 0; i < n; i++) {
-        double f[3] = {1.0, pts[i].x, fmax(0.0, pts[i].x - knee)};
+        double f[3] = {1.0, fmin(pts[i].x, knee), fmax(0.0, pts[i].x - knee)}, t = pts[i].y;
+        for (int j = 0; j < 3; j++)
+            norm2[j] += f[j] * f[j];
         for (int j = 0; j < 3; j++) {
-            for (int k = 0; k < 3; k++)
-                m[j][k] += f[j] * f[k];
-            r[j] += f[j] * pts[i].y;
+            if (f[j] == 0.0)
+                continue;
+            double h = hypot(r[j][j], f[j]), c = r[j][j] / h, s = f[j] / h;
+            r[j][j] = h;
+            for (int k = j + 1; k < 3; k++) {
+                double rk = r[j][k];
+                r[j][k] = c * rk + s * f[k];
+                f[k] = c * f[k] - s * rk;
+            }
+            double zj = z[j];
+            z[j] = c * zj + s * t;
+            t = c * t - s * zj;
         }
     }
-    double det = m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) -
-                 m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0]) +
-                 m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]);
-    if (!(fabs(det) > 1e-300))
-        return false;
     double sol[3];
-    for (int col = 0; col < 3; col++) {
-        double a[3][3];
-        for (int j = 0; j < 3; j++) {
-            for (int k = 0; k < 3; k++)
-                a[j][k] = k == col ? r[j] : m[j][k];
-        }
-        sol[col] = (a[0][0] * (a[1][1] * a[2][2] - a[1][2] * a[2][1]) -
-                    a[0][1] * (a[1][0] * a[2][2] - a[1][2] * a[2][0]) +
-                    a[0][2] * (a[1][0] * a[2][1] - a[1][1] * a[2][0])) /
-                   det;
+    for (int j = 2; j >= 0; j--) {
+        if (!(fabs(r[j][j]) > 1e-12 * sqrt(norm2[j])))
+            return false;
+        double acc = z[j];
+        for (int k = j + 1; k < 3; k++)
+            acc -= r[j][k] * sol[k];
+        sol[j] = acc / r[j][j];
     }
     bg_hinge_t h = {knee, sol[0], sol[1], sol[2], 0.0};
     for (size_t i = 0; i < n; i++) {
-        double e = pts[i].y - (h.a + h.b * pts[i].x + h.c * fmax(0.0, pts[i].x - knee));
+        double e = pts[i].y - hinge_value(&h, pts[i].x);
         h.sse += e * e;
     }
     *out = h;
@@ -592,7 +610,7 @@ weft_status_t weft_bg_fit_knee(const weft_bg_sample_t *samples, size_t nsamples,
         else
             lo = k1;
     }
-    if (!(best.c > 0.0)) {
+    if (!(best.above > best.below)) {
         status = weft_error(WEFT_ERR_INVALID_ARGUMENT,
                             "%s: no knee in the sweep (the issue time does not get steeper with "
                             "the volume): extend the sweep to larger volumes",
@@ -600,14 +618,13 @@ weft_status_t weft_bg_fit_knee(const weft_bg_sample_t *samples, size_t nsamples,
         goto err_free_resid;
     }
     for (size_t i = 0; i < nsamples; i++)
-        resid[i] =
-            pts[i].y - (best.a + best.b * pts[i].x + best.c * fmax(0.0, pts[i].x - best.knee));
+        resid[i] = pts[i].y - hinge_value(&best, pts[i].x);
     double median, iqr;
     median_iqr(resid, nsamples, &median, &iqr);
     double r_bpus = drain_gbps * 1e3;
-    double below_us_per_byte = best.b / scale, above_us_per_byte = (best.b + best.c) / scale;
+    double below_us_per_byte = best.below / scale, above_us_per_byte = best.above / scale;
     double knee_bytes = best.knee * scale;
-    double t_knee = best.a + best.b * best.knee;
+    double t_knee = best.a + best.below * best.knee;
     double knee_spread = iqr / (above_us_per_byte - below_us_per_byte);
     fit_out->knee_bytes = knee_bytes;
     fit_out->knee_spread_bytes = knee_spread;

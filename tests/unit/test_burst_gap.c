@@ -400,6 +400,43 @@ static void test_fit_synthetic(uint64_t seed)
            worst_r, worst_k, worst_q, worst_t);
 }
 
+/*
+ * The knee fit on noise-free sweeps as wide as a platform's (V = 4 KiB .. 16 GiB, doubling, two
+ * samples each): issue time 2 us + V/(1000 GB/s) until the capacity stalls the issuer, then
+ * (V - Q)/R at R = 100 GB/s. The fit must recover R (the upper slope), the lower slope, V_k,
+ * T_iss0(V_k) and Q to 1e-6, with the knee on a sampled volume (256 KiB), between two (300000
+ * bytes, off the candidate grid too) and high up (5e6 bytes). Normal equations solved by
+ * Cramer's rule were 1.2% off in Q with the knee at 256 KiB; QR is within ~1e-12.
+ */
+static void test_fit_knee_wide(void)
+{
+    const double r = 1e5, peak = 1e6, t0 = 2.0;
+    static const double knees[] = {262144.0, 300000.0, 5e6};
+    for (size_t k = 0; k < sizeof knees / sizeof knees[0]; k++) {
+        double vk = knees[k], tk = t0 + vk / peak, q = vk - r * tk;
+        weft_bg_sample_t s[46];
+        size_t n = 0;
+        for (int e = 12; e <= 34; e++) {
+            double v = (double)(1ull << e);
+            for (int rep = 0; rep < 2; rep++)
+                s[n++] = (weft_bg_sample_t){1ull << e, 1e6, fmax(t0 + v / peak, (v - q) / r)};
+        }
+        weft_bg_knee_fit_t kf;
+        if (weft_bg_fit_knee(s, n, r / 1e3, &kf) != WEFT_SUCCESS) {
+            CHECK(0, "knee %g: fit failed: %s", vk, weft_last_error());
+            continue;
+        }
+        CHECK(close_to(1.0 / kf.above_us_per_byte, r, 1e-6) &&
+                  close_to(kf.below_us_per_byte * peak, 1.0, 1e-6) &&
+                  close_to(kf.knee_bytes, vk, 1e-6) && close_to(kf.t_knee_us, tk, 1e-6) &&
+                  close_to(kf.capacity_bytes, q, 1e-6),
+              "knee %g: R %.9g bytes/us (want %g), lower slope %.9g us/byte (want %g), V_k %.9g, "
+              "T_iss0(V_k) %.9g us (want %g), Q %.9g (want %.9g)",
+              vk, 1.0 / kf.above_us_per_byte, r, kf.below_us_per_byte, 1.0 / peak, kf.knee_bytes,
+              kf.t_knee_us, tk, kf.capacity_bytes, q);
+    }
+}
+
 static void test_invalid(void)
 {
     weft_bg_params_t good = golden_params(), p;
@@ -631,6 +668,7 @@ int main(int argc, char **argv)
     test_golden_plans();
     test_random(seed);
     test_fit_synthetic(seed);
+    test_fit_knee_wide();
     test_invalid();
     if (failures != 0)
         printf("test_burst_gap: %d checks failed\n", failures);
