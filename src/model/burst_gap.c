@@ -17,12 +17,13 @@
  * volumes scaled into (0, 1]: accurate on sweeps whose volumes span many orders of magnitude);
  * the knee is searched on a grid of KNEE_GRID candidates per interval between adjacent volumes,
  * then refined by golden-section search between the best candidate's neighbours, so it is not
- * pinned to a measured volume. O(KNEE_GRID * n^2) for n samples (sweeps have tens to hundreds of
- * points). A row of the table is built from the samples below the knee (per-volume medians, made
- * nondecreasing by pooling adjacent violators, O(n log n)), so the calibration's T_iss0 table is
- * measured data, as burst_gap.h describes it. The stall times add the capacity term (V - Q)/R to
- * the capacity-free equations with one more max, which leaves them bit-identical wherever the
- * capacity holds.
+ * pinned to a measured volume; the best hinge is a knee only if it beats a straight line by more
+ * than the noise (knee_significance). O(KNEE_GRID * n^2) for n samples (sweeps have tens to
+ * hundreds of points). A row of the table is built from the samples below the knee (per-volume
+ * medians, made nondecreasing by pooling adjacent violators, O(n log n)), so the calibration's
+ * T_iss0 table is measured data, as burst_gap.h describes it. The stall times add the capacity term
+ * (V - Q)/R to the capacity-free equations with one more max, which leaves them bit-identical
+ * wherever the capacity holds.
  *
  * Thread safety: pure functions of their arguments; callable from any thread. Errors are
  * recorded with weft_error(), the only output of this file besides the *_out arguments.
@@ -532,8 +533,74 @@ static bool fit_hinge(const bg_xy_t *pts, size_t n, double knee, bg_hinge_t *out
     return true;
 }
 
-#define KNEE_GRID 8    /* candidate knees per interval between adjacent volumes */
-#define KNEE_REFINE 48 /* golden-section steps around the best candidate */
+#define KNEE_GRID 8               /* candidate knees per interval between adjacent volumes */
+#define KNEE_REFINE 48            /* golden-section steps around the best candidate */
+#define KNEE_MIN_T 5.0            /* a knee's significance must exceed this (knee_significance) */
+#define KNEE_TIME_RESOLUTION 1e-9 /* noise floor, relative to the largest time (exact data) */
+
+/* The median of the n >= 1 values of x, sorting them in place. */
+static double median_of(double *x, size_t n)
+{
+    qsort(x, n, sizeof *x, compare_double);
+    return quantile_sorted(x, n, 0.5);
+}
+
+/*
+ * How much better the hinge h fits pts than the best straight line, in units of the noise: the
+ * square root of F = (W_line - W_hinge) / max(W_hinge / (n - 4), 1), where W is the sum of
+ * squared residuals weighted by 1/sigma_i^2. Least squares finds a slope change c != 0 in any
+ * noisy line, c > 0 about half the time; this tells such a bend from a knee. The noise of a
+ * timing grows with the time (a floor, then a part proportional to the time), and on a sweep of
+ * doubling volumes the few largest times carry most of the unweighted squares, so an unweighted
+ * F test both takes the noise of the largest bursts for knees and scores real knees low. Hence
+ * sigma_i = max(s_abs, s_rel * y_i, KNEE_TIME_RESOLUTION * max y): s_abs is the median absolute
+ * residual of the samples with times at or below the median time, s_rel the median relative
+ * residual of those at or above it, each divided by 0.6745 (standard deviations for normal
+ * noise). The line is the weighted least-squares line (its best chance); the hinge is the
+ * unweighted fit. The denominator's floor of 1 trusts the noise model where the residuals are
+ * smaller than it predicts. Times are divided by the largest one, so no square overflows. On
+ * straight lines with additive, proportional or mixed noise (2 to 3 samples per volume, 10 to 40
+ * samples) the statistic exceeded KNEE_MIN_T in at most about 1% of sweeps; the capacity knees
+ * of the recorded H200 sweeps score 9 to 20. scratch holds 2n values.
+ */
+static double knee_significance(const bg_xy_t *pts, size_t n, const bg_hinge_t *h, double *scratch)
+{
+    double *low = scratch, *high = scratch + n;
+    for (size_t i = 0; i < n; i++)
+        low[i] = pts[i].y;
+    double y_median = median_of(low, n), unit = 1.0 / low[n - 1];
+    size_t nlow = 0, nhigh = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs(pts[i].y - hinge_value(h, pts[i].x));
+        if (pts[i].y <= y_median)
+            low[nlow++] = e * unit;
+        if (pts[i].y >= y_median)
+            high[nhigh++] = e / pts[i].y;
+    }
+    double s_abs = median_of(low, nlow) / 0.6745, s_rel = median_of(high, nhigh) / 0.6745;
+    /* Weights, then the weighted line about the weighted means (no cancellation). */
+    double sw = 0.0, swx = 0.0, swy = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double s = fmax(fmax(s_abs, s_rel * pts[i].y * unit), KNEE_TIME_RESOLUTION);
+        scratch[i] = 1.0 / (s * s);
+        sw += scratch[i];
+        swx += scratch[i] * pts[i].x;
+        swy += scratch[i] * pts[i].y * unit;
+    }
+    double mx = swx / sw, my = swy / sw, sxx = 0.0, sxy = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        sxx += scratch[i] * (pts[i].x - mx) * (pts[i].x - mx);
+        sxy += scratch[i] * (pts[i].x - mx) * (pts[i].y * unit - my);
+    }
+    double slope = sxy / sxx, w_line = 0.0, w_hinge = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double el = pts[i].y * unit - (my + slope * (pts[i].x - mx));
+        double eh = (pts[i].y - hinge_value(h, pts[i].x)) * unit;
+        w_line += scratch[i] * el * el;
+        w_hinge += scratch[i] * eh * eh;
+    }
+    return sqrt(fmax(0.0, w_line - w_hinge) / fmax(w_hinge / (double)(n - 4), 1.0));
+}
 
 weft_status_t weft_bg_fit_knee(const weft_bg_sample_t *samples, size_t nsamples, double drain_gbps,
                                weft_bg_knee_fit_t *fit_out)
@@ -548,7 +615,7 @@ weft_status_t weft_bg_fit_knee(const weft_bg_sample_t *samples, size_t nsamples,
     bg_xy_t *pts = malloc(nsamples * sizeof *pts);
     if (pts == NULL)
         return weft_error(WEFT_ERR_NO_MEMORY, "%s: scratch for %zu samples", fn, nsamples);
-    double *resid = malloc(nsamples * sizeof *resid);
+    double *resid = malloc(2 * nsamples * sizeof *resid);
     if (resid == NULL) {
         status = weft_error(WEFT_ERR_NO_MEMORY, "%s: scratch for %zu samples", fn, nsamples);
         goto err_free_pts;
@@ -615,6 +682,15 @@ weft_status_t weft_bg_fit_knee(const weft_bg_sample_t *samples, size_t nsamples,
                             "%s: no knee in the sweep (the issue time does not get steeper with "
                             "the volume): extend the sweep to larger volumes",
                             fn);
+        goto err_free_resid;
+    }
+    double significance = knee_significance(pts, nsamples, &best, resid);
+    if (!(significance > KNEE_MIN_T)) {
+        status = weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                            "%s: no significant knee in the sweep (the best two-segment fit, knee "
+                            "at %g bytes, beats a straight line by %.3g noise units, more than %g "
+                            "needed): extend the sweep to larger volumes",
+                            fn, best.knee * scale, significance, KNEE_MIN_T);
         goto err_free_resid;
     }
     for (size_t i = 0; i < nsamples; i++)

@@ -196,8 +196,12 @@ typedef struct weft_bg_knee_fit {
  * between the sampled volumes and refined by golden-section search; every candidate leaves at
  * least WEFT_BG_KNEE_MIN_PER_SIDE samples and two distinct volumes on each side. The lower
  * segment is T_iss0(K, V); the upper one, where the capacity stalls the issuer, has slope about
- * 1/R. Degenerate (WEFT_ERR_INVALID_ARGUMENT): too few distinct volumes, or the best hinge does
- * not get steeper (c <= 0: no knee in the sweep). drain_gbps is R.
+ * 1/R. Degenerate (WEFT_ERR_INVALID_ARGUMENT): too few distinct volumes, the best hinge does
+ * not get steeper (c <= 0: no knee in the sweep), or its bend is not significant: a weighted F
+ * statistic of the hinge against the best straight line, with each sample's noise modelled as
+ * the larger of a floor and a part proportional to its time (both estimated from the residuals),
+ * must exceed 5^2. Noise makes c > 0 on about half of all straight sweeps; this rejects all but
+ * about 1% of them (burst_gap.c, knee_significance, says how). drain_gbps is R.
  */
 weft_status_t weft_bg_fit_knee(const weft_bg_sample_t *samples, size_t nsamples, double drain_gbps,
                                weft_bg_knee_fit_t *fit_out);

@@ -437,6 +437,59 @@ static void test_fit_knee_wide(void)
     }
 }
 
+/*
+ * Sweeps without a knee must fail the knee fit. Least squares finds a slope change in any noisy
+ * line, positive about half the time; it was accepted as a knee, with an invented V_k and Q.
+ * Three kinds of straight line: flat with uniform noise (4 KiB .. 80 KiB in steps of 4 KiB, two
+ * samples each: the old fit accepted about half of them), exact lines over 4 KiB .. 1 MiB to
+ * 1 GiB (it accepted 2 of 6, e.g. a 6.7 MB knee for 4 KiB .. 16 MiB), and lines with 1%
+ * proportional noise on a calibration's doubling sweep (4 KiB .. 64 MiB less the held-out
+ * volumes, two ranks). About 0.2% of the noisy ones pass the significance test (seen over
+ * 2000 sweeps of each kind), so the bounds leave room.
+ */
+static void test_fit_knee_none(uint64_t seed)
+{
+    uint64_t rng = seed ^ 0x4E0Eull;
+    weft_bg_sample_t s[64];
+    weft_bg_knee_fit_t kf;
+    memset(&kf, 0x5a, sizeof kf);
+    weft_bg_knee_fit_t kf_before = kf;
+    int flat = 0, proportional = 0;
+    for (int trial = 0; trial < 200; trial++) {
+        for (int i = 0; i < 40; i++)
+            s[i] =
+                (weft_bg_sample_t){(uint64_t)(i / 2 + 1) * 4096, 1000.0, 5.0 + 0.2 * uniform(&rng)};
+        flat += weft_bg_fit_knee(s, 40, 100.0, &kf) == WEFT_SUCCESS;
+        size_t n = 0;
+        for (int rank = 0; rank < 2; rank++) {
+            for (int i = 0; i < 15; i++) {
+                double v = 4096.0 * (double)(1 << i);
+                if (i % 3 != 1 || i == 14)
+                    s[n++] = (weft_bg_sample_t){4096ull << i, 1000.0,
+                                                (0.3 + v / 25700.0) * (1.0 + 0.01 * normal(&rng))};
+            }
+        }
+        proportional += weft_bg_fit_knee(s, n, 100.0, &kf) == WEFT_SUCCESS;
+    }
+    CHECK(flat <= 2, "seed %" PRIu64 ": %d of 200 flat noisy sweeps have a knee", seed, flat);
+    CHECK(proportional <= 3,
+          "seed %" PRIu64 ": %d of 200 straight sweeps with proportional noise have a knee", seed,
+          proportional);
+    for (int top = 20; top <= 30; top += 2) {
+        size_t n = 0;
+        for (int e = 12; e <= top; e++) {
+            for (int rep = 0; rep < 2; rep++)
+                s[n++] = (weft_bg_sample_t){1ull << e, 1000.0, 2.0 + (double)(1ull << e) / 1e6};
+        }
+        weft_status_t st = weft_bg_fit_knee(s, n, 100.0, &kf);
+        CHECK(st == WEFT_ERR_INVALID_ARGUMENT,
+              "exact line over 2^12 .. 2^%d bytes: status %d, knee %g bytes, Q %g", top, (int)st,
+              kf.knee_bytes, kf.capacity_bytes);
+    }
+    if (flat == 0 && proportional == 0)
+        CHECK(memcmp(&kf, &kf_before, sizeof kf) == 0, "knee fit written on failure");
+}
+
 static void test_invalid(void)
 {
     weft_bg_params_t good = golden_params(), p;
@@ -669,6 +722,7 @@ int main(int argc, char **argv)
     test_random(seed);
     test_fit_synthetic(seed);
     test_fit_knee_wide();
+    test_fit_knee_none(seed);
     test_invalid();
     if (failures != 0)
         printf("test_burst_gap: %d checks failed\n", failures);
