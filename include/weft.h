@@ -152,8 +152,11 @@ WEFT_API weft_status_t weft_comm_init(weft_comm_t *comm, const weft_config_t *cf
 
 /* Collective: waits for every rank, then frees everything the communicator owns, including
  * memory still allocated with weft_malloc. Also valid (and then local) after an error that made
- * the communicator unusable. In a forked child: WEFT_ERR_INVALID_ARGUMENT, nothing freed (Fork,
- * above). */
+ * the communicator unusable. On the CUDA backend, a kernel that failed (WEFT_ERR_TIMEOUT,
+ * WEFT_ERR_PEER_LOST) after the last call that could report it makes destroy return that error,
+ * everything freed all the same: that operation's result is wrong, and no later call would say
+ * so (not after weft_comm_abort, nor once a call returned the communicator's failure). In a
+ * forked child: WEFT_ERR_INVALID_ARGUMENT, nothing freed (Fork, above). */
 WEFT_API weft_status_t weft_comm_destroy(weft_comm_t comm);
 
 /* Local; never blocks. Fails every pending and future operation with WEFT_ERR_ABORTED, closes

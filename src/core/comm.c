@@ -52,6 +52,7 @@ void weft_comm_set_async_error(struct weft_comm *comm, weft_status_t status)
 
 void weft_comm_fail(struct weft_comm *comm, weft_status_t status)
 {
+    atomic_store_explicit(&comm->failure_returned, 1, memory_order_relaxed);
     weft_comm_set_async_error(comm, status);
     weft_registry_shutdown_sockets(comm->registry);
 }
@@ -66,7 +67,7 @@ weft_status_t weft_comm_owned(const struct weft_comm *comm, const char *call)
                       call);
 }
 
-weft_status_t weft_comm_usable(const struct weft_comm *comm, const char *call)
+weft_status_t weft_comm_usable(struct weft_comm *comm, const char *call)
 {
     weft_status_t owned = weft_comm_owned(comm, call);
     if (owned != WEFT_SUCCESS)
@@ -74,9 +75,11 @@ weft_status_t weft_comm_usable(const struct weft_comm *comm, const char *call)
     if (atomic_load_explicit(&comm->aborted, memory_order_relaxed))
         return weft_error(WEFT_ERR_ABORTED, "%s: the communicator was aborted", call);
     int err = atomic_load_explicit(&comm->async_error, memory_order_relaxed);
-    if (err != WEFT_SUCCESS)
+    if (err != WEFT_SUCCESS) {
+        atomic_store_explicit(&comm->failure_returned, 1, memory_order_relaxed);
         return weft_error((weft_status_t)err, "%s: the communicator failed earlier: %s", call,
                           weft_status_string((weft_status_t)err));
+    }
     return WEFT_SUCCESS;
 }
 
@@ -86,15 +89,19 @@ weft_status_t weft_comm_check(void *arg)
     if (atomic_load_explicit(&ctx->comm->aborted, memory_order_relaxed))
         return weft_error(WEFT_ERR_ABORTED, "%s: the communicator was aborted", ctx->what);
     int err = atomic_load_explicit(&ctx->comm->async_error, memory_order_relaxed);
-    if (err != WEFT_SUCCESS)
+    if (err != WEFT_SUCCESS) {
+        atomic_store_explicit(&ctx->comm->failure_returned, 1, memory_order_relaxed);
         return weft_error((weft_status_t)err, "%s: %s (a background error ended the wait)",
                           ctx->what, weft_status_string((weft_status_t)err));
+    }
     uint64_t now = weft_now_ns();
     if (ctx->deadline_ns == 0) /* the first slow poll of the wait starts the clock */
         ctx->deadline_ns = weft_deadline_after_s(ctx->comm->timeout_s);
-    if (now > ctx->deadline_ns)
+    if (now > ctx->deadline_ns) {
+        atomic_store_explicit(&ctx->comm->failure_returned, 1, memory_order_relaxed);
         return weft_error(WEFT_ERR_TIMEOUT, "%s: no progress within %.3g s", ctx->what,
                           ctx->comm->timeout_s);
+    }
     return WEFT_SUCCESS;
 }
 
@@ -510,6 +517,14 @@ weft_status_t weft_comm_teardown(struct weft_comm *comm)
         weft_status_t synced = weft_cuda_synchronize("weft_comm_destroy");
         if (synced != WEFT_SUCCESS)
             healthy = 0;
+        /* A kernel that failed (a timeout, a lost peer) after the last call that could have
+         * told: this is the caller's last chance to learn that an operation's result is wrong.
+         * Not after an abort, nor once a call returned the communicator's failure. */
+        if (synced == WEFT_SUCCESS && !atomic_load(&comm->aborted) &&
+            !atomic_load(&comm->failure_returned)) {
+            st = weft_cuda_check(comm, "weft_comm_destroy");
+            healthy &= st == WEFT_SUCCESS;
+        }
     }
     if (healthy) {
         /* The last handshake is a barrier: after it nobody touches another rank's memory. */

@@ -169,6 +169,9 @@ struct weft_comm {
 
     _Atomic int async_error; /* first fatal error (weft_status_t): of a background thread, or a
                                 timeout or internal error of an operation */
+    /* Some call returned the communicator's failure to its caller (weft_comm_usable,
+     * weft_comm_check, weft_comm_fail): weft_comm_destroy then need not report a kernel's */
+    _Atomic int failure_returned;
     _Atomic int aborted;
     /* weft_comm_abort calls between weft_comm_abort_enter and _leave; teardown waits for 0 once
      * the communicator is off the live list (comm.c) */
@@ -207,7 +210,7 @@ weft_status_t weft_comm_owned(const struct weft_comm *comm, const char *call);
 /* WEFT_SUCCESS, or the status every call but weft_comm_abort and weft_comm_destroy returns
  * after an abort or a fatal error (API.md), with a message naming call; first of all
  * weft_comm_owned's. Thread-safe. */
-weft_status_t weft_comm_usable(const struct weft_comm *comm, const char *call);
+weft_status_t weft_comm_usable(struct weft_comm *comm, const char *call);
 
 /* Deadline-and-health check passed to every wait of an operation. */
 typedef struct weft_wait_ctx {

@@ -48,6 +48,7 @@ static __device__ __forceinline__ uint64_t globaltimer_ns()
 static __device__ void report(const weft_cuda_params_t &p, int32_t status)
 {
     atomicCAS(p.status, 0, status);
+    *(volatile uint64_t *)&p.ctl[p.rank]->failed.v = 1;
     __threadfence_system();
 }
 
@@ -92,6 +93,7 @@ static __device__ int32_t exchange(const weft_cuda_params_t &p, int kind, uint64
 {
     __shared__ int32_t failed;
     int t = threadIdx.x;
+    __syncthreads(); /* every thread has read the previous exchange's result before the reset */
     if (t == 0)
         failed = 0;
     __syncthreads();
@@ -132,25 +134,31 @@ static __device__ void run_pre_copy(const weft_cuda_params_t &p)
         weft_dev_copy(p.pre_dst + lo, p.pre_src + lo, hi - lo, threadIdx.x, blockDim.x);
 }
 
+#define ARRIVE_FAILED (1ull << 32) /* added to an arrival counter by a block that failed */
+enum { ARRIVED_LAST = 1, ARRIVED_LAST_FAILED = 2 };
+
 /* Whether this block is the last of the launch to arrive at counter (which it then resets for
- * the next launch: every block has counted by then). Orders every block's writes before the
- * last block's later signals; with sys, at system scope (the block stored into peers' memory,
- * which a gpu-scope fence does not wait for). */
-static __device__ int arrive_last(weft_cuda_flag_t *counter, bool sys = false)
+ * the next launch: every block has counted by then): 0 if not; ARRIVED_LAST; or
+ * ARRIVED_LAST_FAILED when some block, this one included, arrived with failed set. Orders every
+ * block's writes before the last block's later signals; with sys, at system scope (the block
+ * stored into peers' memory, which a gpu-scope fence does not wait for). */
+static __device__ int arrive_last(weft_cuda_flag_t *counter, bool sys = false, bool failed = false)
 {
-    __shared__ int last;
+    __shared__ int arrived;
     __syncthreads();
     if (threadIdx.x == 0) {
         if (sys)
             __threadfence_system();
         else
             __threadfence();
-        last = atomicAdd((unsigned long long *)&counter->v, 1ull) == gridDim.x - 1;
-        if (last)
+        unsigned long long add = failed ? ARRIVE_FAILED + 1 : 1;
+        unsigned long long now = atomicAdd((unsigned long long *)&counter->v, add) + add;
+        arrived = (uint32_t)now != gridDim.x ? 0 : now >> 32 ? ARRIVED_LAST_FAILED : ARRIVED_LAST;
+        if (arrived)
             counter->v = 0;
     }
     __syncthreads();
-    return last;
+    return arrived;
 }
 
 static __device__ __forceinline__ size_t elem_size(int32_t dtype)
@@ -357,11 +365,19 @@ static __device__ void push_collective(const weft_cuda_params_t &p, uint32_t seq
 
 static __device__ __forceinline__ void collective(const weft_cuda_params_t &p)
 {
-    __shared__ uint64_t seq;
+    __shared__ uint64_t seq, failed_before;
     weft_cuda_ctl_t *me = p.ctl[p.rank];
-    if (threadIdx.x == 0)
+    if (threadIdx.x == 0) { /* two loads in flight together */
         seq = *(volatile uint64_t *)&me->seq.v + 1;
+        failed_before = *(volatile uint64_t *)&me->failed.v;
+    }
     __syncthreads();
+    /* A kernel of this rank failed before (a launch of this operation, an earlier one or a
+     * replayed graph's; the host learns it at its next call): post no flag and move no data, so
+     * that no peer takes this rank for ready or done and writes into or reads its buffers. The
+     * communicator is dead: counters left as they are no longer matter. */
+    if (failed_before)
+        return;
 
     if (p.push_bytes > 0) {
         push_collective(p, (uint32_t)seq);
@@ -382,10 +398,14 @@ static __device__ __forceinline__ void collective(const weft_cuda_params_t &p)
     if (st == 0 && p.kind >= 0)
         run_units(p);
 
-    /* The last block to finish runs the closing signal. */
-    if (!arrive_last(&me->arrive, stores_to_peers(p)))
+    /* The last block to finish runs the closing signal, unless some block failed (it skipped
+     * its units): then peers must not take this rank for done. */
+    int arrived = arrive_last(&me->arrive, stores_to_peers(p), st != 0);
+    if (!arrived)
         return;
     __threadfence_system();
+    if (arrived == ARRIVED_LAST_FAILED)
+        st = WEFT_ERR_INTERNAL; /* reported already by the block that failed */
     if (st == 0 && (p.sync & WEFT_SYNC_PHASE))
         st = exchange(p, 1, seq, 1, 0);
     if (st == 0 && (p.sync & (WEFT_SYNC_DONE | WEFT_SYNC_DONE_NOWAIT)))

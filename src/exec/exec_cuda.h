@@ -68,7 +68,11 @@ typedef struct weft_cuda_flag {
 
 typedef struct weft_cuda_ctl {
     weft_cuda_flag_t seq;    /* last finished operation (this rank only) */
-    weft_cuda_flag_t arrive; /* blocks of the current launch that finished (this rank only) */
+    weft_cuda_flag_t failed; /* nonzero once a kernel of this rank reported an error: the
+                                status word's device copy, read where the mapped host word
+                                would cost a PCIe round trip (this rank only) */
+    weft_cuda_flag_t arrive; /* blocks of the current launch that finished (this rank only);
+                                a block that failed adds ARRIVE_FAILED too */
     weft_cuda_flag_t copied; /* blocks that finished their share of the local copy (ditto) */
     weft_cuda_flag_t ready[WEFT_CUDA_MAX_RANKS];
     weft_cuda_flag_t phase[WEFT_CUDA_MAX_RANKS];

@@ -12,7 +12,9 @@
 #    counted are those CUDA_VISIBLE_DEVICES names, when it is set.
 # 3. Runs gpu_collectives, gpu_graph, gpu_registration, gpu_invalid, gpu_moe and gpu_fault
 #    (through gpu_fault.sh) with 2, 4 and 8 ranks (GPU_TEST_RANKS), then gpu_fault --inflight
-#    with the same rank counts, gpu_collectives and gpu_graph at the first and the last rank
+#    with the same rank counts, gpu_late (a kernel later than the timeout: WEFT_TIMEOUT_S=3) at
+#    the first rank count on all_reduce and on the copy engines' all_gather, gpu_collectives and
+#    gpu_graph at the first and the last rank
 #    count with every pure copy on the copy engines (WEFT_CUDA_COPY_ENGINE=1: a call's copies
 #    on the caller's stream and on side streams, captured and replayed; with more ranks, more
 #    side streams per call), and gpu_collectives twice more at the first rank count: with the
@@ -49,7 +51,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 weftrun=$build/weftrun
 bin=$build/tests/gpu
 programs=(gpu_collectives gpu_graph gpu_registration gpu_invalid gpu_moe)
-for exe in "$weftrun" "${programs[@]/#/$bin/}" "$bin/gpu_fault"; do
+for exe in "$weftrun" "${programs[@]/#/$bin/}" "$bin/gpu_fault" "$bin/gpu_late"; do
     if [ ! -x "$exe" ]; then
         echo "$0: $exe is missing: build with the CUDA backend first" >&2
         exit 2
@@ -249,6 +251,17 @@ for n in $ranks; do
     run_one "gpu_fault --inflight" gpu_fault "$n" 0 120 \
         env WEFT_TIMEOUT_S=5 sh "$here/gpu_fault.sh" "$weftrun" "$bin/gpu_fault" "$n" --inflight
 done
+
+# A kernel later than the timeout, at the first rank count: on the kernel path, and with the
+# copies on the copy engines between an entry and a closing launch.
+if [ -z "$only" ]; then
+    first=${ranks%% *}
+    run_one "gpu_late all_reduce" gpu_late "$first" "$first" 120 \
+        env WEFT_TIMEOUT_S=3 "$weftrun" --grace 15 -n "$first" -- "$bin/gpu_late" all_reduce
+    run_one "gpu_late all_gather (copy engine)" gpu_late "$first" "$first" 120 \
+        env WEFT_TIMEOUT_S=3 WEFT_CUDA_COPY_ENGINE=1 "$weftrun" --grace 15 -n "$first" -- \
+        "$bin/gpu_late" all_gather
+fi
 
 # The copy-engine path, which the default (auto) takes only for large copies between GPUs, and
 # the mesh for the small payloads that take the push path by default.
