@@ -9,7 +9,10 @@
  * rank polls with acquire loads. Flags hold operation numbers, which only grow, so graph
  * replays stay correct: the counter lives in device memory and every launch reads it. They are
  * 64-bit and never wrap: a flag that no operation set for any number of operations (the push
- * path sets none) still reads as behind. The push path's words carry the low 32 bits.
+ * path sets none) still reads as behind. The push path's words carry the low 32 bits, matched
+ * for equality: a word of a slot left unwritten for exactly 2^32 operations of its parity would
+ * match (a push, no push covering that word for 2^32 operations, then one: about a day of
+ * back-to-back calls), as in NCCL's LL protocol; weft accepts that limit.
  *
  * A launch: every block reads seq = counter + 1; unless WEFT_SYNC_CONTINUE, block 0 sets
  * ready[me] = seq in every peer's block and every block waits until all peers' ready flags
@@ -37,16 +40,26 @@
  * those bytes (a REDUCE, whose payloads are all push_bytes long, into dst[0] from src[rank] and
  * the unpacked peers; a COPY unpacks into dst[r] and copies push_send[rank] bytes of src[rank]
  * to dst[rank]) without waiting for another block; block 0 also exchanges a header word with
- * every peer. Nobody reads this
- * rank's buffers and there are no ready or closing flags: one one-way trip per call. Two
+ * every peer. Nobody reads this rank's buffers and there are no ready or closing flags: one
+ * one-way trip per call. Two
  * parities suffice: a sender reuses a slot two operations later, after its intermediate
  * operation received the receiver's header or ready flag, which the receiver sends only once
  * its stream has finished the operation that read the slot (no operation of a communicator
  * completes before every peer has started it, and operations are stream-ordered).
  *
  * Every wait polls a deadline (%globaltimer) and the host's abort word; on either it stores a
- * status into the mapped status word (first one wins) and the kernel ends. So all ranks' kernels
- * must be co-resident: blocks per launch are bounded (WEFT_CUDA_MAX_BLOCKS).
+ * status into the mapped status word (first one wins) and its device copy (ctl->failed), and
+ * the kernel ends without a closing signal; every later launch of the rank finds ctl->failed set
+ * and does nothing. So all ranks' kernels must be co-resident: blocks per launch are bounded
+ * (WEFT_CUDA_MAX_BLOCKS).
+ *
+ * Copies on the copy engines (cudaMemcpyAsync into peers' memory between an entry and a closing
+ * launch of one operation) are ordered before the closing launch's flags by the stream: the
+ * closing kernel starts only after the copies completed, and its system-scope fence and release
+ * store follow. The CUDA memory model does not spell out that a completed copy's writes into a
+ * peer GPU are visible at system scope to an acquire of that flag; the driver and the hardware
+ * behave so (NCCL's copy-engine paths rely on the same), and gpu_collectives checks every byte a
+ * peer's copy engine wrote right after the closing flag.
  */
 #ifndef WEFT_EXEC_EXEC_CUDA_H
 #define WEFT_EXEC_EXEC_CUDA_H
