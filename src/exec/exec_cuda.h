@@ -57,9 +57,9 @@
  * launch of one operation) are ordered before the closing launch's flags by the stream: the
  * closing kernel starts only after the copies completed, and its system-scope fence and release
  * store follow. The CUDA memory model does not spell out that a completed copy's writes into a
- * peer GPU are visible at system scope to an acquire of that flag; the driver and the hardware
- * behave so (NCCL's copy-engine paths rely on the same), and gpu_collectives checks every byte a
- * peer's copy engine wrote right after the closing flag.
+ * peer GPU are visible at system scope to an acquire of that flag; weft relies on the driver
+ * and the hardware behaving so, and gpu_collectives (copy engine) checks every byte peers' copy
+ * engines wrote once the closing flags let the stream go on.
  */
 #ifndef WEFT_EXEC_EXEC_CUDA_H
 #define WEFT_EXEC_EXEC_CUDA_H
