@@ -3,6 +3,7 @@ reduction names, the torch allocator entry points' unbound paths, and the packag
 
 import ctypes
 import os
+import re
 import subprocess
 import sys
 
@@ -24,14 +25,35 @@ def test_weft_error_carries_status_and_message():
     assert str(err) == "WEFT_ERR_PEER_LOST: weft_all_reduce: rank 2 closed its connection"
 
 
+def _header_status_map():
+    """(name, text) of every WEFT_STATUS_MAP entry of include/weft.h, in order."""
+    with open(os.path.join(REPO_ROOT, "include", "weft.h")) as f:
+        header = f.read()
+    start = header.index("#define WEFT_STATUS_MAP(X)")
+    body = header[start:header.index("typedef enum", start)]
+    return re.findall(r'X\((WEFT_\w+),\s*"([^"]*)"\)', body)
+
+
 def test_status_names_match_the_library():
+    """Every status: Python's name is the header's, in enum order, the library's
+    weft_status_string is the header's text, and check() raises with that name."""
+    entries = _header_status_map()
+    assert len(entries) == 11, entries  # API.md lists 11 statuses
+    assert list(_lib.STATUS_NAMES) == [name for name, _ in entries]
     lib = _lib.library()
-    texts = [lib.weft_status_string(i).decode() for i in range(len(_lib.STATUS_NAMES))]
-    assert texts[0] == "success"
-    assert texts[_lib.STATUS_NAMES.index("WEFT_ERR_PEER_LOST")] == "peer lost"
-    assert texts[_lib.STATUS_NAMES.index("WEFT_ERR_INTERNAL")] == "internal error"
-    assert lib.weft_status_string(len(_lib.STATUS_NAMES)).decode() == "unknown status"
+    for code, (name, text) in enumerate(entries):
+        assert _lib.status_name(code) == name
+        assert lib.weft_status_string(code).decode() == text, name
+        if code == 0:
+            _lib.check(code)  # success raises nothing
+            continue
+        with pytest.raises(weft.WeftError) as info:
+            _lib.check(code)
+        assert info.value.status == name
+    for code in (len(entries), len(entries) + 1, -1):
+        assert lib.weft_status_string(code).decode() == "unknown status", code
     assert _lib.status_name(99) == "WEFT_STATUS_99"
+    assert _lib.status_name(-1) == "WEFT_STATUS_-1"
 
 
 def test_dtype_table_matches_the_library():
