@@ -19,6 +19,7 @@ makes the same sequence of calls.
 """
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
@@ -31,6 +32,7 @@ import zlib
 import numpy as np
 
 import weft
+import weft._lib
 
 POISON = 0xA5
 GUARD = 16  # elements of poison on each side of an output
@@ -550,11 +552,33 @@ def case_moe(ctx, dtype):
     res.handle.close()
 
 
+@contextlib.contextmanager
+def library_hook(name, before):
+    """Within the block, every call of the library function name (through weft's ctypes
+    library object, which the package looks up at each call) first runs before(*args), on the
+    calling thread. Yields the real function."""
+    lib = weft._lib.library()
+    real = getattr(lib, name)
+
+    def wrapper(*args):
+        before(*args)
+        return real(*args)
+
+    setattr(lib, name, wrapper)
+    try:
+        yield real
+    finally:
+        setattr(lib, name, real)
+
+
 @case("moe_close_in_use", kinds=("numpy", "torch-cpu"))
 def case_moe_close_in_use(ctx, _):
     """handle.close() on one thread while a combine on another is blocked in C with that handle
-    (rank 0's peers join late): the combine still gives what a combine before gave, and later
-    calls with the handle raise ValueError."""
+    (from 2 ranks): the combine still gives what a combine before gave, the handle is freed only
+    when it returns, and later calls with the handle raise ValueError. Ordered without sleeps:
+    rank 0's thread signals from inside its call into the library, and the peers join that
+    combine only after rank 0 closed the handle (a barrier on a second communicator tells
+    them)."""
     k, comm, n, me = ctx.kind, ctx.comm, ctx.n, ctx.rank
     per_rank, topk, hidden = 2, 2, 4
     num_experts = per_rank * n
@@ -565,25 +589,33 @@ def case_moe_close_in_use(ctx, _):
     y = k.array(np.arange(res.num_recv_tokens * hidden).reshape(-1, hidden) + 100 * me,
                 "float32")
     want = comm.moe_combine(res.handle, y)
-    if me != 0:
-        time.sleep(0.3)
-        comm.moe_combine(res.handle, y)
-        res.handle.close()
-        return
-    outcome = {}
+    with weft.init() as side:
+        if me != 0:
+            side.barrier()  # rank 0 has closed the handle while its combine waits for us
+            comm.moe_combine(res.handle, y)
+            res.handle.close()
+            return
+        outcome = {}
+        in_call = threading.Event()
 
-    def run():
-        try:
-            outcome["out"] = comm.moe_combine(res.handle, y)
-        except Exception as exc:  # noqa: BLE001 - reported below
-            outcome["error"] = exc
+        def run():
+            try:
+                outcome["out"] = comm.moe_combine(res.handle, y)
+            except Exception as exc:  # noqa: BLE001 - reported below
+                outcome["error"] = exc
 
-    th = threading.Thread(target=run)
-    th.start()
-    time.sleep(0.1)  # the thread is in the C call, waiting for its peers
-    res.handle.close()
-    ctx.expect(res.handle.closed, "handle.closed is False after close()")
-    th.join()
+        with library_hook("weft_moe_combine", lambda *args: in_call.set()):
+            th = threading.Thread(target=run)
+            th.start()
+            ctx.expect(in_call.wait(30), "the combine thread never called the library")
+            res.handle.close()  # the thread's combine holds the handle, waiting for the peers
+            ctx.expect(res.handle.closed, "handle.closed is False after close()")
+            if n > 1:  # alone, rank 0's combine waits for nobody and may be over
+                ctx.expect(res.handle._handle is not None,
+                           "close() freed the handle while a combine was using it")
+            side.barrier()  # the peers may join the combine now
+            th.join()
+        ctx.expect(res.handle._handle is None, "the handle was not freed when its last use ended")
     ctx.expect("error" not in outcome, f"combine during close() failed: {outcome.get('error')}")
     if "out" in outcome:
         ctx.expect_values(outcome["out"], k.values(want),
