@@ -179,6 +179,7 @@ def scenario_config(c):
         ({"timeout_s": 0}, "timeout_s"),
         ({"timeout_s": float("inf")}, "timeout_s"),
         ({"host_workers": 0}, "host_workers"),
+        ({"host_workers": 2**32 + 1}, "host_workers 4294967297 is outside the range of a C int"),
     ):
         try:
             weft.init(**kwargs)

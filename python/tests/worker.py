@@ -711,6 +711,15 @@ def case_errors(ctx, _):
                       "moe num_experts", "multiple")
     ctx.expect_raises(ValueError, lambda: comm.moe_dispatch(
         x, k.array(np.full((2, 1), n), "int64"), w, n), "moe expert out of range", "outside")
+    # Past a C int: a multiple of n whose low 32 bits are n (ctypes would pass n); a topk of
+    # 2**31 on no tokens.
+    ctx.expect_raises(ValueError, lambda: comm.moe_dispatch(x, idx, w, n * (2**32 + 1)),
+                      "moe num_experts past a C int",
+                      f"num_experts {n * (2**32 + 1)} is outside the range of a C int")
+    wide = k.array(np.zeros((0, 2**31)), "int64")
+    ctx.expect_raises(ValueError, lambda: comm.moe_dispatch(
+        x[:0], wide, k.array(np.zeros((0, 2**31)), "float32"), n * 2**31),
+        "moe topk past a C int", "topk 2147483648 is outside the range of a C int")
     ctx.expect_raises(ValueError, lambda: comm.moe_dispatch(x, idx, k.array(np.zeros((2, 2)),
                                                                             "float32"), n),
                       "moe weights shape", "must be equal")

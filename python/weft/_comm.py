@@ -28,6 +28,8 @@ MOE_REUSE = 0  # WEFT_MOE_REUSE (weft.h): the topk of a dispatch reusing a handl
 _BACKENDS = {"auto": 0, "host": 1, "cuda": 2}
 _REGISTRATIONS = {"roa": 0, "jit": 1, "staged": 2}
 _TIMEOUT_S_RANGE = (1e-3, 1e7)  # WEFT_TIMEOUT_S_MIN and _MAX of src/util/config.h
+_C_INT_BITS = 8 * ctypes.sizeof(ctypes.c_int)
+_C_INT_RANGE = (-(1 << (_C_INT_BITS - 1)), (1 << (_C_INT_BITS - 1)) - 1)
 
 
 class ReduceOp(enum.IntEnum):
@@ -470,11 +472,11 @@ class Comm:
         if len(ib.shape) != 2 or ib.shape[0] != num_tokens or ib.shape[1] == 0:
             raise ValueError(f"{call}: topk_idx must be num_tokens x topk ({num_tokens} x k, "
                              f"k > 0), not shape {ib.shape}")
-        topk = ib.shape[1]
+        topk = _c_int(call, "topk", ib.shape[1])
         if wb.shape != ib.shape:
             raise ValueError(f"{call}: topk_weights has shape {wb.shape}, topk_idx {ib.shape}; "
                              "they must be equal")
-        num_experts = int(num_experts)
+        num_experts = _c_int(call, "num_experts", int(num_experts))
         if num_experts < 1 or num_experts % self.size:
             raise ValueError(f"{call}: num_experts {num_experts} is not a positive multiple of "
                              f"the rank count {self.size}")
@@ -585,6 +587,16 @@ class Comm:
 
 
 # -- helpers ---------------------------------------------------------------------------------
+
+
+def _c_int(call, name, value):
+    """value, checked to fit the C int it is passed as: ctypes would silently keep only its low
+    bits (2**32 + 4 experts would reach the library as 4)."""
+    lo, hi = _C_INT_RANGE
+    if not lo <= value <= hi:
+        raise ValueError(f"{call}: {name} {value} is outside the range of a C int "
+                         f"[{lo}, {hi}]")
+    return value
 
 
 def _rank_arg(call, name, value, size):
@@ -727,7 +739,7 @@ def init(backend=None, timeout_s=None, registration=None, host_workers=None):
         if host_workers is not None:
             if int(host_workers) < 1:
                 raise ValueError(f"init: host_workers {host_workers!r} must be at least 1")
-            cfg.host_workers = int(host_workers)
+            cfg.host_workers = _c_int("init", "host_workers", int(host_workers))
         cfg_ptr = ctypes.byref(cfg)
     handle = ctypes.c_void_p()
     check(lib.weft_comm_init(ctypes.byref(handle), cfg_ptr))
