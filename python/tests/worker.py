@@ -507,6 +507,7 @@ def case_moe(ctx, dtype):
     num = len(rx)
     ctx.expect(res.num_recv_tokens == num, f"moe num_recv_tokens {res.num_recv_tokens}, "
                                            f"expected {num}")
+    ctx.expect_values(res.num_recv_tokens_written, [num], "moe *num_recv_tokens the library wrote")
     if res.num_recv_tokens != num:
         return
     ctx.expect_values(res.recv_x, np.array(rx).reshape(num, hidden), "moe recv_x")
@@ -539,6 +540,8 @@ def case_moe(ctx, dtype):
     k.sync()
     ctx.expect(back.handle is res.handle and back.recv_topk_idx is None,
                "moe_dispatch with handle: the handle and no routing outputs")
+    ctx.expect_values(back.num_recv_tokens_written, [num],
+                      "moe *num_recv_tokens the library wrote (reuse)")
     rx2 = [-2 * row for row in rx]
     ctx.expect_values(back.recv_x, np.array(rx2).reshape(num, hidden), "moe recv_x (reuse)")
     out3 = comm.moe_combine(res.handle, k.array(np.array(rx2).reshape(num, hidden) * (me + 1),
@@ -550,6 +553,51 @@ def case_moe(ctx, dtype):
                                                             handle=res.handle),
                       "moe_dispatch with both handle and a routing")
     res.handle.close()
+
+
+@case("moe_recv_count_checked", kinds=("numpy", "torch-cpu"))
+def case_moe_recv_count_checked(ctx, _):
+    """On the host backend moe_dispatch compares the *num_recv_tokens the library wrote with
+    the count it sized the outputs by. Every rank announces one token more for rank 0 than it
+    sends, so rank 0 sizes for n more than it receives: it raises WeftError (and destroys the
+    C handle it got), the others succeed."""
+    import weft._comm as weft_comm
+
+    k, comm, n, me = ctx.kind, ctx.comm, ctx.n, ctx.rank
+    num_experts = 2 * n
+    x, idx, w = _moe_inputs(ctx, me, "float32", num_experts, 2, 4)
+    real = weft_comm._tokens_per_rank
+
+    def inflated(*args):
+        counts = real(*args)
+        counts[0] += 1
+        return counts
+
+    destroyed = []
+    weft_comm._tokens_per_rank = inflated
+    try:
+        with library_hook("weft_moe_handle_destroy", lambda h: destroyed.append(h)):
+            if me == 0:
+                err = ctx.expect_raises(weft.WeftError, lambda: comm.moe_dispatch(
+                    k.array(x, "float32"), k.array(idx, "int64"), k.array(w, "float32"),
+                    num_experts), "dispatch sized for more than it receives",
+                    "wrote num_recv_tokens")
+                if err is not None:
+                    ctx.expect(err.status == "WEFT_ERR_INTERNAL", f"status {err.status}")
+                ctx.expect(len(destroyed) == 1, f"{len(destroyed)} handle(s) destroyed")
+            else:
+                res = comm.moe_dispatch(k.array(x, "float32"), k.array(idx, "int64"),
+                                        k.array(w, "float32"), num_experts)
+                ctx.expect_values(res.num_recv_tokens_written, [res.num_recv_tokens],
+                                  "*num_recv_tokens on a rank sized right")
+                res.handle.close()
+    finally:
+        weft_comm._tokens_per_rank = real
+    # Still usable.
+    t = k.array(np.full(4, me + 1), "int32")
+    comm.all_reduce(t)
+    k.sync()
+    ctx.expect_values(t, np.full(4, n * (n + 1) // 2), "all_reduce after the check")
 
 
 @contextlib.contextmanager

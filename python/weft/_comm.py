@@ -142,7 +142,13 @@ class MoeDispatchResult:
     """What moe_dispatch returns: recv_x (num_recv_tokens x hidden, x's dtype), recv_topk_idx
     (int64) and recv_topk_weights (float32), both num_recv_tokens x topk, recv_expert_counts
     (int64, num_experts / size), num_recv_tokens (int) and handle (a MoeHandle for
-    moe_combine). The arrays are of x's kind (numpy, or torch on x's device)."""
+    moe_combine). The arrays are of x's kind (numpy, or torch on x's device).
+
+    num_recv_tokens_written is the one-element int64 array (or tensor) into which the library
+    wrote weft_moe_dispatch's *num_recv_tokens. On the host backend moe_dispatch has compared it
+    with num_recv_tokens already (and raised WeftError on a difference). On the CUDA backend
+    it is written on the stream: read it after synchronising; it equals num_recv_tokens, or is
+    -1 where the device rejected the dispatch (weft.h)."""
 
     __slots__ = (
         "recv_x",
@@ -150,6 +156,7 @@ class MoeDispatchResult:
         "recv_topk_weights",
         "recv_expert_counts",
         "num_recv_tokens",
+        "num_recv_tokens_written",
         "handle",
     )
 
@@ -504,6 +511,11 @@ class Comm:
                 num_experts, ptrs[0], ptrs[1], ptrs[2], ptrs[3], num_recv, ptrs[4],
                 ctypes.byref(moe), B.stream_of(self),
             ))
+        try:
+            self._check_num_recv(call, got, num_recv)
+        except BaseException:
+            library().weft_moe_handle_destroy(moe)
+            raise
         # The counts exchanged above fix the number (on CUDA got is still being written).
         n = num_recv
         h = MoeHandle(self, moe, xb, n)
@@ -513,8 +525,21 @@ class Comm:
             recv_topk_weights=recv_w[:n],
             recv_expert_counts=recv_counts_e,
             num_recv_tokens=n,
+            num_recv_tokens_written=got,
             handle=h,
         )
+
+    def _check_num_recv(self, call, got, expected):
+        """On the host backend the dispatch is complete: the *num_recv_tokens it wrote into got
+        must be the count the exchange before it gave (the outputs were sized by it). On CUDA
+        it is still being written; reading it would wait for the stream (and break capture)."""
+        if self.backend != "host":
+            return
+        written = int(got[0])
+        if written != expected:
+            raise WeftError("WEFT_ERR_INTERNAL",
+                            f"{call}: the library wrote num_recv_tokens = {written}, but the "
+                            f"token counts exchanged before the call give {expected}")
 
     def _moe_dispatch_reuse(self, call, x, handle):
         self._live(call)
@@ -540,8 +565,10 @@ class Comm:
                 MOE_REUSE, 0, ptrs[0], None, None, None, n, ptrs[1], ctypes.byref(moe),
                 B.stream_of(self),
             ))
+        self._check_num_recv(call, got, n)
         return MoeDispatchResult(recv_x=recv_x, recv_topk_idx=None, recv_topk_weights=None,
-                                 recv_expert_counts=None, num_recv_tokens=n, handle=handle)
+                                 recv_expert_counts=None, num_recv_tokens=n,
+                                 num_recv_tokens_written=got, handle=handle)
 
     def _check_moe_handle(self, call, handle):
         if not isinstance(handle, MoeHandle):
