@@ -600,6 +600,43 @@ def case_moe_recv_count_checked(ctx, _):
     ctx.expect_values(t, np.full(4, n * (n + 1) // 2), "all_reduce after the check")
 
 
+@case("torch_unbind_failure", kinds=("numpy",))
+def case_torch_unbind_failure(ctx, _):
+    """destroy() of the communicator bound to PyTorch's allocator, when weft_torch_bind(NULL)
+    fails (WEFT_ERR_TIMEOUT: allocations or frees still in flight on other threads), raises and
+    frees nothing: the binding stays, the communicator stays usable and abortable, and a later
+    destroy() unbinds and frees it. The host backend cannot bind for real, so weft.torch's
+    record of the binding is set by hand and the library's unbind replaced by one that fails as
+    the C function does (every rank alike, so the collectives stay in step)."""
+    import weft.torch as weft_torch
+
+    k, n, me = ctx.kind, ctx.n, ctx.rank
+    lib = weft._lib.library()
+    real = lib.weft_torch_bind
+    timeout = weft._lib.STATUS_NAMES.index("WEFT_ERR_TIMEOUT")
+    c2 = weft.init()
+    weft_torch._bound = c2
+    lib.weft_torch_bind = lambda comm: timeout if comm is None else real(comm)
+    try:
+        err = ctx.expect_raises(weft.WeftError, c2.destroy, "destroy with a failing unbind")
+        if err is not None:
+            ctx.expect(err.status == "WEFT_ERR_TIMEOUT", f"status {err.status}")
+    finally:
+        lib.weft_torch_bind = real
+    ctx.expect(weft_torch._bound is c2, "the binding was dropped although the unbind failed")
+    ctx.expect(c2._handle is not None, "destroy() freed the communicator after a failed unbind")
+    t = k.array(np.full(4, me + 1), "int32")
+    c2.all_reduce(t)  # still usable
+    ctx.expect_values(t, np.full(4, n * (n + 1) // 2), "all_reduce after the failed destroy")
+    c2.abort()  # and abortable
+    try:
+        c2.destroy()
+    except weft.WeftError as exc:
+        ctx.expect(False, f"destroy after abort: {exc}")
+    ctx.expect(weft_torch._bound is None, "destroy() did not unbind")
+    ctx.expect(c2._handle is None, "destroy() did not free the communicator")
+
+
 @contextlib.contextmanager
 def library_hook(name, before):
     """Within the block, every call of the library function name (through weft's ctypes

@@ -222,7 +222,9 @@ class Comm:
     def destroy(self):
         """Collective: wait for every rank, then free everything, including memory from
         empty() and from the weft.torch allocator (arrays and tensors still using it must not be
-        touched afterwards). Idempotent."""
+        touched afterwards). Idempotent. If the communicator backs PyTorch's allocator and the
+        unbind fails (allocations or frees still running on other threads past the timeout),
+        raises WeftError before anything is freed: the communicator stays usable."""
         with self._lock:
             if self._handle is None:
                 return

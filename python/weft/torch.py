@@ -17,14 +17,17 @@ collective: they take the staged path (copied through weft's registered scratch)
 
 Lifetime: the allocator functions use one communicator per process (weft_torch_bind). Destroy
 the pools and the tensors allocated from them before the communicator: destroy() frees all of
-its memory and unbinds it. Until PyTorch has returned every segment of a destroyed
+its memory and unbinds it. The unbind waits for allocations and frees running on other threads;
+if they outlast the communicator's timeout, destroy() raises WeftError (WEFT_ERR_TIMEOUT) and
+frees nothing: the communicator stays bound and usable (abort() works; destroy() may be called
+again). Until PyTorch has returned every segment of a destroyed
 communicator, binding another one raises WeftError (its frees could release the new one's memory
 at the same addresses).
 
 torch is imported when a function here is called, not when this module is imported.
 """
 
-from ._lib import check, library, library_path
+from ._lib import WeftError, check, library, library_path
 
 _bound = None  # the Comm bound with weft_torch_bind, or None
 _allocators = []  # every CUDAPluggableAllocator made here, kept alive with the process
@@ -51,10 +54,16 @@ def _bind(call, comm):
 
 
 def _forget(comm):
-    """Called by Comm.destroy: unbind comm if it is the bound one."""
+    """Called by Comm.destroy before it frees anything: unbind comm if it is the bound one.
+
+    weft_torch_bind(NULL) first waits for the allocations and frees in flight on other threads;
+    after the communicator's timeout it fails (WEFT_ERR_TIMEOUT) and keeps the binding, and
+    those calls may still use the communicator. Then this raises WeftError with the library's
+    message and comm stays bound, so that destroy() frees nothing (comm stays usable and
+    abortable; destroy() again retries the unbind)."""
     global _bound
     if _bound is comm:
-        library().weft_torch_bind(None)
+        check(library().weft_torch_bind(None))
         _bound = None
 
 
@@ -96,7 +105,10 @@ def use_weft_allocator(comm):
         torch.cuda.memory.change_current_allocator(_pluggable_allocator(torch))
     except RuntimeError as exc:
         if previous is not comm:
-            _forget(comm)
+            try:
+                _forget(comm)
+            except WeftError:
+                pass  # still bound to comm; its destroy() retries the unbind
         raise RuntimeError(
             f"{call} must be called before the first CUDA allocation of the process (and "
             "before anything that initialises PyTorch's CUDA state, such as "
