@@ -13,6 +13,8 @@ Scenarios:
   abort_race  a thread calls abort(), stats() and empty() in a loop while the main thread
               destroys: each call lands or raises ValueError once destroy() has begun, never
               touches the freed communicator (repeated on fresh communicators).
+  init_fails  rank 0's Comm constructor raises after the C communicator exists: init() aborts
+              and frees it, so rank 1's barrier on it fails at once (WEFT_ERR_PEER_LOST).
   config      weft.init() keyword overrides reach the library (registration="staged": no
               zero-copy operation); bad values raise ValueError before any C call.
 """
@@ -202,6 +204,40 @@ def scenario_config(c):
     return rank
 
 
+def scenario_init_fails(c):
+    """Comm's constructor fails on rank 0 after the C communicator was made: init() aborts
+    and frees it before raising, so rank 1, waiting in a barrier on it, fails at once; then both
+    make and use a fresh communicator."""
+    import weft._comm as weft_comm
+
+    real = weft_comm.Comm
+
+    class Failing(real):
+        def __init__(self, handle):
+            super().__init__(handle)
+            raise RuntimeError("injected by the test")
+
+    if os.environ.get("WEFT_RANK", os.environ.get("RANK")) == "0":
+        weft_comm.Comm = Failing
+        try:
+            weft.init()
+            c.expect(False, "init() with a failing constructor raised nothing")
+        except RuntimeError as exc:
+            c.expect("injected" in str(exc), f"init() raised {exc!r}")
+        finally:
+            weft_comm.Comm = real
+        c.expect(weft_comm._default is None, "the failed communicator became the default")
+    else:
+        comm = weft.init()
+        c.expect_error(comm.barrier, ("WEFT_ERR_PEER_LOST",), "barrier with rank 0's failed init")
+        comm.destroy()
+    with weft.init() as comm:
+        a = np.full(4, comm.rank + 1.0)
+        comm.all_reduce(a)
+        c.expect(np.all(a == 3.0), f"all_reduce on the fresh communicator gave {a}")
+        return comm.rank
+
+
 SCENARIOS = {
     "abort": scenario_abort,
     "raise": scenario_raise,
@@ -209,6 +245,7 @@ SCENARIOS = {
     "destroyed": scenario_destroyed,
     "abort_race": scenario_abort_race,
     "config": scenario_config,
+    "init_fails": scenario_init_fails,
 }
 
 

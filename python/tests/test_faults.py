@@ -52,3 +52,9 @@ def test_init_overrides():
     job = fault_job(2, "config")
     assert job.returncode == 0, job.describe()
     check_case(job, "config")
+
+
+def test_init_fails_after_the_c_communicator():
+    job = fault_job(2, "init_fails")
+    assert job.returncode == 0, job.describe()
+    check_case(job, "init_fails")

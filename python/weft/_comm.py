@@ -772,6 +772,14 @@ def init(backend=None, timeout_s=None, registration=None, host_workers=None):
         cfg_ptr = ctypes.byref(cfg)
     handle = ctypes.c_void_p()
     check(lib.weft_comm_init(ctypes.byref(handle), cfg_ptr))
-    comm = Comm(handle)
+    try:
+        comm = Comm(handle)
+    except BaseException:
+        # Every rank has joined the C communicator, and peers may already wait in its first
+        # operation: abort (they fail at once with WEFT_ERR_PEER_LOST), then free it (local
+        # after an abort), so that nothing of it outlives the exception.
+        lib.weft_comm_abort(handle)
+        lib.weft_comm_destroy(handle)
+        raise
     _set_default(comm)
     return comm
