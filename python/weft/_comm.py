@@ -13,7 +13,6 @@ no lock: it is meant to be called while another thread is blocked in an operatio
 import contextlib
 import ctypes
 import enum
-import os
 import threading
 import warnings
 import weakref
@@ -21,7 +20,7 @@ import weakref
 import numpy as np
 
 from . import _buffers as B
-from ._lib import STATS_FIELDS, WeftError, _Config, _Stats, check, library
+from ._lib import STATS_FIELDS, WeftError, _Config, _Stats, check, env_local_rank, library
 
 MOE_REUSE = 0  # WEFT_MOE_REUSE (weft.h): the topk of a dispatch reusing a handle's layout
 
@@ -692,22 +691,23 @@ def _tokens_per_rank(call, topk_idx, kind, num_experts, per_rank, n):
 
 
 def _select_torch_device(rank):
-    """The CUDA device the C library chose: the local rank (WEFT_LOCAL_RANK, else LOCAL_RANK,
-    else the rank) modulo the device count; None without torch. torch's CUDA state is left
+    """The CUDA device the C library chose, None without torch. torch's CUDA state is left
     alone (torch.cuda.device_count does not initialise it), so that
     weft.torch.use_weft_allocator can still replace torch's allocator after weft.init()."""
     try:
         import torch
     except ImportError:
         return None
-    local = os.environ.get("WEFT_LOCAL_RANK") or os.environ.get("LOCAL_RANK")
-    local_rank = int(local) if local else -1
-    if local_rank < 0:  # unset (-1 is the C default): the rank, as in weft_comm_init
-        local_rank = rank
-    count = torch.cuda.device_count()
+    return _device_of(rank, env_local_rank(), torch.cuda.device_count())
+
+
+def _device_of(rank, local_rank, count):
+    """weft_comm_init's device (src/core/comm.c, weft_cuda_select_device): the local rank as
+    the library parsed it (env_local_rank: WEFT_LOCAL_RANK, else LOCAL_RANK; -1 when unset or
+    malformed), the rank where it is negative, modulo the device count; None with no device."""
     if count == 0:
         return None
-    return local_rank % count
+    return (local_rank if local_rank >= 0 else rank) % count
 
 
 # -- the default communicator ----------------------------------------------------------------
