@@ -600,6 +600,26 @@ def case_moe_recv_count_checked(ctx, _):
     ctx.expect_values(t, np.full(4, n * (n + 1) // 2), "all_reduce after the check")
 
 
+@case("moe_handle_in_use_at_destroy", kinds=("numpy",))
+def case_moe_handle_in_use_at_destroy(ctx, _):
+    """A MoE handle in use by a call (pinned, as moe_combine pins it) while its communicator is
+    destroyed: destroy() leaves it to that call, and the end of the call destroys it
+    (weft_moe_handle_destroy, exactly once), after the communicator is gone."""
+    n = ctx.n
+    destroyed = []
+    with library_hook("weft_moe_handle_destroy", lambda h: destroyed.append(h.value)):
+        c2 = weft.init()
+        res = c2.moe_dispatch(np.ones((2, 4), np.float32), np.zeros((2, 1), np.int64),
+                              np.ones((2, 1), np.float32), n)
+        value = res.handle._handle.value
+        with res.handle._pinned("test"):
+            c2.destroy()
+            ctx.expect(value not in destroyed, "destroy() freed a MoE handle in use")
+            ctx.expect(res.handle.closed, "destroy() did not close the MoE handle")
+        ctx.expect(destroyed == [value], f"after its last use the handle was destroyed "
+                                         f"{destroyed.count(value)} time(s) (calls {destroyed})")
+
+
 @case("torch_unbind_failure", kinds=("numpy",))
 def case_torch_unbind_failure(ctx, _):
     """destroy() of the communicator bound to PyTorch's allocator, when weft_torch_bind(NULL)

@@ -112,10 +112,12 @@ class MoeHandle:
         return self._closing
 
     def _free(self):
-        """Under the communicator's _state_lock, with no call using the handle."""
+        """Under the communicator's _state_lock, with no call using the handle. Also after the
+        communicator's destroy() (a handle in use then is freed when its call returns): the
+        library detaches a communicator's handles when it destroys it, and the handle's host
+        memory is freed only here."""
         if self._handle is not None:
-            if self._comm._handle is not None:  # else its communicator freed it
-                self._destroy(self._handle)
+            self._destroy(self._handle)
             self._handle = None
 
     @contextlib.contextmanager
