@@ -620,6 +620,57 @@ def case_moe_handle_in_use_at_destroy(ctx, _):
                                          f"{destroyed.count(value)} time(s) (calls {destroyed})")
 
 
+@case("moe_destroy_outside_locks", kinds=("numpy",))
+def case_moe_destroy_outside_locks(ctx, _):
+    """weft_moe_handle_destroy (which waits for the device on CUDA) never runs under the
+    communicator's _state_lock, which abort() needs: not from close(), the end of a call that
+    used a closed handle, destroy(), nor garbage collection; a garbage-collected handle is not
+    destroyed by its finalizer (which may run anywhere, even during CUDA-graph capture) but at
+    the communicator's next operation, or at its destroy()."""
+    import gc
+
+    n = ctx.n
+    calls = []  # (handle, whether this thread held the state lock of the handle's comm)
+    comms = []
+
+    def record(h):
+        held = any(c._state_lock._is_owned() for c in comms)
+        calls.append((h.value, held))
+
+    def dispatch(comm):
+        res = comm.moe_dispatch(np.ones((2, 4), np.float32), np.zeros((2, 1), np.int64),
+                                np.ones((2, 1), np.float32), n)
+        return res, res.handle._handle.value
+
+    with library_hook("weft_moe_handle_destroy", record):
+        c2 = weft.init()
+        comms.append(c2)
+        res, h = dispatch(c2)  # close()
+        res.handle.close()
+        ctx.expect(calls == [(h, False)], f"close(): {calls}")
+        calls.clear()
+        res, h = dispatch(c2)  # closed while in use: freed at the end of the call
+        with res.handle._pinned("test"):
+            res.handle.close()
+            ctx.expect(calls == [], f"close() in use: {calls}")
+        ctx.expect(calls == [(h, False)], f"end of the last use: {calls}")
+        calls.clear()
+        res, h = dispatch(c2)  # garbage-collected: at the next operation
+        del res
+        gc.collect()
+        ctx.expect(calls == [], f"the finalizer called the library: {calls}")
+        c2.barrier()
+        ctx.expect(calls == [(h, False)], f"the next operation after the finalizer: {calls}")
+        calls.clear()
+        res, h = dispatch(c2)  # open at destroy()
+        res2, h2 = dispatch(c2)  # garbage-collected before destroy()
+        del res2
+        gc.collect()
+        c2.destroy()
+        ctx.expect(sorted(calls) == sorted([(h, False), (h2, False)]), f"destroy(): {calls}")
+        ctx.expect(res.handle.closed, "destroy() did not close the open handle")
+
+
 @case("torch_unbind_failure", kinds=("numpy",))
 def case_torch_unbind_failure(ctx, _):
     """destroy() of the communicator bound to PyTorch's allocator, when weft_torch_bind(NULL)

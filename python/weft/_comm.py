@@ -81,15 +81,14 @@ class _Allocation:
 
 
 class MoeHandle:
-    """The layout of one moe_dispatch, for moe_combine (any number of times). Freed by close()
-    or when garbage-collected."""
+    """The layout of one moe_dispatch, for moe_combine (any number of times). Freed by close(),
+    or after it is garbage-collected (see __del__)."""
 
     def __init__(self, comm, handle, x, num_recv_tokens):
         self._comm = comm
         self._handle = handle
         self._uses = 0  # calls using the handle now (_pinned); close() leaves it to the last
         self._closing = False
-        self._destroy = library().weft_moe_handle_destroy
         comm._moe_handles.add(self)  # closed by comm.destroy() if still open
         # An empty array or tensor of x's kind, dtype and device (not x: that would keep it
         # alive), for checking y and allocating combine's output.
@@ -100,25 +99,27 @@ class MoeHandle:
 
     def close(self):
         """Free the layout; idempotent. A combine or dispatch using the handle on another thread
-        keeps it until that call returns, and later calls raise ValueError."""
+        keeps it until that call returns, and later calls raise ValueError. On the CUDA backend
+        it waits for the device (weft_moe_handle_destroy). Also frees the handles of the
+        communicator garbage-collected since its last call (Comm._reap)."""
         with self._comm._state_lock:
             self._closing = True
-            if self._uses == 0:
-                self._free()
+            handle = self._detach()
+        _destroy_moe_handle(handle)
+        self._comm._reap()
 
     @property
     def closed(self):
         """Whether close() was called (by the user, or by the communicator's destroy())."""
         return self._closing
 
-    def _free(self):
-        """Under the communicator's _state_lock, with no call using the handle. Also after the
-        communicator's destroy() (a handle in use then is freed when its call returns): the
-        library detaches a communicator's handles when it destroys it, and the handle's host
-        memory is freed only here."""
-        if self._handle is not None:
-            self._destroy(self._handle)
-            self._handle = None
+    def _detach(self):
+        """Under the communicator's _state_lock: take the C handle for destroying, unless a call
+        uses it (the last one takes it when it returns) or it was taken already (None)."""
+        if self._uses or self._handle is None:
+            return None
+        handle, self._handle = self._handle, None
+        return handle
 
     @contextlib.contextmanager
     def _pinned(self, call):
@@ -132,11 +133,28 @@ class MoeHandle:
         finally:
             with self._comm._state_lock:
                 self._uses -= 1
-                if self._uses == 0 and self._closing:
-                    self._free()
+                handle = self._detach() if self._closing else None
+            _destroy_moe_handle(handle)
 
     def __del__(self):
-        self.close()
+        # A finalizer runs wherever the last reference goes: inside a lock, on any thread,
+        # during CUDA-graph capture (where waiting for the device, as weft_moe_handle_destroy
+        # does on CUDA, is not allowed). So it never calls the library and never blocks: the C
+        # handle joins the communicator's queue, destroyed at its next call that may block, or
+        # at its destroy() (Comm._reap). No call uses the handle here (a call keeps it alive).
+        handle = getattr(self, "_handle", None)
+        if handle is not None:
+            self._handle = None
+            self._comm._doomed.append(handle)  # list.append: atomic, takes no lock
+
+
+def _destroy_moe_handle(handle):
+    """weft_moe_handle_destroy (None: nothing), outside every lock of the communicator: on the
+    CUDA backend it waits for the device. Also after the communicator's destroy(): the library
+    detaches a communicator's handles when it destroys it, and a handle's host memory is freed
+    only here."""
+    if handle is not None:
+        library().weft_moe_handle_destroy(handle)
 
 
 class MoeDispatchResult:
@@ -189,12 +207,15 @@ class Comm:
         lib = library()
         self._handle = handle
         # _lock serialises the operations (they may block) and destroy(). _state_lock guards
-        # _handle for the local calls that never block (abort, stats, malloc and free, closing
-        # a MoE handle) against destroy() on another thread; it is never held across a blocking
-        # call, and re-entrant because __del__ of an array may run inside it.
+        # _handle for the local calls that never block (abort, stats, malloc and free, the
+        # bookkeeping of MoE handles) against destroy() on another thread; it is never held
+        # across a blocking call (weft_moe_handle_destroy, which waits for the device on CUDA,
+        # runs after it is released), and re-entrant because __del__ of an array may run
+        # inside it.
         self._lock = threading.Lock()
         self._state_lock = threading.RLock()
         self._moe_handles = weakref.WeakSet()  # open MoeHandles: destroy() closes them first
+        self._doomed = []  # C handles of garbage-collected MoeHandles, for _reap
         self._allocations = weakref.WeakSet()  # memory from empty() still viewed by an array
         self.rank = lib.weft_comm_rank(handle)
         self.size = lib.weft_comm_size(handle)
@@ -220,6 +241,25 @@ class Comm:
         with self._state_lock:
             return fn(self._live(call), *args)
 
+    def _reap(self, during_capture=False):
+        """Destroy the C handles that garbage-collected MoeHandles left in the queue (their
+        __del__ never calls the library). Runs, outside every lock, at the start of each
+        operation (collectives, MoE calls), in MoeHandle.close() and in destroy(); on the CUDA
+        backend not while torch captures a CUDA graph on the current stream (the destroy waits
+        for the device, which capture forbids), unless during_capture (destroy())."""
+        if not self._doomed:
+            return
+        if self.backend == "cuda" and not during_capture:
+            torch = B.torch_module()
+            if torch is not None and torch.cuda.is_current_stream_capturing():
+                return
+        while True:
+            try:
+                handle = self._doomed.pop()
+            except IndexError:
+                return
+            _destroy_moe_handle(handle)
+
     def destroy(self):
         """Collective: wait for every rank, then free everything, including memory from
         empty() and from the weft.torch allocator (arrays and tensors still using it must not be
@@ -233,10 +273,15 @@ class Comm:
 
             weft_torch._forget(self)
             with self._state_lock:
+                detached = []
                 for moe_handle in list(self._moe_handles):
-                    moe_handle.close()  # reads the communicator: before it is freed
+                    moe_handle._closing = True  # one in use is freed when its call returns
+                    detached.append(moe_handle._detach())
                 handle, self._handle = self._handle, None
                 live = len(self._allocations)
+            for moe in detached:  # outside _state_lock: on CUDA each waits for the device
+                _destroy_moe_handle(moe)
+            self._reap(during_capture=True)
             if live:
                 # A later communicator may map the same addresses: a stale array would then
                 # read and write its memory. Nothing can revoke a numpy array; say so loudly.
@@ -309,6 +354,7 @@ class Comm:
     # -- collectives ---------------------------------------------------------------------------
 
     def _run(self, call, fn, *args):
+        self._reap()
         with self._lock:
             check(fn(self._live(call), *args))
 
@@ -508,6 +554,7 @@ class Comm:
         ptrs = [B.as_buffer(call, "out", a, writable=True).ptr
                 for a in (recv_x, recv_idx, recv_w, recv_counts_e, got)]
         moe = ctypes.c_void_p()
+        self._reap()
         with self._lock:
             check(library().weft_moe_dispatch(
                 self._live(call), xb.ptr, num_tokens, hidden, xb.dtype, ib.ptr, wb.ptr, topk,
@@ -517,7 +564,7 @@ class Comm:
         try:
             self._check_num_recv(call, got, num_recv)
         except BaseException:
-            library().weft_moe_handle_destroy(moe)
+            _destroy_moe_handle(moe)
             raise
         # The counts exchanged above fix the number (on CUDA got is still being written).
         n = num_recv
@@ -560,6 +607,7 @@ class Comm:
         recv_x = B.empty_like_kind(xb, (n, handle.hidden), "same")
         got = B.empty_like_kind(xb, (1,), "int64")
         ptrs = [B.as_buffer(call, "out", a, writable=True).ptr for a in (recv_x, got)]
+        self._reap()
         with handle._pinned(call) as pinned, self._lock:
             comm = self._live(call)  # destroy() closes handles: the communicator first
             moe = ctypes.c_void_p(pinned.value)  # in: the layout; left as is
@@ -610,6 +658,7 @@ class Comm:
         if ob.shape != (handle.num_tokens, handle.hidden):
             raise ValueError(f"{call}: out has shape {ob.shape}, expected "
                              f"({handle.num_tokens}, {handle.hidden})")
+        self._reap()
         with handle._pinned(call) as pinned, self._lock:
             check(library().weft_moe_combine(self._live(call), pinned, yb.ptr, ob.ptr,
                                              B.stream_of(self)))
