@@ -11,8 +11,12 @@ Scenarios:
   destroyed   every call on a destroyed communicator raises ValueError; destroy is idempotent
               and warns when arrays from empty() outlive it.
   abort_race  a thread calls abort(), stats() and empty() in a loop while the main thread
-              destroys: each call lands or raises ValueError once destroy() has begun, never
-              touches the freed communicator (repeated on fresh communicators).
+              destroys: each call lands or raises ValueError (stats() and empty() once
+              destroy() has begun, abort() once it has returned), never touches the freed
+              communicator (repeated on fresh communicators).
+  abort_during_destroy
+              rank 0's destroy() waits for rank 1, which does not come; abort() on another
+              thread ends it at once with WEFT_ERR_ABORTED.
   init_fails  rank 0's Comm constructor raises after the C communicator exists: init() aborts
               and frees it, so rank 1's barrier on it fails at once (WEFT_ERR_PEER_LOST).
   config      weft.init() keyword overrides reach the library (registration="staged": no
@@ -30,9 +34,11 @@ import warnings
 import numpy as np
 
 import weft
+import weft._lib
 
 ABORT_RACES = 20  # fresh communicators in scenario_abort_race
 PROMPT_S = 10.0  # a failure must be seen this fast (the jobs run with WEFT_TIMEOUT_S=60)
+OUT = None  # the job's output directory (--out), also for flags between ranks
 
 
 class Checks:
@@ -204,6 +210,80 @@ def scenario_config(c):
     return rank
 
 
+def _wait_for_file(path, timeout_s):
+    deadline = time.monotonic() + timeout_s
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def scenario_abort_during_destroy(c):
+    """Rank 0's destroy() waits for rank 1, which does not come; a watchdog thread's abort()
+    ends that wait at once (weft.h allows abort during weft_comm_destroy): destroy() raises
+    WEFT_ERR_ABORTED and the communicator is gone. Rank 1 waits (for a file rank 0 writes
+    after its destroy() returned), then sees rank 0 lost."""
+    comm = weft.init()
+    flag = os.path.join(OUT, "rank0-destroyed")
+    if comm.rank != 0:
+        c.expect(_wait_for_file(flag, 100), "rank 0 never finished its destroy()")
+        c.expect_error(comm.barrier, ("WEFT_ERR_PEER_LOST",), "barrier after rank 0 left")
+        comm.destroy()
+        return comm.rank
+    lib = weft._lib.library()
+    real = lib.weft_comm_destroy
+    in_destroy = threading.Event()
+    wait_s = 1.0  # for the library to reach its wait for rank 1 after the call began
+    aborted = []
+
+    def destroy_hook(handle):
+        in_destroy.set()
+        return real(handle)
+
+    def watchdog():
+        if not in_destroy.wait(PROMPT_S):
+            return
+        time.sleep(wait_s)
+        c.expect(repr(comm).endswith("being destroyed>"), f"during destroy: {comm!r}")
+        try:
+            comm.abort()
+            aborted.append(time.monotonic())
+        except Exception as exc:  # noqa: BLE001 - the wrong exception is the failure
+            c.expect(False, f"abort() during destroy() raised {type(exc).__name__}: {exc}")
+
+    thread = threading.Thread(target=watchdog)
+    thread.start()
+    lib.weft_comm_destroy = destroy_hook
+    t0 = time.monotonic()
+    try:
+        comm.destroy()
+        c.expect(False, "destroy() with an absent peer, aborted, raised nothing")
+    except weft.WeftError as exc:
+        c.expect(exc.status == "WEFT_ERR_ABORTED", f"destroy() raised {exc.status}: "
+                                                   f"{exc.message}")
+    finally:
+        lib.weft_comm_destroy = real
+        ended = time.monotonic()
+        thread.join(PROMPT_S)
+    c.expect(in_destroy.is_set(), "destroy() never called weft_comm_destroy")
+    c.expect(bool(aborted), "the watchdog did not abort")
+    if aborted:
+        c.expect(ended - t0 >= wait_s, f"destroy() returned after {ended - t0:.2f} s, before "
+                                       "the abort: it did not wait for rank 1")
+        c.expect(ended - aborted[0] < PROMPT_S,
+                 f"destroy() ended {ended - aborted[0]:.1f} s after the abort")
+    c.expect(repr(comm).endswith(", destroyed>"), f"after destroy: {comm!r}")
+    try:
+        comm.abort()
+        c.expect(False, "abort() after destroy() returned raised nothing")
+    except ValueError as exc:
+        c.expect("was destroyed" in str(exc), f"abort() after destroy(): {exc}")
+    with open(flag, "w"):
+        pass
+    return comm.rank
+
+
 def scenario_init_fails(c):
     """Comm's constructor fails on rank 0 after the C communicator was made: init() aborts
     and frees it before raising, so rank 1, waiting in a barrier on it, fails at once; then both
@@ -246,6 +326,7 @@ SCENARIOS = {
     "abort_race": scenario_abort_race,
     "config": scenario_config,
     "init_fails": scenario_init_fails,
+    "abort_during_destroy": scenario_abort_during_destroy,
 }
 
 
@@ -254,6 +335,8 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("scenario", choices=sorted(SCENARIOS))
     args = ap.parse_args()
+    global OUT
+    OUT = args.out
     c = Checks()
     rank = SCENARIOS[args.scenario](c)
     result = "ok" if not c.failures else "FAIL: " + "; ".join(c.failures)

@@ -58,3 +58,9 @@ def test_init_fails_after_the_c_communicator():
     job = fault_job(2, "init_fails")
     assert job.returncode == 0, job.describe()
     check_case(job, "init_fails")
+
+
+def test_abort_during_destroy():
+    job = fault_job(2, "abort_during_destroy")
+    assert job.returncode == 0, job.describe()
+    check_case(job, "abort_during_destroy")

@@ -6,8 +6,9 @@ operation is complete; on the CUDA backend it is queued on torch's current CUDA 
 be captured in a CUDA graph). ctypes releases the GIL during the call.
 
 Thread safety: as in C, one thread at a time uses a communicator; a lock per communicator makes
-concurrent Python callers wait for each other instead of corrupting the C state. abort() takes
-no lock: it is meant to be called while another thread is blocked in an operation.
+concurrent Python callers wait for each other instead of corrupting the C state. abort() does not
+take that lock: it is meant to be called while another thread is blocked in an operation, or in
+destroy().
 """
 
 import contextlib
@@ -205,7 +206,11 @@ class Comm:
 
     def __init__(self, handle):
         lib = library()
+        # _handle: the C communicator for every call; None once destroy() has begun.
+        # _abortable: the same for abort(), which weft.h allows while weft_comm_destroy runs
+        # on another thread (its waits then end); None once weft_comm_destroy has returned.
         self._handle = handle
+        self._abortable = handle
         # _lock serialises the operations (they may block) and destroy(). _state_lock guards
         # _handle for the local calls that never block (abort, stats, malloc and free, the
         # bookkeeping of MoE handles) against destroy() on another thread; it is never held
@@ -226,15 +231,22 @@ class Comm:
             self.device = _select_torch_device(self.rank)
 
     def __repr__(self):
-        state = "destroyed" if self._handle is None else self.backend
+        if self._abortable is None:
+            state = "destroyed"
+        elif self._handle is None:
+            state = "being destroyed"
+        else:
+            state = self.backend
         return f"<weft.Comm rank {self.rank} of {self.size}, {state}>"
 
     # -- lifetime ------------------------------------------------------------------------------
 
     def _live(self, call):
-        if self._handle is None:
-            raise ValueError(f"{call}: the communicator was destroyed")
-        return self._handle
+        handle = self._handle
+        if handle is None:
+            when = "was destroyed" if self._abortable is None else "is being destroyed"
+            raise ValueError(f"{call}: the communicator {when}")
+        return handle
 
     def _local(self, call, fn, *args):
         """fn(handle, *args): a C call that never blocks, safe against destroy() elsewhere."""
@@ -263,9 +275,12 @@ class Comm:
     def destroy(self):
         """Collective: wait for every rank, then free everything, including memory from
         empty() and from the weft.torch allocator (arrays and tensors still using it must not be
-        touched afterwards). Idempotent. If the communicator backs PyTorch's allocator and the
-        unbind fails (allocations or frees still running on other threads past the timeout),
-        raises WeftError before anything is freed: the communicator stays usable."""
+        touched afterwards). Idempotent. Once it has begun, other calls raise ValueError, except
+        abort() from another thread, which ends its waits for the peers (a rank that never
+        comes, say): it then raises WeftError WEFT_ERR_ABORTED, the communicator freed all the
+        same. If the communicator backs PyTorch's allocator and the unbind fails (allocations
+        or frees still running on other threads past the timeout), raises WeftError before
+        anything is freed: the communicator stays usable."""
         with self._lock:
             if self._handle is None:
                 return
@@ -277,26 +292,46 @@ class Comm:
                 for moe_handle in list(self._moe_handles):
                     moe_handle._closing = True  # one in use is freed when its call returns
                     detached.append(moe_handle._detach())
-                handle, self._handle = self._handle, None
+                handle, self._handle = self._handle, None  # from here only abort() uses it
                 live = len(self._allocations)
-            for moe in detached:  # outside _state_lock: on CUDA each waits for the device
-                _destroy_moe_handle(moe)
-            self._reap(during_capture=True)
-            if live:
-                # A later communicator may map the same addresses: a stale array would then
-                # read and write its memory. Nothing can revoke a numpy array; say so loudly.
-                warnings.warn(
-                    f"destroy: {live} array(s) from empty() are still alive; their memory is "
-                    "freed now and must not be touched (a later communicator may reuse the "
-                    "addresses)", RuntimeWarning, stacklevel=2)
-            _forget_default(self)
-            check(library().weft_comm_destroy(handle))
+            try:
+                for moe in detached:  # outside _state_lock: on CUDA each waits for the device
+                    _destroy_moe_handle(moe)
+                self._reap(during_capture=True)
+                if live:
+                    # A later communicator may map the same addresses: a stale array would then
+                    # read and write its memory. Nothing can revoke a numpy array; say so.
+                    warnings.warn(
+                        f"destroy: {live} array(s) from empty() are still alive; their memory "
+                        "is freed now and must not be touched (a later communicator may reuse "
+                        "the addresses)", RuntimeWarning, stacklevel=2)
+            finally:  # whatever was raised above (warnings as errors), the communicator goes
+                _forget_default(self)
+                try:
+                    status = library().weft_comm_destroy(handle)
+                finally:
+                    # It returned: the communicator is gone, and abort() must not reach it.
+                    with self._state_lock:
+                        self._abortable = None
+            check(status)
 
     def abort(self):
         """Local, never blocks: pending and future operations fail with WEFT_ERR_ABORTED and
         peers see WEFT_ERR_PEER_LOST. destroy() must still be called (the context manager
-        does). Safe from any thread; once destroy() has begun it raises ValueError."""
-        check(self._local("abort", library().weft_comm_abort))
+        does). Safe from any thread, also while destroy() runs on another thread: its waits for
+        the peers end (destroy() raises WeftError WEFT_ERR_ABORTED), or, when its teardown is
+        past them, the abort does nothing. Raises ValueError once destroy() has returned."""
+        with self._state_lock:
+            # The lock keeps destroy() from marking the communicator gone before this returns
+            # (and the library's teardown waits for aborts in flight before it frees anything).
+            # An abort that takes the lock in the instant between weft_comm_destroy's return
+            # and that mark reaches a freed communicator; the library then finds it in no list
+            # of live ones and does nothing (unless a new communicator of this process got the
+            # same address in that instant).
+            handle = self._abortable
+            if handle is None:
+                raise ValueError("abort: the communicator was destroyed")
+            check(library().weft_comm_abort(handle))
 
     def __enter__(self):
         return self
@@ -306,8 +341,8 @@ class Comm:
             return
         if exc_type is not None:
             with self._state_lock:
-                if self._handle is not None:
-                    library().weft_comm_abort(self._handle)
+                if self._abortable is not None:
+                    library().weft_comm_abort(self._abortable)
             try:
                 self.destroy()
             except WeftError:
