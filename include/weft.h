@@ -273,8 +273,11 @@ typedef struct weft_moe_handle *weft_moe_handle_t;
  * recv_x row i is the token's row; recv_topk_idx[i * topk + j] is the local id (0 .. E/n - 1) of
  * the token's expert j if this rank owns it, else -1 (masked, or owned elsewhere);
  * recv_topk_weights[i * topk + j] the sender's weight for a local expert, else 0.0f.
- * recv_expert_counts (E/n entries) counts, per local expert, the received tokens routed to it;
- * *num_recv_tokens is the number of tokens received. recv_x, recv_topk_idx and
+ * recv_expert_counts (E/n entries) counts, per local expert, the routing slots of received
+ * tokens that name it (one count per top-k slot, not per token): a token whose topk_idx row
+ * names the same local expert twice counts twice there, and that id appears twice in its
+ * recv_topk_idx row (the row itself is received once); *num_recv_tokens is the number of tokens
+ * received. recv_x, recv_topk_idx and
  * recv_topk_weights hold max_recv_tokens rows (may be NULL when it is 0): if any rank would
  * receive more, every rank returns WEFT_ERR_INVALID_ARGUMENT, writes no output and the
  * communicator stays usable (the counts are learnt in the handshake, before any data moves).
