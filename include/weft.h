@@ -18,11 +18,11 @@
  * nothing of it: weft_comm_destroy and weft_comm_abort too (the child's copy is left as it is,
  * and the parent's communicator stays usable in the parent), as well as weft_malloc, weft_free,
  * weft_get_stats, the collectives and MoE calls, and weft_moe_handle_destroy of a CUDA backend
- * handle; only weft_comm_rank, weft_comm_size and weft_comm_backend still answer. Memory from
- * weft_malloc on the host backend stays mapped in the child (arrays over it still read; writes
- * reach the memory the ranks share) until the parent frees it; from then on the child's view
- * never shows a later allocation, and its writes there reach no live allocation. A child may
- * create communicators of its own. Only fork() runs the handler: a child made by vfork or
+ * handle still attached to it; only weft_comm_rank, weft_comm_size and weft_comm_backend still
+ * answer. Memory from weft_malloc on the host backend stays mapped in the child (arrays over it
+ * still read; writes reach the memory the ranks share) until the parent frees it; from then on the
+ * child's view never shows a later allocation, and its writes there reach no live allocation. A
+ * child may create communicators of its own. Only fork() runs the handler: a child made by vfork or
  * posix_spawn keeps the descriptors until it execs (they are close-on-exec). CUDA itself cannot be
  * used in a forked child.
  *
@@ -309,15 +309,21 @@ WEFT_API weft_status_t weft_moe_dispatch(weft_comm_t comm, const void *x, size_t
  * num_tokens rows, row t the sum over the ranks that received token t of their row for t
  * (summed in float32 in increasing rank order; float16 and bfloat16 round once at the end).
  * Tokens sent nowhere (every expert masked) get zeros. y may be NULL when nothing was received,
- * out when num_tokens was 0. handle stays valid (combine may run any number of times). Ranks
+ * out when num_tokens was 0. handle stays valid (combine may run any number of times) until it
+ * or its communicator is destroyed. Ranks
  * passing handles of different dispatches all get WEFT_ERR_MISMATCH, and nothing moves. */
 WEFT_API weft_status_t weft_moe_combine(weft_comm_t comm, weft_moe_handle_t handle, const void *y,
                                         void *out, void *stream);
 
-/* Free a dispatch's handle (NULL: no-op). Local, never fails, except for a CUDA backend handle
- * in a forked child (WEFT_ERR_INVALID_ARGUMENT, nothing freed: Fork, above). On the CUDA backend
- * it first waits for the device (kernels may still read the handle's device memory); destroy
- * handles before their communicator. */
+/* Free a dispatch's handle (NULL: no-op). Local. A handle may be destroyed before or after its
+ * communicator: weft_comm_destroy detaches the handles left (their device memory goes with the
+ * communicator's), and destroying a detached handle frees the rest and succeeds; dispatch and
+ * combine refuse a detached handle (WEFT_ERR_INVALID_ARGUMENT). Any thread may destroy a handle,
+ * also while another destroys its communicator (a garbage collector's finalizer, say), but not
+ * while another uses it. Never fails, except for a CUDA backend handle attached to a
+ * communicator in a forked child (WEFT_ERR_INVALID_ARGUMENT, nothing freed: Fork, above). On the
+ * CUDA backend an attached handle first waits for the device (kernels may still read its device
+ * memory). */
 WEFT_API weft_status_t weft_moe_handle_destroy(weft_moe_handle_t handle);
 
 /* ---------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@
 #include "core/comm.h"
 #include "core/comm_cuda.h"
 #include "core/registry.h"
+#include "op/moe.h"
 #include "util/config.h"
 #include "util/log.h"
 
@@ -41,6 +42,8 @@ weft_status_t weft_comm_destroy(weft_comm_t comm)
     weft_status_t st = weft_comm_owned(comm, "weft_comm_destroy");
     if (st != WEFT_SUCCESS)
         return st; /* a forked child's copy: the parent's threads, peers and memory stay as is */
+    /* MoE handles may outlive the communicator: from here they hold only host memory. */
+    weft_moe_handles_detach(comm);
     weft_cuda_prev_t prev;
     st = weft_cuda_device_enter(comm, "weft_comm_destroy", &prev);
     if (st == WEFT_SUCCESS) /* else: no CUDA call can work; still tear down, never leak */

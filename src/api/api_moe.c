@@ -16,7 +16,6 @@
 
 #include "api/api.h"
 #include "core/comm.h"
-#include "core/comm_cuda.h"
 #include "op/moe.h"
 #include "util/dtype.h"
 #include "util/log.h"
@@ -59,11 +58,20 @@ static weft_status_t check_arrays(const char *call, const moe_array_t *a, size_t
     return WEFT_SUCCESS;
 }
 
-/* Whether h was made by a dispatch on comm (not on an earlier communicator at comm's address,
- * which the caller should have destroyed it before). */
-static int moe_handle_of(const struct weft_moe_handle *h, const struct weft_comm *comm)
+/* A handle given to call as `what` was made by a dispatch on comm: WEFT_ERR_INVALID_ARGUMENT
+ * when its communicator was destroyed (the handle is detached: op/moe.h) or is another one (the
+ * generation tells comm from an earlier communicator at its address). */
+static weft_status_t check_handle(const char *call, const char *what,
+                                  const struct weft_moe_handle *h, const struct weft_comm *comm)
 {
-    return h->comm == comm && h->comm_generation == comm->generation;
+    const struct weft_comm *mine = weft_moe_handle_comm(h);
+    if (!mine)
+        return INVALID("%s: %s belongs to a destroyed communicator (weft_moe_handle_destroy is "
+                       "all it is good for)",
+                       call, what);
+    if (mine != comm || h->comm_generation != comm->generation)
+        return INVALID("%s: %s comes from a dispatch on another communicator", call, what);
+    return WEFT_SUCCESS;
 }
 
 /* A WEFT_MOE_REUSE dispatch: the handle to reuse, whose shape the call must repeat. */
@@ -74,8 +82,9 @@ static weft_status_t check_reuse(const char *call, weft_comm_t comm, weft_moe_ha
         return INVALID("%s: topk is WEFT_MOE_REUSE but %s is NULL (no layout to reuse)", call,
                        !handle ? "handle" : "*handle");
     const struct weft_moe_handle *h = *handle;
-    if (!moe_handle_of(h, comm))
-        return INVALID("%s: *handle comes from a dispatch on another communicator", call);
+    weft_status_t st = check_handle(call, "*handle", h, comm);
+    if (st != WEFT_SUCCESS)
+        return st;
     if (num_tokens != h->num_tokens)
         return INVALID("%s: num_tokens %zu differs from the reused layout's %zu", call, num_tokens,
                        h->num_tokens);
@@ -192,8 +201,9 @@ weft_status_t weft_moe_combine(weft_comm_t comm, weft_moe_handle_t handle, const
         return st;
     if (!handle)
         return INVALID("%s: handle is NULL", call);
-    if (!moe_handle_of(handle, comm))
-        return INVALID("%s: handle comes from a dispatch on another communicator", call);
+    st = check_handle(call, "handle", handle, comm);
+    if (st != WEFT_SUCCESS)
+        return st;
     if (handle->num_tokens > 0 && !out)
         return INVALID("%s: out is NULL with num_tokens %zu", call, handle->num_tokens);
     /* On CUDA the received count is on the device and y may hold just that many rows, none at
@@ -219,17 +229,7 @@ weft_status_t weft_moe_combine(weft_comm_t comm, weft_moe_handle_t handle, const
 weft_status_t weft_moe_handle_destroy(weft_moe_handle_t handle)
 {
     weft_error_clear();
-    weft_cuda_prev_t prev = {NULL, 0};
-    weft_status_t st = WEFT_SUCCESS;
-    if (handle && handle->dev) {
-        /* Freeing its device memory reaches the registrar (a host handle is local memory). */
-        st = weft_comm_owned(handle->comm, "weft_moe_handle_destroy");
-        if (st != WEFT_SUCCESS)
-            return st;
-        /* On failure still freed: its synchronisation then fails too and is logged. */
-        st = weft_cuda_device_enter(handle->comm, "weft_moe_handle_destroy", &prev);
-    }
-    weft_moe_handle_free(handle);
-    weft_cuda_device_leave(prev);
-    return st;
+    if (!handle)
+        return WEFT_SUCCESS;
+    return weft_moe_handle_release(handle);
 }

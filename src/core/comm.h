@@ -29,6 +29,8 @@
 #include "util/wait.h"
 #include "weft.h"
 
+struct weft_moe_handle; /* op/moe.h */
+
 #define WEFT_INLINE_MAX 256 /* payload bytes a handshake slot carries */
 #define WEFT_CACHELINE 64
 
@@ -166,6 +168,12 @@ struct weft_comm {
      * still filling `cuda` (weft_cuda_abort). NULL otherwise. */
     _Atomic(volatile int32_t *) cuda_abort_word;
     uint32_t moe_rejections_reported; /* CUDA MoE: rejected dispatches already returned */
+    /* The MoE handles of this communicator that the caller holds: a list through the handles,
+     * under op/moe_dispatch.c's lock; detached (weft_moe_handles_detach) before it is freed,
+     * which then waits until no handle destroyed on another thread still frees its memory
+     * (moe_releases, counted under that lock). */
+    struct weft_moe_handle *moe_handles;
+    _Atomic int moe_releases;
 
     _Atomic int async_error; /* first fatal error (weft_status_t): of a background thread, or a
                                 timeout or internal error of an operation */

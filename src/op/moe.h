@@ -8,8 +8,16 @@
  * of its (unmasked) experts, once. Received tokens are ordered by source rank, then by source
  * token index; the handle remembers both sides of that layout, so combine moves no metadata.
  *
- * Thread safety: a handle belongs to the communicator's user thread; it is read-only after
- * dispatch returned it.
+ * Lifetime: a handle the caller holds is listed on its communicator (comm->moe_handles). A
+ * communicator's destruction detaches its handles (comm and dev NULL: the device memory goes with
+ * the registry), so that a handle may be destroyed before or after its communicator, and a
+ * detached handle is refused by dispatch and combine.
+ *
+ * Thread safety: a handle belongs to the communicator's user thread and is read-only after
+ * dispatch returned it, but for its comm, dev and list links: the lists of every communicator
+ * and those fields are guarded by one process-wide lock (moe_dispatch.c), so that a handle may
+ * be destroyed on one thread (a garbage collector's finalizer) while another destroys its
+ * communicator.
  */
 #ifndef WEFT_OP_MOE_H
 #define WEFT_OP_MOE_H
@@ -22,8 +30,12 @@
 #include "weft.h"
 
 struct weft_moe_handle {
-    struct weft_comm *comm;   /* the communicator of the dispatch (combine must use the same) */
+    /* The communicator of the dispatch (combine must use the same); NULL once detached. */
+    struct weft_comm *comm;
     uint32_t comm_generation; /* comm->generation: tells comm from a later one at its address */
+    /* comm->moe_handles, once the caller holds it (listed); under the lock (file comment) */
+    struct weft_moe_handle *prev, *next;
+    int listed;
     int nranks;
     size_t num_tokens; /* this rank's tokens (rows of x and of combine's out) */
     size_t hidden;     /* elements per row */
@@ -95,9 +107,32 @@ weft_status_t weft_moe_combine_dev(struct weft_comm *comm, const struct weft_moe
  * this rank's count when it posted its descriptor) that no call has returned yet. */
 weft_status_t weft_moe_check_rejected(weft_op_t *op, uint32_t seen);
 
-/* Free a handle (NULL: no-op). Local; on the CUDA backend it first waits for the device
- * (kernels of this process may still read the handle's memory), so destroy handles before
- * their communicator. */
+/* Hand a dispatch's new handle to the caller: list it on its communicator (h->comm), where
+ * weft_moe_handles_detach finds it. Never fails, never blocks but on the lock. */
+void weft_moe_handle_attach(struct weft_moe_handle *h);
+
+/* Before comm is freed (weft_comm_destroy): detach every handle listed on it (comm and dev set
+ * to NULL; the device memory is released with the registry, which unmaps every allocation of
+ * the rank), then wait until no weft_moe_handle_release on another thread still frees a handle
+ * of comm (its device synchronisation, at most). */
+void weft_moe_handles_detach(struct weft_comm *comm);
+
+/* The communicator h is attached to, NULL once detached (read under the lock: another thread
+ * may be destroying that communicator). */
+struct weft_comm *weft_moe_handle_comm(const struct weft_moe_handle *h);
+
+/* weft_moe_handle_destroy of a handle the caller holds (not NULL): an attached handle is taken
+ * off its communicator's list and, on the CUDA backend, waits for the device (kernels of this
+ * process may still read its memory) and frees its device memory; a detached one has only host
+ * memory left. Always freed, except a CUDA handle attached to a communicator of the process
+ * this one was forked from (WEFT_ERR_INVALID_ARGUMENT, nothing freed: weft_comm_owned); a
+ * failed switch to the communicator's device is returned, a failed synchronisation logged (the
+ * memory is freed all the same). */
+weft_status_t weft_moe_handle_release(struct weft_moe_handle *h);
+
+/* Free a handle that was never handed to the caller (NULL: no-op), of a dispatch that failed
+ * after launching: on the CUDA backend it first waits for the device (kernels of this process
+ * may still read the handle's memory). */
 void weft_moe_handle_free(struct weft_moe_handle *handle);
 
 /* Free a handle of a dispatch that failed before launching anything: no kernel ever read its

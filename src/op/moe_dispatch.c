@@ -18,9 +18,20 @@
  * the verdict (capacity) and pulls rows. Expert ids out of range fail every rank through the
  * same verdict, so that a rank with a bad routing still takes its turn in the exchange.
  *
+ * Handles (all backends) are listed on their communicator while the caller holds them, and
+ * detached by its destruction (moe.h, "Lifetime"); the list code is here, beside the handle's
+ * allocation and release.
+ *
  * Thread safety: runs on the communicator's user thread; the workers only read peers' memory and
- * write this rank's outputs.
+ * write this rank's outputs. The handle lists and each listed handle's comm and dev are guarded
+ * by handles_mu, one process-wide mutex (a handle may be destroyed on another thread while its
+ * communicator is being destroyed, so the lock cannot live in the communicator). It is held for
+ * list and pointer updates only, never across a device synchronisation: a release that frees
+ * device memory counts itself in comm->moe_releases under it, and the detach waits for that
+ * count to drop. Fork handlers take it around fork(), so a child never inherits it locked.
  */
+#include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,20 +53,9 @@ static size_t list_bytes(size_t c, size_t k)
     return align_up(c * sizeof(int64_t) + c * k * sizeof(int64_t) + c * k * sizeof(float), 8);
 }
 
-/* weft_moe_handle_free and weft_moe_handle_free_unused: wait_device says whether kernels may
- * still read the handle's device memory. */
-static void handle_free(struct weft_moe_handle *handle, int wait_device)
+/* The host memory of a handle. */
+static void handle_free_host(struct weft_moe_handle *handle)
 {
-    if (!handle)
-        return;
-    if (handle->dev) {
-        /* Kernels of this process may still read it; peers finished reading it when ours did
-         * (each MoE kernel ends with the closing signal). */
-        if (wait_device && weft_cuda_synchronize("weft_moe_handle_destroy") != WEFT_SUCCESS)
-            WEFT_LOG_WARN("weft_moe_handle_destroy: %s", weft_last_error());
-        if (weft_registry_free(handle->comm->registry, handle->dev) != WEFT_SUCCESS)
-            WEFT_LOG_WARN("weft_moe_handle_destroy: %s", weft_last_error());
-    }
     free(handle->recv_counts);
     free(handle->recv_weights);
     free(handle->recv_idx);
@@ -67,6 +67,29 @@ static void handle_free(struct weft_moe_handle *handle, int wait_device)
     free(handle);
 }
 
+/* The device memory of a handle of comm: wait_device says whether kernels may still read it.
+ * Failures are logged (the memory is freed all the same). */
+static void handle_free_dev(struct weft_comm *comm, void *dev, int wait_device)
+{
+    /* Kernels of this process may still read it; peers finished reading it when ours did (each
+     * MoE kernel ends with the closing signal). */
+    if (wait_device && weft_cuda_synchronize("weft_moe_handle_destroy") != WEFT_SUCCESS)
+        WEFT_LOG_WARN("weft_moe_handle_destroy: %s", weft_last_error());
+    if (weft_registry_free(comm->registry, dev) != WEFT_SUCCESS)
+        WEFT_LOG_WARN("weft_moe_handle_destroy: %s", weft_last_error());
+}
+
+/* weft_moe_handle_free and weft_moe_handle_free_unused: a handle never handed to the caller
+ * (not listed, so no other thread knows it). */
+static void handle_free(struct weft_moe_handle *handle, int wait_device)
+{
+    if (!handle)
+        return;
+    if (handle->dev)
+        handle_free_dev(handle->comm, handle->dev, wait_device);
+    handle_free_host(handle);
+}
+
 void weft_moe_handle_free(struct weft_moe_handle *handle)
 {
     handle_free(handle, 1);
@@ -75,6 +98,128 @@ void weft_moe_handle_free(struct weft_moe_handle *handle)
 void weft_moe_handle_free_unused(struct weft_moe_handle *handle)
 {
     handle_free(handle, 0);
+}
+
+/* ---- the handles a caller holds (file comment) ---------------------------------------------- */
+static pthread_mutex_t handles_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t handles_once = PTHREAD_ONCE_INIT;
+
+static void handles_before_fork(void)
+{
+    pthread_mutex_lock(&handles_mu);
+}
+
+static void handles_after_fork(void)
+{
+    pthread_mutex_unlock(&handles_mu);
+}
+
+static void handles_init(void)
+{
+    /* Without the handlers (out of memory) a fork while another thread holds the lock, for a
+     * few instructions, would leave the child's copy locked: said once, not fatal. */
+    if (pthread_atfork(handles_before_fork, handles_after_fork, handles_after_fork) != 0)
+        WEFT_LOG_WARN("weft_moe_dispatch: pthread_atfork failed: a process forked while another "
+                      "thread updates MoE handles could hang on them");
+}
+
+static void handles_lock(void)
+{
+    pthread_once(&handles_once, handles_init);
+    pthread_mutex_lock(&handles_mu);
+}
+
+static void handles_unlock(void)
+{
+    pthread_mutex_unlock(&handles_mu);
+}
+
+/* Take h off its communicator's list; under the lock. */
+static void handle_unlink(struct weft_moe_handle *h)
+{
+    if (!h->listed)
+        return;
+    if (h->prev)
+        h->prev->next = h->next;
+    else
+        h->comm->moe_handles = h->next;
+    if (h->next)
+        h->next->prev = h->prev;
+    h->prev = h->next = NULL;
+    h->listed = 0;
+}
+
+void weft_moe_handle_attach(struct weft_moe_handle *h)
+{
+    handles_lock();
+    h->prev = NULL;
+    h->next = h->comm->moe_handles;
+    if (h->next)
+        h->next->prev = h;
+    h->comm->moe_handles = h;
+    h->listed = 1;
+    handles_unlock();
+}
+
+void weft_moe_handles_detach(struct weft_comm *comm)
+{
+    handles_lock();
+    for (struct weft_moe_handle *h = comm->moe_handles, *next; h; h = next) {
+        next = h->next;
+        h->prev = h->next = NULL;
+        h->listed = 0;
+        h->comm = NULL;
+        h->dev = NULL;
+    }
+    comm->moe_handles = NULL;
+    handles_unlock();
+    /* A release on another thread that took its handle off the list before us may still free
+     * device memory through comm (a device synchronisation at most); none starts from now. */
+    while (atomic_load(&comm->moe_releases) > 0)
+        sched_yield();
+}
+
+struct weft_comm *weft_moe_handle_comm(const struct weft_moe_handle *h)
+{
+    handles_lock();
+    struct weft_comm *comm = h->comm;
+    handles_unlock();
+    return comm;
+}
+
+weft_status_t weft_moe_handle_release(struct weft_moe_handle *h)
+{
+    static const char destroy[] = "weft_moe_handle_destroy";
+    handles_lock();
+    struct weft_comm *comm = h->comm; /* attached: not freed before we unlock */
+    void *dev = h->dev;
+    if (comm && dev) {
+        /* Freeing device memory reaches the registrar and the device, which a forked child's copy
+         * must not touch (a host handle is local memory). */
+        weft_status_t st = weft_comm_owned(comm, destroy);
+        if (st != WEFT_SUCCESS) {
+            handles_unlock();
+            return st;
+        }
+        atomic_fetch_add(&comm->moe_releases, 1);
+    }
+    if (comm)
+        handle_unlink(h);
+    h->comm = NULL;
+    h->dev = NULL;
+    handles_unlock();
+    weft_status_t st = WEFT_SUCCESS;
+    if (comm && dev) {
+        /* On a failed device switch still freed: its synchronisation then fails too and is
+         * logged. */
+        weft_cuda_prev_t prev = {NULL, 0};
+        st = weft_cuda_device_enter(comm, destroy, &prev);
+        handle_free_dev(comm, dev, 1);
+        weft_cuda_device_leave(prev);
+        atomic_fetch_sub(&comm->moe_releases, 1);
+    }
+    handle_free_host(h);
+    return st;
 }
 
 /* A handle with its per-rank arrays zeroed, NULL when out of memory. */
@@ -425,6 +570,8 @@ weft_status_t weft_moe_dispatch_mesh(struct weft_comm *comm, const void *x, size
 
     routing_outputs(h, reuse != NULL, recv_topk_idx, recv_topk_weights, recv_expert_counts);
     *num_recv_out = (int64_t)h->num_recv;
+    if (!reuse)
+        weft_moe_handle_attach(h);
     *handle_out = h;
     return weft_op_end(&op, WEFT_SUCCESS, 0);
 

@@ -171,6 +171,8 @@ weft_status_t weft_moe_dispatch_dev(struct weft_comm *comm, const void *x, size_
         return weft_op_end(&op, st, 0);
     }
     h->capacity = max_recv_tokens; /* y of a combine has at most this many rows */
+    if (!reuse)
+        weft_moe_handle_attach(h);
     *handle_out = h;
     return weft_op_end(&op, WEFT_SUCCESS, 0);
 

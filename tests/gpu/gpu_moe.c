@@ -44,6 +44,10 @@
  * passing another num_experts: WEFT_ERR_MISMATCH on every rank, and the capture still ends
  * cleanly (the failed dispatch must not wait for the device, which a capture forbids).
  *
+ * Handles past their communicator (per mode): the communicator is destroyed while two handles
+ * live; destroying one then must succeed, and the next communicator must refuse the other
+ * (WEFT_ERR_INVALID_ARGUMENT) before it is destroyed too.
+ *
  * GPU_TEST_QUICK: a third of the grid, no large cases, 5 replays. GPU_TEST_SANITIZER (set by
  * run.sh for its compute-sanitizer runs): no rejected dispatches (their gate relies on kernel
  * launches that return before the kernels run, which the sanitizer's are not).
@@ -723,6 +727,61 @@ static void run_graph(gpu_ctx_t *g, const graph_case_t *gc)
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * Handles past their communicator
+ * ------------------------------------------------------------------------------------------- */
+
+/* Two checked dispatch and combine pairs on cudaMalloc buffers (which outlive the communicator),
+ * then the communicator is destroyed with both handles alive. Destroying one right after, with
+ * no communicator open, must succeed (the destruction detached it; before, this read the freed
+ * communicator); the next communicator of the mode must refuse the other, in a combine and in a
+ * reusing dispatch (WEFT_ERR_INVALID_ARGUMENT naming the handle's destroyed communicator), and
+ * destroying it must succeed too. */
+static void run_stale_handle(gpu_ctx_t *g, weft_registration_t reg)
+{
+    mp_ctx_t *ctx = &g->mp;
+    int n = ctx->nranks;
+    moe_shape_t s = {
+        .hidden = 7, .topk = 2, .experts = 2 * n, .route = MOE_ROUTE_UNIFORM, .dt = WEFT_FLOAT32};
+    for (int r = 0; r < n; r++)
+        s.tokens[r] = 5;
+    mp_case(ctx, "moe handles of a destroyed communicator, reg=%s", mp_reg_name(reg));
+    moe_ref_t ref;
+    moe_ref_create(ctx, &s, &ref);
+    size_t cap = ref.recv[ctx->rank] + CAP_SPARE;
+    moe_bufs_t mb;
+    bufs_get(g, NULL, GPU_BUF_CUDA, &ref, cap, cap, &mb);
+    const gpu_buf_t *b = mb.b;
+    push_inputs(g, &ref, &mb);
+    weft_moe_handle_t h[2] = {NULL, NULL};
+    int ok = enqueue_pair(g, &ref, &mb, cap, &h[0]) && enqueue_pair(g, &ref, &mb, cap, &h[1]);
+    bufs_pull(g, &mb);
+    gpu_sync(g, "two dispatch and combine pairs");
+    if (ok)
+        check_results(g, &ref, &mb, cap);
+    mp_comm_close(ctx);
+    mp_ok(ctx, weft_moe_handle_destroy(h[0]),
+          "weft_moe_handle_destroy after weft_comm_destroy, no communicator open");
+    gpu_comm_open(g, reg);
+    static const char detached[] = "handle belongs to a destroyed communicator";
+    if (h[1]) {
+        weft_status_t st = weft_moe_combine(ctx->comm, h[1], b[B_Y].ptr, b[B_OUT].ptr, g->stream);
+        mp_expect_status(ctx, st, WEFT_ERR_INVALID_ARGUMENT, detached,
+                         "combine with a destroyed communicator's handle");
+        weft_moe_handle_t again = h[1];
+        st = weft_moe_dispatch(ctx->comm, b[B_X].ptr, s.tokens[ctx->rank], s.hidden, s.dt, NULL,
+                               NULL, WEFT_MOE_REUSE, 0, b[B_RX].ptr, NULL, NULL, NULL, cap,
+                               (int64_t *)b[B_NRECV].ptr, &again, g->stream);
+        mp_expect_status(ctx, st, WEFT_ERR_INVALID_ARGUMENT, detached,
+                         "reusing a destroyed communicator's handle");
+        mp_check(ctx, again == h[1], "a refused reuse changed *handle");
+    }
+    mp_ok(ctx, weft_moe_handle_destroy(h[1]), "weft_moe_handle_destroy after weft_comm_destroy");
+    gpu_sync(g, "the refused calls");
+    bufs_put(g, &mb);
+    moe_ref_destroy(&ref);
+}
+
+/* ---------------------------------------------------------------------------------------------
  * One registration mode
  * ------------------------------------------------------------------------------------------- */
 static void run_mode(gpu_ctx_t *g, weft_registration_t reg)
@@ -749,6 +808,7 @@ static void run_mode(gpu_ctx_t *g, weft_registration_t reg)
     for (size_t i = 0; i < sizeof graph_cases / sizeof graph_cases[0]; i++)
         if (graph_cases[i].reg == reg)
             run_graph(g, &graph_cases[i]);
+    run_stale_handle(g, reg);
     /* A kernel failure would be reported by the next call: end the mode with one. */
     mp_case(ctx, "final barrier reg=%s", mp_reg_name(reg));
     mp_ok(ctx, weft_barrier(ctx->comm, g->stream), "weft_barrier");

@@ -22,9 +22,12 @@
  * call, and leave the communicator usable; combine with handles of different dispatches on
  * the ranks must give WEFT_ERR_MISMATCH on every rank; and a reuse with a wrong handle, shape or
  * capacity, or on some ranks only, must fail as documented and leave the handle usable. Last,
- * in each mode, a handle kept past its communicator's destruction is refused by the next
- * communicator (WEFT_ERR_INVALID_ARGUMENT), even where that one reuses the old one's address.
+ * in each mode, handles kept past their communicator's destruction: destroying one then
+ * succeeds, with or without a communicator open, and the next communicator refuses one
+ * (WEFT_ERR_INVALID_ARGUMENT naming the handle's destroyed communicator), even where that one
+ * reuses the old one's address; and handles destroyed on a thread while the communicator is.
  */
+#include <pthread.h>
 #include <stdio.h>
 
 #include "harness.h"
@@ -433,9 +436,11 @@ static void run_reuse_errors(mp_ctx_t *ctx)
     mp_ok(ctx, weft_moe_handle_destroy(h), "weft_moe_handle_destroy");
 }
 
-/* A handle that outlived its communicator (weft.h: destroy handles first), passed to the next
- * communicator of the same mode: refused, even where malloc gave the new communicator the old
- * one's address. A host handle holds no communicator resources, so destroying it late is safe. */
+/* Handles kept past their communicator's destruction (weft.h: handles may be destroyed before or
+ * after it): the destruction detaches them. One is destroyed at once, with no communicator open;
+ * the other is passed to the next communicator of the same mode, which refuses it
+ * (WEFT_ERR_INVALID_ARGUMENT, naming the handle and its destroyed communicator), even where
+ * malloc gave the new communicator the old one's address, and is destroyed after. */
 static void run_stale_handle(mp_ctx_t *ctx, weft_registration_t reg)
 {
     int n = ctx->nranks;
@@ -443,25 +448,72 @@ static void run_stale_handle(mp_ctx_t *ctx, weft_registration_t reg)
     enum { T = 2, H = 2 };
     float x[T * H] = {1, 2, 3, 4}, w[T] = {1, 1}, rx[64 * T * H], rw[64 * T], out[T * H];
     int64_t to_first[T] = {0, 0}, ridx[64 * T], rcnt[1], num = -5;
-    weft_moe_handle_t h = NULL;
+    weft_moe_handle_t h[2] = {NULL, NULL};
     void *old_comm = ctx->comm;
-    if (!mp_ok(ctx,
-               weft_moe_dispatch(ctx->comm, x, T, H, WEFT_FLOAT32, to_first, w, 1, n, rx, ridx, rw,
-                                 rcnt, (size_t)n * T, &num, &h, NULL),
-               "weft_moe_dispatch"))
-        return;
+    for (int i = 0; i < 2; i++)
+        mp_ok(ctx,
+              weft_moe_dispatch(ctx->comm, x, T, H, WEFT_FLOAT32, to_first, w, 1, n, rx, ridx, rw,
+                                rcnt, (size_t)n * T, &num, &h[i], NULL),
+              "weft_moe_dispatch");
     mp_comm_close(ctx);
+    mp_ok(ctx, weft_moe_handle_destroy(h[0]),
+          "weft_moe_handle_destroy after weft_comm_destroy, no communicator open");
     mp_comm_open(ctx, reg);
     printf("rank %d: the new communicator %s the old one's address\n", ctx->rank,
            (void *)ctx->comm == old_comm ? "reuses" : "does not reuse");
-    mp_expect_status(ctx, weft_moe_combine(ctx->comm, h, rx, out, NULL), WEFT_ERR_INVALID_ARGUMENT,
-                     "weft_moe_combine", "a destroyed communicator's handle");
+    static const char detached[] = "handle belongs to a destroyed communicator";
+    mp_expect_status(ctx, weft_moe_combine(ctx->comm, h[1], rx, out, NULL),
+                     WEFT_ERR_INVALID_ARGUMENT, detached, "a destroyed communicator's handle");
     mp_expect_status(ctx,
                      weft_moe_dispatch(ctx->comm, x, T, H, WEFT_FLOAT32, NULL, NULL, WEFT_MOE_REUSE,
-                                       0, rx, NULL, NULL, NULL, (size_t)n * T, &num, &h, NULL),
-                     WEFT_ERR_INVALID_ARGUMENT, "weft_moe_dispatch",
+                                       0, rx, NULL, NULL, NULL, (size_t)n * T, &num, &h[1], NULL),
+                     WEFT_ERR_INVALID_ARGUMENT, detached,
                      "reusing a destroyed communicator's handle");
-    mp_ok(ctx, weft_moe_handle_destroy(h), "weft_moe_handle_destroy");
+    mp_ok(ctx, weft_moe_handle_destroy(h[1]), "weft_moe_handle_destroy after weft_comm_destroy");
+    mp_ok(ctx, weft_barrier(ctx->comm, NULL), "weft_barrier after the refusals");
+}
+
+/* Handles destroyed on another thread while this one destroys their communicator (a garbage
+ * collector's finalizer, say): every destroy must succeed, whichever comes first, and nothing
+ * may touch freed memory (the sanitizer builds run this). */
+enum { RACE_HANDLES = 16 };
+
+typedef struct race {
+    weft_moe_handle_t h[RACE_HANDLES];
+    weft_status_t st[RACE_HANDLES];
+} race_t;
+
+static void *race_destroyer(void *arg)
+{
+    race_t *r = arg;
+    for (int i = 0; i < RACE_HANDLES; i++)
+        r->st[i] = weft_moe_handle_destroy(r->h[i]);
+    return NULL;
+}
+
+static void run_destroy_race(mp_ctx_t *ctx, weft_registration_t reg)
+{
+    int n = ctx->nranks;
+    mp_case(ctx, "moe handles destroyed on a thread while the communicator is, reg=%s",
+            mp_reg_name(reg));
+    enum { T = 2, H = 2 };
+    float x[T * H] = {1, 2, 3, 4}, w[T] = {1, 1}, rx[64 * T * H], rw[64 * T];
+    int64_t to_first[T] = {0, 0}, ridx[64 * T], rcnt[1], num = -5;
+    race_t r = {{NULL}, {WEFT_SUCCESS}};
+    for (int i = 0; i < RACE_HANDLES; i++)
+        mp_ok(ctx,
+              weft_moe_dispatch(ctx->comm, x, T, H, WEFT_FLOAT32, to_first, w, 1, n, rx, ridx, rw,
+                                rcnt, (size_t)n * T, &num, &r.h[i], NULL),
+              "weft_moe_dispatch");
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, race_destroyer, &r) != 0)
+        mp_fatal(ctx, "pthread_create failed");
+    mp_comm_close(ctx);
+    pthread_join(thread, NULL);
+    for (int i = 0; i < RACE_HANDLES; i++)
+        mp_check(ctx, r.st[i] == WEFT_SUCCESS, "weft_moe_handle_destroy %d on the thread: %s", i,
+                 weft_status_string(r.st[i]));
+    mp_comm_open(ctx, reg);
 }
 
 int main(void)
@@ -522,6 +574,7 @@ int main(void)
         run_reuse_other_dispatch(&ctx);
         run_bad_expert_one_rank(&ctx);
         run_stale_handle(&ctx, (weft_registration_t)reg);
+        run_destroy_race(&ctx, (weft_registration_t)reg);
         mp_comm_close(&ctx);
     }
     return mp_finish(&ctx);
