@@ -267,7 +267,11 @@ typedef struct weft_moe_handle *weft_moe_handle_t;
  * experts live there. topk_idx and topk_weights hold num_tokens x topk entries (row-major);
  * an expert id of -1 is masked (goes nowhere), other ids must be in [0, num_experts) (else the
  * dispatch fails on every rank, as an overflow of max_recv_tokens does); 1 <= topk <=
- * num_experts. x, topk_idx and topk_weights may be NULL when num_tokens is 0.
+ * num_experts. x, topk_idx and topk_weights may be NULL when num_tokens is 0. Sizes are
+ * WEFT_ERR_INVALID_ARGUMENT past 2^56 bytes (what a process can address) for any array (x,
+ * recv_x, the routing arrays and their received copies) and for the layout a dispatch builds
+ * from them (about 12 * topk + 8 bytes per token and destination rank); on the CUDA backend
+ * also num_tokens or max_recv_tokens past INT32_MAX.
  *
  * Received tokens are ordered by source rank, then by source token index. For received token i:
  * recv_x row i is the token's row; recv_topk_idx[i * topk + j] is the local id (0 .. E/n - 1) of

@@ -8,6 +8,11 @@
 
 #include "weft.h"
 
+/* No buffer is larger: 64 PiB, what x86-64 and AArch64 user space spans at most (57-bit virtual
+ * addresses). A count beyond it is a bad argument, not a buffer to stage: every call checks the
+ * byte size of each array it is given against it (the collectives, MoE dispatch and combine). */
+#define WEFT_API_MAX_BUFFER_BYTES ((size_t)1 << 56)
+
 /* The checks every communicating call starts with: clears weft_last_error(), then comm is not
  * NULL, is usable (an aborted or failed communicator returns its status, also for calls that
  * would move nothing), and stream is NULL on the host backend. Returns WEFT_SUCCESS or the

@@ -50,12 +50,8 @@ static weft_status_t check_aligned_pair(const char *call, const void *sendbuf, c
     return st;
 }
 
-/* No buffer is larger: 64 PiB, what x86-64 and AArch64 user space spans at most (57-bit
- * virtual addresses). A count beyond it is a bad argument, not a buffer to stage. */
-#define MAX_BUFFER_BYTES ((size_t)1 << 56)
-
 /* Checks every collective shares: weft_api_check_comm, dtype, and count * esize * blocks
- * within MAX_BUFFER_BYTES. */
+ * within WEFT_API_MAX_BUFFER_BYTES. */
 static weft_status_t check_common(const char *call, weft_comm_t comm, void *stream,
                                   weft_dtype_t dtype, size_t count, size_t blocks)
 {
@@ -65,10 +61,10 @@ static weft_status_t check_common(const char *call, weft_comm_t comm, void *stre
     if (!weft_dtype_valid(dtype))
         return INVALID("%s: dtype %d is not a weft_dtype_t", call, (int)dtype);
     size_t esize = weft_dtype_size(dtype);
-    if (count > MAX_BUFFER_BYTES / esize / blocks)
+    if (count > WEFT_API_MAX_BUFFER_BYTES / esize / blocks)
         return INVALID("%s: count %zu elements of %s (times %zu blocks) exceeds the %zu bytes a "
                        "process can address",
-                       call, count, weft_dtype_name(dtype), blocks, MAX_BUFFER_BYTES);
+                       call, count, weft_dtype_name(dtype), blocks, WEFT_API_MAX_BUFFER_BYTES);
     return WEFT_SUCCESS;
 }
 
@@ -200,7 +196,7 @@ weft_status_t weft_all_to_all(weft_comm_t comm, const void *sendbuf, void *recvb
 }
 
 /* The byte extent [0, *extent_out) the blocks (counts, displs) cover; checks that each block
- * ends within MAX_BUFFER_BYTES. */
+ * ends within WEFT_API_MAX_BUFFER_BYTES. */
 static weft_status_t block_extent(const char *call, const char *what, const size_t *counts,
                                   const size_t *displs, int n, size_t esize, size_t *extent_out)
 {
@@ -208,11 +204,11 @@ static weft_status_t block_extent(const char *call, const char *what, const size
     for (int p = 0; p < n; p++) {
         if (counts[p] == 0)
             continue;
-        if (counts[p] > MAX_BUFFER_BYTES / esize ||
-            displs[p] > MAX_BUFFER_BYTES / esize - counts[p])
+        if (counts[p] > WEFT_API_MAX_BUFFER_BYTES / esize ||
+            displs[p] > WEFT_API_MAX_BUFFER_BYTES / esize - counts[p])
             return INVALID("%s: %s block %d (displacement %zu, count %zu) ends beyond the %zu "
                            "bytes a process can address",
-                           call, what, p, displs[p], counts[p], MAX_BUFFER_BYTES);
+                           call, what, p, displs[p], counts[p], WEFT_API_MAX_BUFFER_BYTES);
         size_t end = (displs[p] + counts[p]) * esize;
         if (end > extent)
             extent = end;

@@ -16,6 +16,7 @@
 
 #include "api/api.h"
 #include "core/comm.h"
+#include "exec/moe_cuda.h"
 #include "op/moe.h"
 #include "util/dtype.h"
 #include "util/log.h"
@@ -74,6 +75,61 @@ static weft_status_t check_handle(const char *call, const char *what,
     return WEFT_SUCCESS;
 }
 
+#define MAX_BYTES WEFT_API_MAX_BUFFER_BYTES
+
+/* The sizes of a dispatch (dtype and topk already checked), each within MAX_BYTES as the
+ * collectives' buffers are: a row, x and recv_x, topk_idx and recv_topk_idx (the larger of the
+ * routing arrays), and for a fresh dispatch the layout it builds (host: the lists it stages, at
+ * most min(n, topk) per token of 8 + 12 topk bytes; CUDA: the handle memory, exec/moe_cuda.h).
+ * On the CUDA backend num_tokens and max_recv_tokens are at most INT32_MAX besides: its layout
+ * kernel numbers tokens with 32-bit positions. */
+static weft_status_t check_sizes(const char *call, const struct weft_comm *comm, size_t num_tokens,
+                                 size_t hidden, weft_dtype_t dtype, int topk,
+                                 size_t max_recv_tokens, int fresh)
+{
+    size_t esize = weft_dtype_size(dtype), k = (size_t)topk;
+    const char *type = weft_dtype_name(dtype);
+    if (hidden > MAX_BYTES / esize)
+        return INVALID("%s: hidden %zu elements of %s exceed the %zu bytes a process can address",
+                       call, hidden, type, MAX_BYTES);
+    size_t row_bytes = hidden * esize;
+    if (num_tokens > MAX_BYTES / row_bytes)
+        return INVALID("%s: num_tokens %zu rows of %zu bytes (x) exceed the %zu bytes a process "
+                       "can address",
+                       call, num_tokens, row_bytes, MAX_BYTES);
+    if (num_tokens > MAX_BYTES / sizeof(int64_t) / k)
+        return INVALID("%s: num_tokens %zu x topk %d routing entries (topk_idx) exceed the %zu "
+                       "bytes a process can address",
+                       call, num_tokens, topk, MAX_BYTES);
+    if (max_recv_tokens > MAX_BYTES / row_bytes)
+        return INVALID("%s: max_recv_tokens %zu rows of %zu bytes (recv_x) exceed the %zu bytes a "
+                       "process can address",
+                       call, max_recv_tokens, row_bytes, MAX_BYTES);
+    if (max_recv_tokens > MAX_BYTES / sizeof(int64_t) / k)
+        return INVALID("%s: max_recv_tokens %zu x topk %d routing entries (recv_topk_idx) exceed "
+                       "the %zu bytes a process can address",
+                       call, max_recv_tokens, topk, MAX_BYTES);
+    int n = comm->nranks;
+    if (comm->backend == WEFT_BACKEND_CUDA) {
+        if (num_tokens > INT32_MAX || max_recv_tokens > INT32_MAX)
+            return INVALID("%s: %s %zu is more than the CUDA backend takes (%d: its layout "
+                           "numbers tokens with 32-bit positions)",
+                           call, num_tokens > INT32_MAX ? "num_tokens" : "max_recv_tokens",
+                           num_tokens > INT32_MAX ? num_tokens : max_recv_tokens, INT32_MAX);
+        if (fresh && weft_moe_dev_layout_bytes(num_tokens, n, topk, MAX_BYTES) == 0)
+            return INVALID("%s: num_tokens %zu with topk %d on %d ranks needs handle memory past "
+                           "the %zu bytes a process can address",
+                           call, num_tokens, topk, n, MAX_BYTES);
+        return WEFT_SUCCESS;
+    }
+    size_t dests = (size_t)n < k ? (size_t)n : k, per_token = 8 + 12 * k; /* k is an int */
+    if (fresh && num_tokens > MAX_BYTES / dests / per_token)
+        return INVALID("%s: num_tokens %zu with topk %d on %d ranks needs a layout (up to %zu "
+                       "lists of %zu bytes a token) past the %zu bytes a process can address",
+                       call, num_tokens, topk, n, dests, per_token, MAX_BYTES);
+    return WEFT_SUCCESS;
+}
+
 /* A WEFT_MOE_REUSE dispatch: the handle to reuse, whose shape the call must repeat. */
 static weft_status_t check_reuse(const char *call, weft_comm_t comm, weft_moe_handle_t *handle,
                                  size_t num_tokens, size_t hidden, weft_dtype_t dtype)
@@ -128,15 +184,10 @@ weft_status_t weft_moe_dispatch(weft_comm_t comm, const void *x, size_t num_toke
                        num_experts, n);
     if (topk < 1 || topk > num_experts)
         return INVALID("%s: topk %d is not in [1, num_experts = %d]", call, topk, num_experts);
+    st = check_sizes(call, comm, num_tokens, hidden, dtype, topk, max_recv_tokens, !reuse);
+    if (st != WEFT_SUCCESS)
+        return st;
     size_t row_bytes = hidden * weft_dtype_size(dtype);
-    if (hidden > SIZE_MAX / weft_dtype_size(dtype) || num_tokens > SIZE_MAX / row_bytes ||
-        num_tokens > SIZE_MAX / sizeof(int64_t) / (size_t)topk)
-        return INVALID("%s: num_tokens %zu x hidden %zu overflows the address space", call,
-                       num_tokens, hidden);
-    if (max_recv_tokens > SIZE_MAX / row_bytes ||
-        max_recv_tokens > SIZE_MAX / sizeof(int64_t) / (size_t)topk)
-        return INVALID("%s: max_recv_tokens %zu x hidden %zu overflows the address space", call,
-                       max_recv_tokens, hidden);
     if (num_tokens > 0 && !x)
         return INVALID("%s: x is NULL with num_tokens %zu", call, num_tokens);
     if (num_tokens > 0 && !reuse && (!topk_idx || !topk_weights))

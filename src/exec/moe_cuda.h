@@ -29,9 +29,9 @@
 #include "weft.h"
 
 typedef struct weft_moe_dev_header {
-    uint64_t bad;       /* layout: an expert id outside [-1, E) in this rank's topk_idx */
-    uint64_t rejected;  /* dispatch verdict: 1 when the dispatch wrote nothing (bad or overflow) */
-    int64_t num_recv;   /* tokens received, -1 when rejected */
+    uint64_t bad;      /* layout: an expert id outside [-1, E) in this rank's topk_idx */
+    uint64_t rejected; /* dispatch verdict: 1 when the dispatch wrote nothing (bad or overflow) */
+    int64_t num_recv;  /* tokens received, -1 when rejected */
     uint64_t count[WEFT_CUDA_MAX_RANKS];    /* layout: this rank's tokens for rank d */
     uint64_t recv_off[WEFT_CUDA_MAX_RANKS]; /* dispatch: first row from source p in recv_x */
     uint64_t recv_cnt[WEFT_CUDA_MAX_RANKS]; /* dispatch: rows from source p */
@@ -39,12 +39,12 @@ typedef struct weft_moe_dev_header {
 
 /* Byte offsets inside a rank's handle memory. */
 typedef struct {
-    size_t pos;         /* int32[T][n] */
-    size_t lists;       /* list 0 */
-    size_t list_bytes;  /* distance between lists d and d + 1 */
-    size_t idx;         /* within a list: expert slots */
-    size_t weights;     /* within a list: weights */
-    size_t total;       /* bytes of the whole handle memory */
+    size_t pos;        /* int32[T][n] */
+    size_t lists;      /* list 0 */
+    size_t list_bytes; /* distance between lists d and d + 1 */
+    size_t idx;        /* within a list: expert slots */
+    size_t weights;    /* within a list: weights */
+    size_t total;      /* bytes of the whole handle memory */
 } weft_moe_dev_layout_t;
 
 #ifdef __CUDACC__
@@ -74,23 +74,40 @@ static inline WEFT_MOE_HD weft_moe_dev_layout_t weft_moe_dev_layout(size_t token
     return l;
 }
 
+/* weft_moe_dev_layout(tokens, nranks, topk).total when it is at most limit, else 0 (also where
+ * the products would overflow): pure, for the host to check a dispatch's shape before asking
+ * for its handle memory. limit must be at most 2^60; topk and nranks at least 1. Below the
+ * bound each product of weft_moe_dev_layout is at most limit, so it computes without
+ * overflow. */
+static inline size_t weft_moe_dev_layout_bytes(size_t tokens, int nranks, int topk, size_t limit)
+{
+    size_t n = (size_t)nranks, k = (size_t)topk;
+    if (k > limit / 12 / n) /* then n * 12k <= limit: per token, n * (4 + 8 + 12k) below */
+        return 0;
+    size_t per_token = n * (4 + 8 + 12 * k);
+    if (tokens > limit / per_token)
+        return 0;
+    size_t total = weft_moe_dev_layout(tokens, nranks, topk).total;
+    return total <= limit ? total : 0;
+}
+
 /* What the mapped report area holds after a rejected dispatch (comm_cuda.h). */
 typedef struct weft_moe_dev_report {
-    uint32_t count;   /* rejected dispatches so far (written last) */
-    int32_t rank;     /* a rank whose need exceeds its capacity, or whose topk_idx is bad */
-    int32_t bad;      /* 1: out-of-range expert id; 0: capacity overflow */
+    uint32_t count; /* rejected dispatches so far (written last) */
+    int32_t rank;   /* a rank whose need exceeds its capacity, or whose topk_idx is bad */
+    int32_t bad;    /* 1: out-of-range expert id; 0: capacity overflow */
     int32_t pad;
-    uint64_t need;    /* tokens that rank would receive */
-    uint64_t cap;     /* its max_recv_tokens */
+    uint64_t need; /* tokens that rank would receive */
+    uint64_t cap;  /* its max_recv_tokens */
 } weft_moe_dev_report_t;
 
 typedef struct weft_moe_dev_args {
     int32_t rank, nranks, topk, experts_per_rank, num_experts;
     int32_t dtype;
     uint64_t hidden;
-    uint64_t tokens[WEFT_CUDA_MAX_RANKS];    /* each rank's T */
-    uint64_t capacity[WEFT_CUDA_MAX_RANKS];  /* each rank's max_recv_tokens (dispatch) */
-    uint8_t *base[WEFT_CUDA_MAX_RANKS];      /* each rank's handle memory */
+    uint64_t tokens[WEFT_CUDA_MAX_RANKS];     /* each rank's T */
+    uint64_t capacity[WEFT_CUDA_MAX_RANKS];   /* each rank's max_recv_tokens (dispatch) */
+    uint8_t *base[WEFT_CUDA_MAX_RANKS];       /* each rank's handle memory */
     const uint8_t *rows[WEFT_CUDA_MAX_RANKS]; /* each rank's x (dispatch) or y (combine) */
     /* This rank's arguments. */
     const int64_t *topk_idx;

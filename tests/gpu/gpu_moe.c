@@ -44,6 +44,9 @@
  * passing another num_experts: WEFT_ERR_MISMATCH on every rank, and the capture still ends
  * cleanly (the failed dispatch must not wait for the device, which a capture forbids).
  *
+ * Invalid arguments (roa): topk, NULL outputs, sizes past 2^56 bytes and past INT32_MAX tokens,
+ * each WEFT_ERR_INVALID_ARGUMENT naming the argument; a valid pair follows.
+ *
  * Handles past their communicator (per mode): the communicator is destroyed while two handles
  * live; destroying one then must succeed, and the next communicator must refuse the other
  * (WEFT_ERR_INVALID_ARGUMENT) before it is destroyed too.
@@ -727,6 +730,102 @@ static void run_graph(gpu_ctx_t *g, const graph_case_t *gc)
 }
 
 /* ---------------------------------------------------------------------------------------------
+ * Invalid arguments
+ * ------------------------------------------------------------------------------------------- */
+
+/* Bad arguments, each rejected with WEFT_ERR_INVALID_ARGUMENT before any communication, with a
+ * message naming the call and the argument ("weft_moe_dispatch: num_tokens ..."): topk -1 and
+ * past num_experts; each required output NULL; sizes past what a process can address (2^56
+ * bytes: x, a row, topk_idx, recv_x, recv_topk_idx, the handle memory) and past the CUDA
+ * backend's INT32_MAX tokens; combine's out NULL with tokens. Device buffers of a small valid
+ * shape (T = 1, H = 2, k = 2, E = 2n); a valid dispatch and combine on them follow. */
+static void run_invalid(gpu_ctx_t *g)
+{
+    mp_ctx_t *ctx = &g->mp;
+    int n = ctx->nranks;
+    mp_case(ctx, "moe invalid arguments");
+    moe_shape_t s = {
+        .hidden = 2, .topk = 2, .experts = 2 * n, .route = MOE_ROUTE_UNIFORM, .dt = WEFT_FLOAT32};
+    for (int r = 0; r < n; r++)
+        s.tokens[r] = 1;
+    moe_ref_t ref;
+    moe_ref_create(ctx, &s, &ref);
+    size_t cap = ref.recv[ctx->rank] + CAP_SPARE;
+    moe_bufs_t mb;
+    bufs_get(g, NULL, GPU_BUF_WEFT, &ref, cap, cap, &mb);
+    const gpu_buf_t *b = mb.b;
+    push_inputs(g, &ref, &mb);
+    weft_comm_t cm = ctx->comm;
+    const void *x = b[B_X].ptr;
+    const int64_t *idx = (const int64_t *)b[B_IDX].ptr;
+    const float *w = (const float *)b[B_W].ptr;
+    void *rx = b[B_RX].ptr;
+    int64_t *ridx = (int64_t *)b[B_RIDX].ptr, *rcnt = (int64_t *)b[B_RCNT].ptr;
+    int64_t *num = (int64_t *)b[B_NRECV].ptr;
+    float *rw = (float *)b[B_RW].ptr;
+    cudaStream_t st = g->stream;
+    weft_moe_handle_t h = NULL;
+    int E = 2 * n;
+#define BAD_ARG(what, named, ...)                                                                  \
+    mp_expect_status(ctx, weft_moe_dispatch(__VA_ARGS__), WEFT_ERR_INVALID_ARGUMENT,               \
+                     "weft_moe_dispatch: " named, what)
+    BAD_ARG("topk -1", "topk", cm, x, 1, 2, WEFT_FLOAT32, idx, w, -1, E, rx, ridx, rw, rcnt, cap,
+            num, &h, st);
+    BAD_ARG("topk > num_experts", "topk", cm, x, 1, 2, WEFT_FLOAT32, idx, w, n + 1, n, rx, ridx, rw,
+            rcnt, cap, num, &h, st);
+    BAD_ARG("recv_topk_idx NULL", "recv_topk_idx", cm, x, 1, 2, WEFT_FLOAT32, idx, w, 2, E, rx,
+            NULL, rw, rcnt, cap, num, &h, st);
+    BAD_ARG("recv_topk_weights NULL", "recv_topk_weights", cm, x, 1, 2, WEFT_FLOAT32, idx, w, 2, E,
+            rx, ridx, NULL, rcnt, cap, num, &h, st);
+    BAD_ARG("recv_expert_counts NULL", "recv_expert_counts", cm, x, 1, 2, WEFT_FLOAT32, idx, w, 2,
+            E, rx, ridx, rw, NULL, cap, num, &h, st);
+    BAD_ARG("num_recv_tokens NULL", "num_recv_tokens", cm, x, 1, 2, WEFT_FLOAT32, idx, w, 2, E, rx,
+            ridx, rw, rcnt, cap, NULL, &h, st);
+    const size_t limit = (size_t)1 << 56, int32_past = (size_t)INT32_MAX + 1;
+    BAD_ARG("num_tokens SIZE_MAX", "num_tokens", cm, x, SIZE_MAX, 2, WEFT_FLOAT32, idx, w, 2, E, rx,
+            ridx, rw, rcnt, cap, num, &h, st);
+    BAD_ARG("x past 2^56 bytes", "num_tokens", cm, x, limit / 8 + 1, 2, WEFT_FLOAT32, idx, w, 2, E,
+            rx, ridx, rw, rcnt, cap, num, &h, st);
+    BAD_ARG("hidden SIZE_MAX", "hidden", cm, x, 1, SIZE_MAX, WEFT_FLOAT32, idx, w, 2, E, rx, ridx,
+            rw, rcnt, cap, num, &h, st);
+    BAD_ARG("a row past 2^56 bytes", "hidden", cm, x, 1, limit / 2 + 1, WEFT_BFLOAT16, idx, w, 2, E,
+            rx, ridx, rw, rcnt, cap, num, &h, st);
+    BAD_ARG("topk_idx past 2^56 bytes", "num_tokens", cm, x, limit / 16 + 1, 1, WEFT_FLOAT32, idx,
+            w, 2, E, rx, ridx, rw, rcnt, cap, num, &h, st);
+    BAD_ARG("max_recv_tokens SIZE_MAX", "max_recv_tokens", cm, x, 1, 2, WEFT_FLOAT32, idx, w, 2, E,
+            rx, ridx, rw, rcnt, SIZE_MAX, num, &h, st);
+    BAD_ARG("recv_x past 2^56 bytes", "max_recv_tokens", cm, x, 1, 2, WEFT_FLOAT32, idx, w, 2, E,
+            rx, ridx, rw, rcnt, limit / 8 + 1, num, &h, st);
+    BAD_ARG("recv_topk_idx past 2^56 bytes", "max_recv_tokens", cm, x, 1, 1, WEFT_FLOAT32, idx, w,
+            2, E, rx, ridx, rw, rcnt, limit / 16 + 1, num, &h, st);
+    BAD_ARG("num_tokens past INT32_MAX", "num_tokens", cm, x, int32_past, 1, WEFT_FLOAT32, idx, w,
+            1, n, rx, ridx, rw, rcnt, cap, num, &h, st);
+    BAD_ARG("max_recv_tokens past INT32_MAX", "max_recv_tokens", cm, x, 1, 1, WEFT_FLOAT32, idx, w,
+            1, n, rx, ridx, rw, rcnt, int32_past, num, &h, st);
+    /* Every array within the limits (topk_idx exactly 2^56 bytes), but not the handle memory:
+     * n lists of 8 + 12 topk bytes a token. */
+    BAD_ARG("handle memory past 2^56 bytes", "num_tokens", cm, x, (size_t)1 << 30, 1, WEFT_FLOAT32,
+            idx, w, 1 << 23, (1 << 23) * n, rx, ridx, rw, rcnt, 0, num, &h, st);
+#undef BAD_ARG
+    mp_check(ctx, h == NULL, "a handle was set by a failed call");
+    weft_moe_handle_t h2 = NULL;
+    int ok = enqueue_pair(g, &ref, &mb, cap, &h2);
+    if (ok) {
+        weft_status_t bad = weft_moe_combine(cm, h2, b[B_Y].ptr, NULL, st);
+        mp_expect_status(ctx, bad, WEFT_ERR_INVALID_ARGUMENT, "weft_moe_combine: out",
+                         "combine: out NULL with a token");
+    }
+    bufs_pull(g, &mb);
+    gpu_sync(g, "moe dispatch and combine after the invalid arguments");
+    if (ok)
+        check_results(g, &ref, &mb, cap);
+    bufs_check_guards(g, &mb);
+    mp_ok(ctx, weft_moe_handle_destroy(h2), "weft_moe_handle_destroy");
+    bufs_put(g, &mb);
+    moe_ref_destroy(&ref);
+}
+
+/* ---------------------------------------------------------------------------------------------
  * Handles past their communicator
  * ------------------------------------------------------------------------------------------- */
 
@@ -808,6 +907,8 @@ static void run_mode(gpu_ctx_t *g, weft_registration_t reg)
     for (size_t i = 0; i < sizeof graph_cases / sizeof graph_cases[0]; i++)
         if (graph_cases[i].reg == reg)
             run_graph(g, &graph_cases[i]);
+    if (reg == WEFT_REGISTRATION_ROA)
+        run_invalid(g);
     run_stale_handle(g, reg);
     /* A kernel failure would be reported by the next call: end the mode with one. */
     mp_case(ctx, "final barrier reg=%s", mp_reg_name(reg));

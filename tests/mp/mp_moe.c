@@ -193,10 +193,65 @@ static void run_invalid(mp_ctx_t *ctx)
     BAD_DISPATCH("stream not NULL", cm, x, 1, 2, WEFT_FLOAT32, idx, w, 2, n, rx, ridx, rw, rcnt, 8,
                  &num, &h, (void *)x);
 #undef BAD_DISPATCH
+    /* The argument named first in the message ("call: argument ..."). */
+#define BAD_ARG(what, named, ...)                                                                  \
+    mp_expect_status(ctx, weft_moe_dispatch(__VA_ARGS__), WEFT_ERR_INVALID_ARGUMENT,               \
+                     "weft_moe_dispatch: " named, what)
+    BAD_ARG("topk -1", "topk", cm, x, 1, 2, WEFT_FLOAT32, idx, w, -1, 2 * n, rx, ridx, rw, rcnt, 8,
+            &num, &h, NULL);
+    BAD_ARG("topk > num_experts", "topk", cm, x, 1, 2, WEFT_FLOAT32, idx, w, n + 1, n, rx, ridx, rw,
+            rcnt, 8, &num, &h, NULL);
+    BAD_ARG("recv_topk_idx NULL", "recv_topk_idx", cm, x, 1, 2, WEFT_FLOAT32, idx, w, 2, 2 * n, rx,
+            NULL, rw, rcnt, 8, &num, &h, NULL);
+    BAD_ARG("recv_topk_weights NULL", "recv_topk_weights", cm, x, 1, 2, WEFT_FLOAT32, idx, w, 2,
+            2 * n, rx, ridx, NULL, rcnt, 8, &num, &h, NULL);
+    BAD_ARG("recv_expert_counts NULL", "recv_expert_counts", cm, x, 1, 2, WEFT_FLOAT32, idx, w, 2,
+            2 * n, rx, ridx, rw, NULL, 8, &num, &h, NULL);
+    BAD_ARG("num_recv_tokens NULL", "num_recv_tokens", cm, x, 1, 2, WEFT_FLOAT32, idx, w, 2, 2 * n,
+            rx, ridx, rw, rcnt, 8, NULL, &h, NULL);
+    /* Sizes past what a process can address (2^56 bytes, as the collectives), not only past
+     * SIZE_MAX; the arrays are small, so a size that got through would be read or written far
+     * out of bounds. */
+    const size_t limit = (size_t)1 << 56;
+    BAD_ARG("num_tokens SIZE_MAX", "num_tokens", cm, x, SIZE_MAX, 2, WEFT_FLOAT32, idx, w, 2, 2 * n,
+            rx, ridx, rw, rcnt, 8, &num, &h, NULL);
+    BAD_ARG("x past 2^56 bytes", "num_tokens", cm, x, limit / 8 + 1, 2, WEFT_FLOAT32, idx, w, 2,
+            2 * n, rx, ridx, rw, rcnt, 8, &num, &h, NULL);
+    BAD_ARG("hidden SIZE_MAX", "hidden", cm, x, 1, SIZE_MAX, WEFT_FLOAT32, idx, w, 2, 2 * n, rx,
+            ridx, rw, rcnt, 8, &num, &h, NULL);
+    BAD_ARG("a row past 2^56 bytes", "hidden", cm, x, 1, limit / 2 + 1, WEFT_BFLOAT16, idx, w, 2,
+            2 * n, rx, ridx, rw, rcnt, 8, &num, &h, NULL);
+    BAD_ARG("topk_idx past 2^56 bytes", "num_tokens", cm, x, limit / 16 + 1, 1, WEFT_FLOAT32, idx,
+            w, 2, 2 * n, rx, ridx, rw, rcnt, 8, &num, &h, NULL);
+    BAD_ARG("max_recv_tokens SIZE_MAX", "max_recv_tokens", cm, x, 1, 2, WEFT_FLOAT32, idx, w, 2,
+            2 * n, rx, ridx, rw, rcnt, SIZE_MAX, &num, &h, NULL);
+    BAD_ARG("recv_x past 2^56 bytes", "max_recv_tokens", cm, x, 1, 2, WEFT_FLOAT32, idx, w, 2,
+            2 * n, rx, ridx, rw, rcnt, limit / 8 + 1, &num, &h, NULL);
+    BAD_ARG("recv_topk_idx past 2^56 bytes", "max_recv_tokens", cm, x, 1, 1, WEFT_FLOAT32, idx, w,
+            2, 2 * n, rx, ridx, rw, rcnt, limit / 16 + 1, &num, &h, NULL);
+    /* Every array within the limit (topk_idx exactly 2^56 bytes), but not the layout the
+     * dispatch builds from them: per destination, 8 + 12 topk bytes a token. */
+    BAD_ARG("layout past 2^56 bytes", "num_tokens", cm, x, (size_t)1 << 30, 1, WEFT_FLOAT32, idx, w,
+            1 << 23, (1 << 23) * n, rx, ridx, rw, rcnt, 8, &num, &h, NULL);
+#undef BAD_ARG
     mp_expect_status(ctx, weft_moe_combine(cm, NULL, y, x, NULL), WEFT_ERR_INVALID_ARGUMENT,
                      "weft_moe_combine", "combine handle NULL");
     mp_check(ctx, h == NULL, "a handle was set by a failed call");
     mp_ok(ctx, weft_moe_handle_destroy(NULL), "weft_moe_handle_destroy(NULL)");
+
+    /* Combine's NULL arrays: every rank keeps its token (expert `rank`), so each has a row of y
+     * and of out. */
+    int64_t mine[1] = {ctx->rank};
+    if (!mp_ok(ctx,
+               weft_moe_dispatch(cm, x, 1, 2, WEFT_FLOAT32, mine, w, 1, n, rx, ridx, rw, rcnt, 1,
+                                 &num, &h, NULL),
+               "weft_moe_dispatch"))
+        return;
+    mp_expect_status(ctx, weft_moe_combine(cm, h, NULL, y, NULL), WEFT_ERR_INVALID_ARGUMENT,
+                     "weft_moe_combine: y", "combine: y NULL with a received row");
+    mp_expect_status(ctx, weft_moe_combine(cm, h, rx, NULL, NULL), WEFT_ERR_INVALID_ARGUMENT,
+                     "weft_moe_combine: out", "combine: out NULL with a token");
+    mp_ok(ctx, weft_moe_handle_destroy(h), "weft_moe_handle_destroy");
 }
 
 /* Combine with handles of different dispatches (n >= 2): rank 0 passes the handle of a dispatch
