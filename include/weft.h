@@ -281,10 +281,12 @@ typedef struct weft_moe_handle *weft_moe_handle_t;
  * tokens that name it (one count per top-k slot, not per token): a token whose topk_idx row
  * names the same local expert twice counts twice there, and that id appears twice in its
  * recv_topk_idx row (the row itself is received once); *num_recv_tokens is the number of tokens
- * received. recv_x, recv_topk_idx and
- * recv_topk_weights hold max_recv_tokens rows (may be NULL when it is 0): if any rank would
- * receive more, every rank returns WEFT_ERR_INVALID_ARGUMENT, writes no output and the
- * communicator stays usable (the counts are learnt in the handshake, before any data moves).
+ * received. recv_x, recv_topk_idx and recv_topk_weights hold max_recv_tokens rows (may be NULL
+ * when it is 0): if any rank would receive more, every rank returns WEFT_ERR_INVALID_ARGUMENT,
+ * writes no output and the communicator stays usable (the counts are learnt in the handshake,
+ * before any data moves). Every rank's message then names the same failed check, argument and
+ * rank: an expert id out of range (topk_idx) before an overflow (max_recv_tokens, with the
+ * counts), the lowest such rank first.
  *
  * On success *handle holds the layout for weft_moe_combine (free it with
  * weft_moe_handle_destroy); on failure no output parameter is set. x and the routing arrays may

@@ -99,11 +99,22 @@ typedef struct weft_slot {
         pad[5 * WEFT_CACHELINE - sizeof(weft_flag_t) - WEFT_DESC_HEADER_BYTES - WEFT_INLINE_MAX];
 } weft_slot_t;
 
-/* A signal: flag = sequence number, status = the sender's verdict for that operation. */
+/* What a signal adds to an error status so that every rank can word the same verdict, naming
+ * the argument and the rank that failed (weft_op_agree): what is the algorithm's code for the
+ * failed check (0: none), a and b its numbers. */
+typedef struct weft_signal_note {
+    uint32_t what;
+    uint64_t a, b;
+} weft_signal_note_t;
+
+/* A signal: flag = sequence number, status = the sender's verdict for that operation, and with
+ * an error status its note (weft_signal_note_t; what 0 otherwise), written before the flag. */
 typedef struct weft_signal {
     weft_flag_t flag;
     _Atomic uint32_t status;
-    uint8_t pad[WEFT_CACHELINE - sizeof(weft_flag_t) - sizeof(uint32_t)];
+    _Atomic uint32_t note_what;
+    _Atomic uint64_t note_a, note_b;
+    uint8_t pad[WEFT_CACHELINE - sizeof(weft_flag_t) - 2 * sizeof(uint32_t) - 2 * sizeof(uint64_t)];
 } weft_signal_t;
 
 _Static_assert(sizeof(weft_slot_t) % WEFT_CACHELINE == 0, "slot must be whole cache lines");
@@ -280,14 +291,21 @@ weft_status_t weft_hs_check_match(struct weft_comm *comm, uint64_t seq, const we
                                   const uint64_t *my_pair_send, const uint64_t *my_pair_recv,
                                   const char *call, int *common_out);
 
-/* Set signal `kind` for seq, carrying status, in every peer's block. Never blocks. */
+/* Set signal `kind` for seq, carrying status and note (NULL: none), in every peer's block.
+ * Never blocks. */
 void weft_hs_signal(struct weft_comm *comm, weft_signal_kind_t kind, uint64_t seq,
-                    weft_status_t status);
+                    weft_status_t status, const weft_signal_note_t *note);
 
 /* Wait until every peer signalled `kind` for seq. *peer_status_out (may be NULL) gets the first
  * non-success status a peer reported, or WEFT_SUCCESS. */
 weft_status_t weft_hs_wait_signal(struct weft_comm *comm, weft_signal_kind_t kind, uint64_t seq,
                                   weft_wait_ctx_t *ctx, weft_status_t *peer_status_out);
+
+/* The status and note peer sent with its signal `kind` (after weft_hs_wait_signal for the
+ * operation, before this rank signals the next one: until then the peer cannot send another).
+ * The note is zeroed when the status is WEFT_SUCCESS. */
+void weft_hs_signal_note(struct weft_comm *comm, weft_signal_kind_t kind, int peer,
+                         weft_status_t *status_out, weft_signal_note_t *note_out);
 
 /* ---- communicator lifetime (comm.c) --------------------------------------------------------- */
 

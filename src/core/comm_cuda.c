@@ -522,8 +522,12 @@ uint32_t weft_cuda_moe_rejections(struct weft_comm *comm, void *last_out)
     uint32_t count = r->count;
     __atomic_thread_fence(__ATOMIC_ACQUIRE); /* the report was written before the count */
     if (last_out)
-        *(weft_moe_dev_report_t *)last_out = (weft_moe_dev_report_t){
-            .count = count, .rank = r->rank, .bad = r->bad, .need = r->need, .cap = r->cap};
+        *(weft_moe_dev_report_t *)last_out = (weft_moe_dev_report_t){.count = count,
+                                                                     .rank = r->rank,
+                                                                     .bad = r->bad,
+                                                                     .experts = r->experts,
+                                                                     .need = r->need,
+                                                                     .cap = r->cap};
     return count;
 }
 

@@ -3,8 +3,9 @@
  *
  * Ordering: a sender writes the descriptor (and inline data) with plain stores, then sets the
  * slot's flag with a seq_cst store; a receiver acquires the flag before reading. Signals carry a
- * status word written before their flag. All waits go through weft_flag_wait_all with the
- * operation's wait context, so they end at the deadline or when a peer is lost.
+ * status word and a note (the cause of an error status) written before their flag. All waits go
+ * through weft_flag_wait_all with the operation's wait context, so they end at the deadline or
+ * when a peer is lost.
  */
 #include <stddef.h>
 #include <string.h>
@@ -126,13 +127,19 @@ static weft_signal_t *signal_line(struct weft_comm *comm, int owner, weft_signal
 }
 
 void weft_hs_signal(struct weft_comm *comm, weft_signal_kind_t kind, uint64_t seq,
-                    weft_status_t status)
+                    weft_status_t status, const weft_signal_note_t *note)
 {
+    weft_signal_note_t none = {0, 0, 0};
+    if (!note || status == WEFT_SUCCESS)
+        note = &none;
     for (int p = 0; p < comm->nranks; p++) {
         if (p == comm->rank)
             continue;
         weft_signal_t *s = signal_line(comm, p, kind, comm->rank);
         atomic_store_explicit(&s->status, (uint32_t)status, memory_order_relaxed);
+        atomic_store_explicit(&s->note_what, note->what, memory_order_relaxed);
+        atomic_store_explicit(&s->note_a, note->a, memory_order_relaxed);
+        atomic_store_explicit(&s->note_b, note->b, memory_order_relaxed);
         weft_flag_set(&s->flag, seq);
     }
 }
@@ -155,4 +162,17 @@ weft_status_t weft_hs_wait_signal(struct weft_comm *comm, weft_signal_kind_t kin
         }
     }
     return WEFT_SUCCESS;
+}
+
+void weft_hs_signal_note(struct weft_comm *comm, weft_signal_kind_t kind, int peer,
+                         weft_status_t *status_out, weft_signal_note_t *note_out)
+{
+    const weft_signal_t *s = signal_line(comm, comm->rank, kind, peer);
+    *status_out = (weft_status_t)atomic_load_explicit(&s->status, memory_order_relaxed);
+    *note_out = (weft_signal_note_t){0, 0, 0};
+    if (*status_out != WEFT_SUCCESS)
+        *note_out =
+            (weft_signal_note_t){.what = atomic_load_explicit(&s->note_what, memory_order_relaxed),
+                                 .a = atomic_load_explicit(&s->note_a, memory_order_relaxed),
+                                 .b = atomic_load_explicit(&s->note_b, memory_order_relaxed)};
 }

@@ -176,6 +176,7 @@ __global__ void __launch_bounds__(MOE_THREADS)
             weft_moe_dev_report_t *r = a.report;
             r->rank = v.rank;
             r->bad = v.bad;
+            r->experts = a.num_experts;
             r->need = v.need;
             r->cap = v.cap;
             __threadfence_system();

@@ -93,12 +93,12 @@ static inline size_t weft_moe_dev_layout_bytes(size_t tokens, int nranks, int to
 
 /* What the mapped report area holds after a rejected dispatch (comm_cuda.h). */
 typedef struct weft_moe_dev_report {
-    uint32_t count; /* rejected dispatches so far (written last) */
-    int32_t rank;   /* a rank whose need exceeds its capacity, or whose topk_idx is bad */
-    int32_t bad;    /* 1: out-of-range expert id; 0: capacity overflow */
-    int32_t pad;
-    uint64_t need; /* tokens that rank would receive */
-    uint64_t cap;  /* its max_recv_tokens */
+    uint32_t count;  /* rejected dispatches so far (written last) */
+    int32_t rank;    /* a rank whose need exceeds its capacity, or whose topk_idx is bad */
+    int32_t bad;     /* 1: out-of-range expert id; 0: capacity overflow */
+    int32_t experts; /* num_experts of the dispatch */
+    uint64_t need;   /* tokens that rank would receive */
+    uint64_t cap;    /* its max_recv_tokens */
 } weft_moe_dev_report_t;
 
 typedef struct weft_moe_dev_args {

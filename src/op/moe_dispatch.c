@@ -8,7 +8,9 @@
  * x when x is not registered), and the handshake posts to each peer the address of its list and
  * its token count. Every rank then knows how many tokens arrive from each peer, hence its
  * receive layout (source rank, then source token); a phase signal agrees on the capacity verdict
- * before anyone writes, so an overflow fails every rank and never overruns a buffer. Finally each
+ * before anyone writes, so an overflow fails every rank and never overruns a buffer (the
+ * signal's note says which check failed and with which numbers, so that every rank's message
+ * names the argument and the rank). Finally each
  * rank pulls from every peer that peer's list, its expert slots and the token rows (runs of
  * consecutive tokens coalesced into one slice), as COPY work split over the workers by the
  * partitioner, and the closing signal releases the peers' buffers. The handle keeps the receive
@@ -239,16 +241,65 @@ static struct weft_moe_handle *handle_alloc(int nranks)
     return h;
 }
 
-/* Every expert id of the routing -1 or in [0, num_experts): WEFT_ERR_INVALID_ARGUMENT naming the
- * first that is not. */
+/* The checks of a dispatch that fail every rank, as the phase signal's note tells them (so that
+ * every rank names the argument and the rank that failed: agree_verdict). */
+enum {
+    NOTE_EXPERT = 1, /* topk_idx[a] = (int64_t)b is out of range */
+    NOTE_CAPACITY    /* the rank would receive a tokens, more than its max_recv_tokens b */
+};
+
+/* Every expert id of the routing -1 or in [0, num_experts): else WEFT_ERR_INVALID_ARGUMENT, the
+ * first that is not in *note, and no message (agree_verdict words it on every rank). */
 static weft_status_t check_routing(const int64_t *topk_idx, size_t num_tokens, int topk,
-                                   int num_experts)
+                                   int num_experts, weft_signal_note_t *note)
 {
     for (size_t i = 0; i < num_tokens * (size_t)topk; i++) {
-        if (topk_idx[i] < -1 || topk_idx[i] >= num_experts)
+        if (topk_idx[i] < -1 || topk_idx[i] >= num_experts) {
+            *note = (weft_signal_note_t){NOTE_EXPERT, i, (uint64_t)topk_idx[i]};
+            return WEFT_ERR_INVALID_ARGUMENT;
+        }
+    }
+    return WEFT_SUCCESS;
+}
+
+/* The phase signal of a dispatch, with this rank's verdict mine (and its note): every rank
+ * returns the same error for the checks that fail every rank, worded the same, naming the
+ * argument and the rank (an expert id out of range before a capacity overflow, the lowest rank
+ * first: the CUDA backend's gather kernel picks alike). A rank whose own verdict has no note
+ * (out of memory, a pair mismatch) returns it, its message recorded where it was found; else
+ * the first peer's error is named. */
+static weft_status_t agree_verdict(weft_op_t *op, weft_status_t mine,
+                                   const weft_signal_note_t *note, int num_experts)
+{
+    int n = op->comm->nranks;
+    weft_status_t status[WEFT_MAX_RANKS];
+    weft_signal_note_t notes[WEFT_MAX_RANKS];
+    weft_status_t st = weft_op_agree(op, mine, note, status, notes);
+    if (st != WEFT_SUCCESS)
+        return st;
+    if (mine != WEFT_SUCCESS && note->what == 0)
+        return mine;
+    for (uint32_t what = NOTE_EXPERT; what <= NOTE_CAPACITY; what++) {
+        for (int p = 0; p < n; p++) {
+            const weft_signal_note_t *w = &notes[p];
+            if (status[p] != WEFT_ERR_INVALID_ARGUMENT || w->what != what)
+                continue;
+            if (what == NOTE_EXPERT)
+                return weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                                  "%s: topk_idx: rank %d's topk_idx[%llu] = %lld is neither -1 "
+                                  "nor an expert in [0, %d)",
+                                  call, p, (unsigned long long)w->a, (long long)(int64_t)w->b,
+                                  num_experts);
             return weft_error(WEFT_ERR_INVALID_ARGUMENT,
-                              "%s: topk_idx[%zu] = %lld is neither -1 nor an expert in [0, %d)",
-                              call, i, (long long)topk_idx[i], num_experts);
+                              "%s: max_recv_tokens: rank %d would receive %llu tokens, more than "
+                              "its max_recv_tokens (%llu)",
+                              call, p, (unsigned long long)w->a, (unsigned long long)w->b);
+        }
+    }
+    for (int p = 0; p < n; p++) {
+        if (status[p] != WEFT_SUCCESS)
+            return weft_error(status[p], "%s: rank %d reported: %s", call, p,
+                              weft_status_string(status[p]));
     }
     return WEFT_SUCCESS;
 }
@@ -452,6 +503,7 @@ weft_status_t weft_moe_dispatch_mesh(struct weft_comm *comm, const void *x, size
 
     struct weft_moe_handle *h = reuse;
     weft_status_t routing = WEFT_SUCCESS;
+    weft_signal_note_t note = {0, 0, 0}; /* the cause of this rank's verdict (agree_verdict) */
     if (!h) {
         h = handle_alloc(n);
         if (!h)
@@ -466,7 +518,7 @@ weft_status_t weft_moe_dispatch_mesh(struct weft_comm *comm, const void *x, size
         h->layout = op.seq;
         /* An expert id out of range fails every rank through the verdict below, so this rank
          * still takes its turn in the exchange (with nothing to send). */
-        routing = check_routing(topk_idx, num_tokens, topk, num_experts);
+        routing = check_routing(topk_idx, num_tokens, topk, num_experts, &note);
         if (routing == WEFT_SUCCESS)
             st = build_send_lists(h, topk_idx, num_tokens, topk, epr);
         if (st != WEFT_SUCCESS)
@@ -531,13 +583,13 @@ weft_status_t weft_moe_dispatch_mesh(struct weft_comm *comm, const void *x, size
     weft_status_t verdict = st != WEFT_SUCCESS ? st : routing;
     if (verdict == WEFT_SUCCESS && !reuse)
         receive_counts(h, &op, pair_send);
-    if (verdict == WEFT_SUCCESS && h->num_recv > max_recv_tokens)
-        verdict = weft_error(WEFT_ERR_INVALID_ARGUMENT,
-                             "%s: rank %d receives %zu tokens, more than max_recv_tokens (%zu)",
-                             call, me, h->num_recv, max_recv_tokens);
+    if (verdict == WEFT_SUCCESS && h->num_recv > max_recv_tokens) {
+        verdict = WEFT_ERR_INVALID_ARGUMENT;
+        note = (weft_signal_note_t){NOTE_CAPACITY, h->num_recv, max_recv_tokens};
+    }
     if (verdict == WEFT_SUCCESS && !reuse)
         verdict = receive_alloc(h, epr);
-    st = weft_op_execute(&op, NULL, WEFT_SYNC_PHASE, verdict);
+    st = agree_verdict(&op, verdict, &note, num_experts);
     if (st != WEFT_SUCCESS)
         goto err;
 

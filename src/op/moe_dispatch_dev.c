@@ -46,6 +46,8 @@ weft_status_t weft_moe_check_rejected(weft_op_t *op, uint32_t seen)
     if (most == comm->moe_rejections_reported)
         return WEFT_SUCCESS;
     comm->moe_rejections_reported = most;
+    /* The verdict's words after "an earlier weft_moe_dispatch was rejected: " are the host
+     * backend's (moe_dispatch.c, agree_verdict), but for the index and value of a bad id. */
     weft_moe_dev_report_t r;
     if (weft_cuda_moe_rejections(comm, &r) != most)
         return weft_error(WEFT_ERR_INVALID_ARGUMENT,
@@ -54,14 +56,14 @@ weft_status_t weft_moe_check_rejected(weft_op_t *op, uint32_t seen)
                           op->call);
     if (r.bad)
         return weft_error(WEFT_ERR_INVALID_ARGUMENT,
-                          "%s: an earlier weft_moe_dispatch was rejected: rank %d's topk_idx "
-                          "holds an expert id outside [-1, num_experts); nothing was written "
-                          "(*num_recv_tokens = -1)",
-                          op->call, r.rank);
+                          "%s: an earlier weft_moe_dispatch was rejected: topk_idx: rank %d's "
+                          "topk_idx holds an id that is neither -1 nor an expert in [0, %d); "
+                          "nothing was written (*num_recv_tokens = -1)",
+                          op->call, r.rank, r.experts);
     return weft_error(WEFT_ERR_INVALID_ARGUMENT,
-                      "%s: an earlier weft_moe_dispatch was rejected: rank %d would receive %llu "
-                      "tokens, more than its max_recv_tokens (%llu); nothing was written "
-                      "(*num_recv_tokens = -1)",
+                      "%s: an earlier weft_moe_dispatch was rejected: max_recv_tokens: rank %d "
+                      "would receive %llu tokens, more than its max_recv_tokens (%llu); nothing "
+                      "was written (*num_recv_tokens = -1)",
                       op->call, r.rank, (unsigned long long)r.need, (unsigned long long)r.cap);
 }
 

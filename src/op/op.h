@@ -118,6 +118,16 @@ static inline const void *weft_op_peer_data(const weft_op_t *op, int peer)
 weft_status_t weft_op_execute(weft_op_t *op, const weft_work_t *work, unsigned sync,
                               weft_status_t mine);
 
+/* The host backend's phase signal (weft_op_execute with WEFT_SYNC_PHASE and no work) for a
+ * verdict the caller words itself: mine travels with note (NULL: none; sent only with an error
+ * status), and every rank's status and note come back in status_out[p] and notes_out[p]
+ * (nranks entries each; this rank's are mine and note), so that each rank can pick the same
+ * verdict and name the argument and the rank that failed. Returns a wait's error (timeout, peer
+ * lost), else WEFT_SUCCESS: the verdicts are the caller's to read, and no message was recorded
+ * for them. */
+weft_status_t weft_op_agree(weft_op_t *op, weft_status_t mine, const weft_signal_note_t *note,
+                            weft_status_t *status_out, weft_signal_note_t *notes_out);
+
 /* dst <- src locally, in stream order (staging copies). On the CUDA backend a small copy may
  * be deferred to the operation's next launch (weft_cuda_local_copy): every path that copies must
  * then reach weft_op_execute or weft_cuda_enter with &op->pending; weft_op_end reports an

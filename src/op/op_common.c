@@ -244,7 +244,7 @@ static weft_status_t host_move(struct weft_comm *comm, const weft_work_t *work)
 static weft_status_t host_signal(weft_op_t *op, weft_signal_kind_t kind, weft_status_t mine,
                                  int nowait)
 {
-    weft_hs_signal(op->comm, kind, op->seq, mine);
+    weft_hs_signal(op->comm, kind, op->seq, mine, NULL);
     if (nowait)
         return mine;
     weft_status_t theirs;
@@ -279,4 +279,23 @@ weft_status_t weft_op_execute(weft_op_t *op, const weft_work_t *work, unsigned s
     if (sync & (WEFT_SYNC_DONE | WEFT_SYNC_DONE_NOWAIT))
         st = host_signal(op, WEFT_SIGNAL_DONE, st, (sync & WEFT_SYNC_DONE_NOWAIT) != 0);
     return st;
+}
+
+weft_status_t weft_op_agree(weft_op_t *op, weft_status_t mine, const weft_signal_note_t *note,
+                            weft_status_t *status_out, weft_signal_note_t *notes_out)
+{
+    struct weft_comm *comm = op->comm;
+    weft_hs_signal(comm, WEFT_SIGNAL_PHASE, op->seq, mine, note);
+    weft_status_t st = weft_hs_wait_signal(comm, WEFT_SIGNAL_PHASE, op->seq, &op->wait, NULL);
+    if (st != WEFT_SUCCESS)
+        return st;
+    for (int p = 0; p < comm->nranks; p++) {
+        if (p != comm->rank) {
+            weft_hs_signal_note(comm, WEFT_SIGNAL_PHASE, p, &status_out[p], &notes_out[p]);
+            continue;
+        }
+        status_out[p] = mine;
+        notes_out[p] = mine != WEFT_SUCCESS && note ? *note : (weft_signal_note_t){0, 0, 0};
+    }
+    return WEFT_SUCCESS;
 }

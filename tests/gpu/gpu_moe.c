@@ -33,8 +33,9 @@
  * (so the host cannot have seen it yet), then on every rank *num_recv_tokens must be -1,
  * recv_expert_counts all 0, the receive arrays untouched, and combine's out all zeros. After a
  * stream synchronisation and a weft_barrier on every rank, the next MoE call (a valid dispatch,
- * or a combine with the rejected handle) must return WEFT_ERR_INVALID_ARGUMENT naming the call and
- * change nothing; the call after that, a valid dispatch and combine, must be exact.
+ * or a combine with the rejected handle) must return WEFT_ERR_INVALID_ARGUMENT naming the call,
+ * the argument, the rank and (overflow) the counts, and change nothing; the call after that, a
+ * valid dispatch and combine, must be exact.
  *
  * CUDA graph (per mode): one eager dispatch + combine, then the pair captured (relaxed mode) and
  * replayed 20 times, an eager pair, 3 more replays. Before each execution fresh inputs of a new
@@ -536,9 +537,22 @@ static void run_rejected(gpu_ctx_t *g, const reject_case_t *rc)
         gpu_buf_push(g, &b[B_IDX], 0, b[B_IDX].bytes);
     }
     poison(g, &b[B_OUT]);
+    /* Every rank names the argument and the rank (the host backend's words, moe_dispatch.c). */
+    char want[256];
+    const char *next = rc->next_is_combine ? "weft_moe_combine" : "weft_moe_dispatch";
+    if (rc->why == REJECT_OVERFLOW)
+        snprintf(want, sizeof want,
+                 "%s: an earlier weft_moe_dispatch was rejected: max_recv_tokens: rank %d would "
+                 "receive %zu tokens, more than its max_recv_tokens (%zu)",
+                 next, ref.most_rank, ref.most, ref.most - 1);
+    else
+        snprintf(want, sizeof want,
+                 "%s: an earlier weft_moe_dispatch was rejected: topk_idx: rank %d's topk_idx "
+                 "holds an id that is neither -1 nor an expert in [0, %d)",
+                 next, bad_rank, s->experts);
     if (rc->next_is_combine && h) {
         st = weft_moe_combine(ctx->comm, h, b[B_Y].ptr, b[B_OUT].ptr, g->stream);
-        mp_expect_status(ctx, st, WEFT_ERR_INVALID_ARGUMENT, "weft_moe_combine",
+        mp_expect_status(ctx, st, WEFT_ERR_INVALID_ARGUMENT, want,
                          "the combine after a rejected dispatch");
     } else if (!rc->next_is_combine) {
         weft_moe_handle_t h2 = NULL;
@@ -547,7 +561,7 @@ static void run_rejected(gpu_ctx_t *g, const reject_case_t *rc)
                                (int64_t *)b[B_RIDX].ptr, (float *)b[B_RW].ptr,
                                (int64_t *)b[B_RCNT].ptr, room, (int64_t *)b[B_NRECV].ptr, &h2,
                                g->stream);
-        mp_expect_status(ctx, st, WEFT_ERR_INVALID_ARGUMENT, "weft_moe_dispatch",
+        mp_expect_status(ctx, st, WEFT_ERR_INVALID_ARGUMENT, want,
                          "the dispatch after a rejected dispatch");
         mp_check(ctx, h2 == NULL, "a failed weft_moe_dispatch set its handle");
         if (h2)

@@ -109,7 +109,13 @@ static void run_case(mp_ctx_t *ctx, const moe_case_t *c)
                           (const float *)w.ptr, k, sh->experts, rx.ptr, (int64_t *)ridx.ptr,
                           (float *)rw.ptr, (int64_t *)rcnt.ptr, cap, &num_recv, &handle, NULL);
     if (overflow) {
-        mp_expect_status(ctx, st, WEFT_ERR_INVALID_ARGUMENT, "weft_moe_dispatch", "overflow");
+        /* Every rank names the argument and the first rank that overflows, with its counts. */
+        char want[160];
+        snprintf(want, sizeof want,
+                 "weft_moe_dispatch: max_recv_tokens: rank %d would receive %zu tokens, more than "
+                 "its max_recv_tokens (%zu)",
+                 ref.most_rank, ref.most, cap);
+        mp_expect_status(ctx, st, WEFT_ERR_INVALID_ARGUMENT, want, "overflow");
         mp_check(ctx, num_recv == -5 && handle == NULL, "outputs set on failure");
         mp_check_poison(ctx, "recv_x", rx.ptr, rx.bytes);
         mp_check_poison(ctx, "recv_topk_idx", ridx.ptr, ridx.bytes);
@@ -391,23 +397,34 @@ static void run_reuse_other_dispatch(mp_ctx_t *ctx)
 }
 
 /* An expert id out of range on the last rank only: every rank gets WEFT_ERR_INVALID_ARGUMENT
- * (the others from the verdict: they must not wait for the last rank until their timeout), no
- * handle is set, and the communicator stays usable. */
+ * naming topk_idx and the last rank (the others from the verdict: they must not wait for the
+ * last rank until their timeout), no handle is set, and the communicator stays usable. Then
+ * the same with max_recv_tokens 0 on every rank besides (every other rank routes its token to
+ * rank 0, which overflows if n > 1): the expert id is named everywhere, as on the CUDA backend. */
 static void run_bad_expert_one_rank(mp_ctx_t *ctx)
 {
     int n = ctx->nranks;
     mp_case(ctx, "moe dispatch with an expert id out of range on the last rank only");
     float x[2] = {1, 2}, w[1] = {1}, rx[64 * 2], rw[64];
     int64_t idx[1] = {ctx->rank == n - 1 ? (int64_t)n : 0}, ridx[64], rcnt[1], num = -5;
-    weft_moe_handle_t h = NULL;
-    double t0 = mp_now_s();
-    weft_status_t st = weft_moe_dispatch(ctx->comm, x, 1, 2, WEFT_FLOAT32, idx, w, 1, n, rx, ridx,
-                                         rw, rcnt, (size_t)n, &num, &h, NULL);
-    mp_expect_status(ctx, st, WEFT_ERR_INVALID_ARGUMENT, "weft_moe_dispatch",
-                     "expert id n on the last rank");
-    mp_check(ctx, h == NULL && num == -5, "a rejected dispatch set *handle or *num_recv_tokens");
-    mp_check(ctx, mp_now_s() - t0 < 5.0, "the rejection took %.1f s", mp_now_s() - t0);
-    mp_ok(ctx, weft_barrier(ctx->comm, NULL), "weft_barrier after the rejection");
+    char want[160];
+    snprintf(want, sizeof want,
+             "weft_moe_dispatch: topk_idx: rank %d's topk_idx[0] = %d is neither -1 nor an expert "
+             "in [0, %d)",
+             n - 1, n, n);
+    for (int tight = 0; tight < 2; tight++) {
+        weft_moe_handle_t h = NULL;
+        double t0 = mp_now_s();
+        weft_status_t st = weft_moe_dispatch(ctx->comm, x, 1, 2, WEFT_FLOAT32, idx, w, 1, n, rx,
+                                             ridx, rw, rcnt, tight ? 0 : (size_t)n, &num, &h, NULL);
+        mp_expect_status(ctx, st, WEFT_ERR_INVALID_ARGUMENT, want,
+                         tight ? "expert id n on the last rank, max_recv_tokens 0"
+                               : "expert id n on the last rank");
+        mp_check(ctx, h == NULL && num == -5,
+                 "a rejected dispatch set *handle or *num_recv_tokens");
+        mp_check(ctx, mp_now_s() - t0 < 5.0, "the rejection took %.1f s", mp_now_s() - t0);
+        mp_ok(ctx, weft_barrier(ctx->comm, NULL), "weft_barrier after the rejection");
+    }
 }
 
 /* Reusing a layout wrongly: a missing handle or one of another shape is rejected locally; ranks
@@ -462,7 +479,12 @@ static void run_reuse_errors(mp_ctx_t *ctx)
     /* Rank 0 receives n * T rows: one less capacity there fails every rank. */
     weft_status_t st = weft_moe_dispatch(cm, x, T, H, WEFT_FLOAT32, NULL, NULL, WEFT_MOE_REUSE, 0,
                                          rx, NULL, NULL, NULL, cap - 1, &num, &h, NULL);
-    mp_expect_status(ctx, st, WEFT_ERR_INVALID_ARGUMENT, "weft_moe_dispatch", "reuse: overflow");
+    char want[160];
+    snprintf(want, sizeof want,
+             "weft_moe_dispatch: max_recv_tokens: rank 0 would receive %zu tokens, more than its "
+             "max_recv_tokens (%zu)",
+             cap, cap - 1);
+    mp_expect_status(ctx, st, WEFT_ERR_INVALID_ARGUMENT, want, "reuse: overflow");
     if (n >= 2) { /* rank 0 reuses, the others dispatch afresh */
         st = ctx->rank == 0
                  ? weft_moe_dispatch(cm, x, T, H, WEFT_FLOAT32, NULL, NULL, WEFT_MOE_REUSE, 0, rx,
