@@ -315,9 +315,12 @@ WEFT_API weft_status_t weft_moe_dispatch(weft_comm_t comm, const void *x, size_t
  * num_tokens rows, row t the sum over the ranks that received token t of their row for t
  * (summed in float32 in increasing rank order; float16 and bfloat16 round once at the end).
  * Tokens sent nowhere (every expert masked) get zeros. y may be NULL when nothing was received,
- * out when num_tokens was 0. handle stays valid (combine may run any number of times) until it
- * or its communicator is destroyed. Ranks
- * passing handles of different dispatches all get WEFT_ERR_MISMATCH, and nothing moves. */
+ * out when num_tokens was 0. A NULL y where rows were received is WEFT_ERR_INVALID_ARGUMENT; on
+ * the CUDA backend, where only the device knows the count, it is found there as a rejected
+ * dispatch is: every rank's out gets zeros and the next MoE call returns it on every rank.
+ * handle stays valid (combine may run any number of times) until it or its communicator is
+ * destroyed. Ranks passing handles of different dispatches all get WEFT_ERR_MISMATCH, and
+ * nothing moves. */
 WEFT_API weft_status_t weft_moe_combine(weft_comm_t comm, weft_moe_handle_t handle, const void *y,
                                         void *out, void *stream);
 

@@ -269,8 +269,8 @@ weft_status_t weft_moe_combine(weft_comm_t comm, weft_moe_handle_t handle, const
     st = check_arrays(call, arrays, sizeof arrays / sizeof arrays[0]);
     if (st != WEFT_SUCCESS)
         return st;
-    if (comm->backend == WEFT_BACKEND_CUDA) /* the received count is on the device: y NULL
-                                                 means nothing was received (op/moe.h) */
+    if (comm->backend == WEFT_BACKEND_CUDA) /* the received count is on the device, which
+                                                 checks y NULL (op/moe.h) */
         return weft_moe_combine_dev(comm, handle, y, out, stream);
     if (handle->num_recv > 0 && !y)
         return INVALID("%s: y is NULL with %zu received tokens", call, handle->num_recv);

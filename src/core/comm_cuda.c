@@ -524,7 +524,7 @@ uint32_t weft_cuda_moe_rejections(struct weft_comm *comm, void *last_out)
     if (last_out)
         *(weft_moe_dev_report_t *)last_out = (weft_moe_dev_report_t){.count = count,
                                                                      .rank = r->rank,
-                                                                     .bad = r->bad,
+                                                                     .why = r->why,
                                                                      .experts = r->experts,
                                                                      .need = r->need,
                                                                      .cap = r->cap};

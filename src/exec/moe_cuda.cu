@@ -10,8 +10,10 @@
  * one output token over the ranks that received it, in float32, in rank order (the host's
  * order), and rounds once; it first lists the token's rows (a ballot over the ranks' positions)
  * so that each lane issues its loads of every row before the first add. The receive offsets
- * every rank published in its header tell a peer where its rows sit in that rank's y. Neither
- * kernel waits for a peer, so their grids may fill the rank's share of the GPU.
+ * every rank published in its header tell a peer where its rows sit in that rank's y; a rank
+ * that received rows but posted no y makes every rank's combine write zeros and report it (the
+ * host cannot see the received count). Neither kernel waits for a peer, so their grids may fill
+ * the rank's share of the GPU.
  *
  * Thread safety: launches are stream-ordered; the kernels write only this rank's memory.
  */
@@ -175,7 +177,7 @@ __global__ void __launch_bounds__(MOE_THREADS)
         if (v.rejected) {
             weft_moe_dev_report_t *r = a.report;
             r->rank = v.rank;
-            r->bad = v.bad;
+            r->why = v.bad ? WEFT_MOE_REJECT_EXPERT : WEFT_MOE_REJECT_CAPACITY;
             r->experts = a.num_experts;
             r->need = v.need;
             r->cap = v.cap;
@@ -330,9 +332,28 @@ __global__ void __launch_bounds__(MOE_THREADS, 2)
     if (threadIdx.x == 0) {
         rejected = (int)mine->rejected;
         vec = row_bytes % 16 == 0 && (uintptr_t)a.out % 16 == 0;
+        /* A rank that received rows but gave no y: every rank reads the same headers and
+         * posted addresses, so every rank rejects the combine alike (zeros), and block 0
+         * reports it; a dispatch rejected already (num_recv -1) was reported by its gather. */
+        for (int p = 0; p < n && !rejected; p++) {
+            int64_t got = ((const weft_moe_dev_header_t *)a.base[p])->num_recv;
+            if (a.rows[p] || got <= 0)
+                continue;
+            rejected = 1;
+            if (blockIdx.x == 0) {
+                weft_moe_dev_report_t *r = a.report;
+                r->rank = p;
+                r->why = WEFT_MOE_REJECT_Y_NULL;
+                r->need = (uint64_t)got;
+                r->cap = 0;
+                __threadfence_system();
+                *(volatile uint32_t *)&r->count = r->count + 1;
+                __threadfence_system();
+            }
+        }
     }
     __syncthreads();
-    if (threadIdx.x < n) { /* a NULL y (nothing received there) contributes nothing */
+    if (threadIdx.x < n) { /* NULL: that rank received nothing (else rejected above) */
         const weft_moe_dev_header_t *hd = (const weft_moe_dev_header_t *)a.base[threadIdx.x];
         const uint8_t *y = a.rows[threadIdx.x];
         src[threadIdx.x] = y ? y + hd->recv_off[me] * row_bytes : NULL;

@@ -91,14 +91,21 @@ static inline size_t weft_moe_dev_layout_bytes(size_t tokens, int nranks, int to
     return total <= limit ? total : 0;
 }
 
-/* What the mapped report area holds after a rejected dispatch (comm_cuda.h). */
+/* Why the device rejected a MoE call (weft_moe_dev_report_t.why). */
+enum {
+    WEFT_MOE_REJECT_CAPACITY = 0, /* dispatch: a rank would receive more than max_recv_tokens */
+    WEFT_MOE_REJECT_EXPERT = 1,   /* dispatch: an expert id outside [-1, num_experts) */
+    WEFT_MOE_REJECT_Y_NULL = 2    /* combine: a rank that received rows passed y NULL */
+};
+
+/* What the mapped report area holds after a rejected dispatch or combine (comm_cuda.h). */
 typedef struct weft_moe_dev_report {
-    uint32_t count;  /* rejected dispatches so far (written last) */
-    int32_t rank;    /* a rank whose need exceeds its capacity, or whose topk_idx is bad */
-    int32_t bad;     /* 1: out-of-range expert id; 0: capacity overflow */
-    int32_t experts; /* num_experts of the dispatch */
-    uint64_t need;   /* tokens that rank would receive */
-    uint64_t cap;    /* its max_recv_tokens */
+    uint32_t count;  /* rejected calls so far (written last) */
+    int32_t rank;    /* the rank whose arguments failed the check */
+    int32_t why;     /* WEFT_MOE_REJECT_* */
+    int32_t experts; /* num_experts of the dispatch (WEFT_MOE_REJECT_EXPERT) */
+    uint64_t need;   /* tokens that rank would receive (capacity) or received (y NULL) */
+    uint64_t cap;    /* its max_recv_tokens (capacity) */
 } weft_moe_dev_report_t;
 
 typedef struct weft_moe_dev_args {
@@ -147,7 +154,9 @@ weft_status_t weft_moe_dev_stage_launch(void *dst, const void *y, const uint8_t 
                                         size_t row_bytes, void *stream);
 
 /* Combine, between the signals: out[t] = sum over ranks d that received t of d's row for t
- * (float32 accumulation); zeros for tokens sent nowhere and when the dispatch was rejected. */
+ * (float32 accumulation); zeros for tokens sent nowhere and when the dispatch was rejected. A
+ * rank that received rows but posted no y (rows[d] NULL) rejects the combine, alike on every
+ * rank: out gets zeros and a report is written (WEFT_MOE_REJECT_Y_NULL). */
 weft_status_t weft_moe_dev_combine_launch(const weft_moe_dev_args_t *args, int nblocks,
                                           void *stream);
 

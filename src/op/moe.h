@@ -97,14 +97,16 @@ weft_status_t weft_moe_dispatch_dev(struct weft_comm *comm, const void *x, size_
                                     int64_t *recv_expert_counts, size_t max_recv_tokens,
                                     struct weft_moe_handle *reuse, int64_t *num_recv_out,
                                     struct weft_moe_handle **handle_out, void *stream);
-/* y NULL stands for "nothing received" (the host cannot check it): peers then take no rows
- * from this rank. */
+/* y NULL stands for "nothing received", which the host cannot check: where this rank did
+ * receive rows, the device rejects the combine on every rank (out gets zeros; the next MoE call
+ * returns WEFT_ERR_INVALID_ARGUMENT on every rank, weft_moe_check_rejected). */
 weft_status_t weft_moe_combine_dev(struct weft_comm *comm, const struct weft_moe_handle *handle,
                                    const void *y, void *out, void *stream);
 
 /* After the handshake of a CUDA MoE call (op/moe_dispatch_dev.c): WEFT_ERR_INVALID_ARGUMENT on
- * every rank, naming the rejected dispatch, when some rank's host has seen a rejection (seen:
- * this rank's count when it posted its descriptor) that no call has returned yet. */
+ * every rank, naming the rejected dispatch or combine, when some rank's host has seen a
+ * rejection (seen: this rank's count when it posted its descriptor) that no call has returned
+ * yet. */
 weft_status_t weft_moe_check_rejected(weft_op_t *op, uint32_t seen);
 
 /* Hand a dispatch's new handle to the caller: list it on its communicator (h->comm), where

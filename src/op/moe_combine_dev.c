@@ -10,7 +10,9 @@
  * knows how many rows y has) and the handle memory's address, and checks the handles match (the
  * dispatch that made them, hidden size and dtype: handshake.c's common fields). The combine
  * kernel runs between the entry and closing signals; a dispatch the device rejected gives
- * zeros.
+ * zeros. y NULL is posted as address 0: only the device knows whether that rank received rows,
+ * and if it did, every rank's kernel rejects the combine (zeros, and a report that the next MoE
+ * call returns, as a rejected dispatch's).
  *
  * Thread safety: runs on the communicator's user thread.
  */
@@ -75,7 +77,8 @@ weft_status_t weft_moe_combine_dev(struct weft_comm *comm, const struct weft_moe
                              .topk = h->topk,
                              .dtype = (int32_t)h->dtype,
                              .hidden = h->hidden,
-                             .out = out};
+                             .out = out,
+                             .report = weft_cuda_moe_report(comm)};
     for (int p = 0; p < n; p++) {
         const weft_op_desc_t *pd = p == me ? &desc : weft_op_peer(&op, p);
         a.tokens[p] = pd->tokens;

@@ -32,9 +32,9 @@
 
 static const char call[] = "weft_moe_dispatch";
 
-/* After the handshake of a CUDA MoE call: if some rank has seen a rejected dispatch that no
- * call returned yet, every rank returns WEFT_ERR_INVALID_ARGUMENT (the same verdict everywhere:
- * the maximum over the handshake). */
+/* After the handshake of a CUDA MoE call: if some rank has seen a rejected dispatch (or
+ * combine) that no call returned yet, every rank returns WEFT_ERR_INVALID_ARGUMENT (the same
+ * verdict everywhere: the maximum over the handshake). */
 weft_status_t weft_moe_check_rejected(weft_op_t *op, uint32_t seen)
 {
     struct weft_comm *comm = op->comm;
@@ -51,10 +51,15 @@ weft_status_t weft_moe_check_rejected(weft_op_t *op, uint32_t seen)
     weft_moe_dev_report_t r;
     if (weft_cuda_moe_rejections(comm, &r) != most)
         return weft_error(WEFT_ERR_INVALID_ARGUMENT,
-                          "%s: an earlier weft_moe_dispatch was rejected on the device (capacity "
-                          "or expert ids) and wrote nothing (*num_recv_tokens = -1)",
+                          "%s: an earlier weft_moe_dispatch or weft_moe_combine was rejected on "
+                          "the device (capacity, expert ids, or y NULL where rows were received)",
                           op->call);
-    if (r.bad)
+    if (r.why == WEFT_MOE_REJECT_Y_NULL)
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                          "%s: an earlier weft_moe_combine was rejected: y: rank %d passed y NULL "
+                          "but received %llu tokens; every rank's out was zeroed",
+                          op->call, r.rank, (unsigned long long)r.need);
+    if (r.why == WEFT_MOE_REJECT_EXPERT)
         return weft_error(WEFT_ERR_INVALID_ARGUMENT,
                           "%s: an earlier weft_moe_dispatch was rejected: topk_idx: rank %d's "
                           "topk_idx holds an id that is neither -1 nor an expert in [0, %d); "

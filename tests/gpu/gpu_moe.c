@@ -28,14 +28,15 @@
  *
  * Rejected dispatches (roa; weft and interior buffers, so that no staging scratch has to grow):
  * a capacity overflow (the rank receiving the most gets max_recv_tokens one below its need, the
- * others room to spare), an expert id num_experts on the last rank, -2 on the first. The verdict
- * is the device's: a host callback holds the stream until both dispatch and combine are enqueued
- * (so the host cannot have seen it yet), then on every rank *num_recv_tokens must be -1,
- * recv_expert_counts all 0, the receive arrays untouched, and combine's out all zeros. After a
- * stream synchronisation and a weft_barrier on every rank, the next MoE call (a valid dispatch,
- * or a combine with the rejected handle) must return WEFT_ERR_INVALID_ARGUMENT naming the call,
- * the argument, the rank and (overflow) the counts, and change nothing; the call after that, a
- * valid dispatch and combine, must be exact.
+ * others room to spare), an expert id num_experts on the last rank, -2 on the first; and a
+ * rejected combine: y NULL on the rank receiving the most. The verdict is the device's: a host
+ * callback holds the stream until both dispatch and combine are enqueued (so the host cannot
+ * have seen it yet), then on every rank *num_recv_tokens must be -1, recv_expert_counts all 0,
+ * the receive arrays untouched (a rejected combine: the dispatch's outputs exact), and
+ * combine's out all zeros. After a stream synchronisation and a weft_barrier on every rank,
+ * the next MoE call (a valid dispatch, or a combine with the handle) must return
+ * WEFT_ERR_INVALID_ARGUMENT naming the call, the argument, the rank and the counts, and change
+ * nothing; the call after that, a valid dispatch and combine, must be exact.
  *
  * CUDA graph (per mode): one eager dispatch + combine, then the pair captured (relaxed mode) and
  * replayed 20 times, an eager pair, 3 more replays. Before each execution fresh inputs of a new
@@ -406,7 +407,7 @@ static void run_large(gpu_ctx_t *g, weft_registration_t reg)
  * Rejected dispatches
  * ------------------------------------------------------------------------------------------- */
 
-typedef enum { REJECT_OVERFLOW, REJECT_EXPERT_HIGH, REJECT_EXPERT_LOW } reject_t;
+typedef enum { REJECT_OVERFLOW, REJECT_EXPERT_HIGH, REJECT_EXPERT_LOW, REJECT_Y_NULL } reject_t;
 
 typedef struct reject_case {
     reject_t why;
@@ -424,13 +425,16 @@ static const reject_case_t reject_cases[] = {
     {REJECT_EXPERT_HIGH, 7, 7, 8, 8, MOE_ROUTE_ZIPF, WEFT_FLOAT32, GPU_BUF_INTERIOR, 1},
     {REJECT_EXPERT_LOW, 300, 1, 1, 1, MOE_ROUTE_MASKED, WEFT_FLOAT16, GPU_BUF_WEFT, 0},
     {REJECT_OVERFLOW, 0, 7, 8, 8, MOE_ROUTE_ALL_TO_ONE, WEFT_FLOAT16, GPU_BUF_INTERIOR, 1},
+    {REJECT_Y_NULL, 300, 128, 2, 8, MOE_ROUTE_UNIFORM, WEFT_BFLOAT16, GPU_BUF_WEFT, 1},
+    {REJECT_Y_NULL, 7, 7, 8, 8, MOE_ROUTE_ZIPF, WEFT_FLOAT32, GPU_BUF_INTERIOR, 0},
 };
 
 static const char *reject_name(reject_t why)
 {
     return why == REJECT_OVERFLOW      ? "capacity overflow"
            : why == REJECT_EXPERT_HIGH ? "expert id num_experts on the last rank"
-                                       : "expert id -2 on the first rank";
+           : why == REJECT_EXPERT_LOW  ? "expert id -2 on the first rank"
+                                       : "combine's y NULL on the rank receiving the most";
 }
 
 /* Elements of a 16- or 32-bit float buffer that are not zero; the first one in *first. */
@@ -473,8 +477,9 @@ static void run_rejected(gpu_ctx_t *g, const reject_case_t *rc)
             rc->next_is_combine ? "combine" : "dispatch");
     moe_ref_t ref;
     moe_ref_create(ctx, s, &ref);
-    if (rc->why == REJECT_OVERFLOW && ref.most == 0)
-        mp_fatal(ctx, "the overflow case receives nothing: no capacity to exceed");
+    int bad_expert = rc->why == REJECT_EXPERT_HIGH || rc->why == REJECT_EXPERT_LOW;
+    if (!bad_expert && ref.most == 0)
+        mp_fatal(ctx, "the %s case receives nothing", reject_name(rc->why));
     size_t need = ref.recv[me], room = need + CAP_SPARE, cap = room;
     if (rc->why == REJECT_OVERFLOW && me == ref.most_rank)
         cap = need - 1;
@@ -483,7 +488,7 @@ static void run_rejected(gpu_ctx_t *g, const reject_case_t *rc)
     gpu_buf_t *b = mb.b;
     push_inputs(g, &ref, &mb);
     int bad_rank = rc->why == REJECT_EXPERT_HIGH ? n - 1 : 0;
-    if (rc->why != REJECT_OVERFLOW && me == bad_rank) {
+    if (bad_expert && me == bad_rank) {
         int64_t bad = rc->why == REJECT_EXPERT_HIGH ? s->experts : -2;
         size_t slot = (T / 2) * (size_t)s->topk + (size_t)(s->topk - 1);
         memcpy(b[B_IDX].host + slot * 8, &bad, 8);
@@ -502,15 +507,22 @@ static void run_rejected(gpu_ctx_t *g, const reject_case_t *rc)
                           cap, (int64_t *)b[B_NRECV].ptr, &h, g->stream);
     int ok = mp_ok(ctx, st, "weft_moe_dispatch (rejected on the device)") &&
              mp_check(ctx, h != NULL, "weft_moe_dispatch succeeded without a handle");
+    /* REJECT_Y_NULL: the rank receiving the most passes no y; the device must see it. */
+    int y_null = rc->why == REJECT_Y_NULL && me == ref.most_rank;
     if (ok)
-        ok = mp_ok(ctx, weft_moe_combine(ctx->comm, h, b[B_Y].ptr, b[B_OUT].ptr, g->stream),
-                   "weft_moe_combine (after a dispatch rejected on the device)");
+        ok = mp_ok(
+            ctx,
+            weft_moe_combine(ctx->comm, h, y_null ? NULL : b[B_Y].ptr, b[B_OUT].ptr, g->stream),
+            "weft_moe_combine (rejected on the device, or after a rejected dispatch)");
     gpu_gate_open(&gate);
     bufs_pull(g, &mb);
     gpu_sync(g, "rejected dispatch");
     mp_check(ctx, !atomic_load(&gate.timed_out),
              "the stream was held %.0f s: a MoE call waited for its own stream", GATE_LIMIT_S);
-    if (ok) {
+    if (ok && rc->why == REJECT_Y_NULL) { /* the dispatch was fine */
+        moe_ref_check_dispatch(ctx, &ref, num_recv_of(&mb), b[B_RX].host, b[B_RIDX].host,
+                               b[B_RW].host, b[B_RCNT].host, room);
+    } else if (ok) {
         mp_check(ctx, num_recv_of(&mb) == -1,
                  "num_recv_tokens %lld after a rejected dispatch, "
                  "expected -1",
@@ -521,18 +533,19 @@ static void run_rejected(gpu_ctx_t *g, const reject_case_t *rc)
                         b[B_RIDX].bytes);
         mp_check_poison(ctx, "recv_topk_weights of a rejected dispatch", b[B_RW].host,
                         b[B_RW].bytes);
+    }
+    if (ok) {
         size_t first = 0, nz = nonzero_values(b[B_OUT].host, T * H, s->dt, &first);
         mp_check(ctx, nz == 0,
-                 "combine after a rejected dispatch: %zu of %zu out values not zero (first [%zu] "
-                 "= %g)",
-                 nz, T * H, first, nz ? (double)moe_ref_fetch(b[B_OUT].host, first, s->dt) : 0.0);
+                 "rejected combine: %zu of %zu out values not zero (first [%zu] = %g)", nz, T * H,
+                 first, nz ? (double)moe_ref_fetch(b[B_OUT].host, first, s->dt) : 0.0);
     }
     bufs_check_guards(g, &mb);
 
     /* 2. Every rank's host has the verdict: the next MoE call reports it and does nothing. */
     mp_ok(ctx, weft_barrier(ctx->comm, g->stream), "weft_barrier after the rejected dispatch");
     gpu_sync(g, "barrier after the rejected dispatch");
-    if (rc->why != REJECT_OVERFLOW && me == bad_rank) { /* the next calls route validly */
+    if (bad_expert && me == bad_rank) { /* the next calls route validly */
         moe_ref_fill_inputs(&ref, b[B_X].host, b[B_IDX].host, b[B_W].host);
         gpu_buf_push(g, &b[B_IDX], 0, b[B_IDX].bytes);
     }
@@ -545,6 +558,11 @@ static void run_rejected(gpu_ctx_t *g, const reject_case_t *rc)
                  "%s: an earlier weft_moe_dispatch was rejected: max_recv_tokens: rank %d would "
                  "receive %zu tokens, more than its max_recv_tokens (%zu)",
                  next, ref.most_rank, ref.most, ref.most - 1);
+    else if (rc->why == REJECT_Y_NULL)
+        snprintf(want, sizeof want,
+                 "%s: an earlier weft_moe_combine was rejected: y: rank %d passed y NULL but "
+                 "received %zu tokens",
+                 next, ref.most_rank, ref.most);
     else
         snprintf(want, sizeof want,
                  "%s: an earlier weft_moe_dispatch was rejected: topk_idx: rank %d's topk_idx "
@@ -569,7 +587,10 @@ static void run_rejected(gpu_ctx_t *g, const reject_case_t *rc)
     }
     bufs_pull(g, &mb);
     gpu_sync(g, "the call after the rejected dispatch");
-    if (ok) {
+    if (ok && rc->why == REJECT_Y_NULL) { /* the accepted dispatch's outputs stay */
+        moe_ref_check_dispatch(ctx, &ref, num_recv_of(&mb), b[B_RX].host, b[B_RIDX].host,
+                               b[B_RW].host, b[B_RCNT].host, room);
+    } else if (ok) {
         mp_check(ctx, num_recv_of(&mb) == -1,
                  "num_recv_tokens changed from -1 to %lld by a call that failed",
                  (long long)num_recv_of(&mb));
@@ -577,8 +598,9 @@ static void run_rejected(gpu_ctx_t *g, const reject_case_t *rc)
         mp_check_poison(ctx, "recv_x after a failed call", b[B_RX].host, b[B_RX].bytes);
         mp_check_poison(ctx, "recv_topk_idx after a failed call", b[B_RIDX].host, b[B_RIDX].bytes);
         mp_check_poison(ctx, "recv_topk_weights after a failed call", b[B_RW].host, b[B_RW].bytes);
-        mp_check_poison(ctx, "out after a failed call", b[B_OUT].host, b[B_OUT].bytes);
     }
+    if (ok)
+        mp_check_poison(ctx, "out after a failed call", b[B_OUT].host, b[B_OUT].bytes);
     bufs_check_guards(g, &mb);
     mp_ok(ctx, weft_moe_handle_destroy(h), "weft_moe_handle_destroy");
 
