@@ -20,7 +20,7 @@
  * allocations), and one with topk = 40 (more slots than a warp has lanes). Every case checks:
  * *num_recv_tokens, every received row, local expert id and weight, recv_expert_counts, the
  * combine output (sums of y = recv_x * (rank + 1): exact), inputs (x, routing, y) unchanged,
- * guards.
+ * y's 3 rows past the received ones still poisoned, guards.
  *
  * After each case of the grid, the backward pass: new x and y through a dispatch reusing the
  * handle's layout (WEFT_MOE_REUSE; the routing outputs asked for in every other case, else they
@@ -52,6 +52,10 @@
  * Handles past their communicator (per mode): the communicator is destroyed while two handles
  * live; destroying one then must succeed, and the next communicator must refuse the other
  * (WEFT_ERR_INVALID_ARGUMENT) before it is destroyed too.
+ *
+ * Spread cases (per mode, each dtype): y of moe_ref.h's spread kind, whose float32 sum depends on
+ * the order and on rounding each step to 16 bits; from 3 ranks each case checks that it does, so
+ * that a combine summing out of rank order or in 16 bits fails them.
  *
  * GPU_TEST_QUICK: a third of the grid, no large cases, 5 replays. GPU_TEST_SANITIZER (set by
  * run.sh for its compute-sanitizer runs): no rejected dispatches (their gate relies on kernel
@@ -308,14 +312,26 @@ static void run_case(gpu_ctx_t *g, const pool_t *pool, const gcase_t *c)
 {
     mp_ctx_t *ctx = &g->mp;
     const moe_shape_t *s = &c->shape;
-    mp_case(ctx, "moe T=%zu H=%zu k=%d E=%d %s %s %s%s", s->tokens[ctx->rank], s->hidden, s->topk,
+    mp_case(ctx, "moe T=%zu H=%zu k=%d E=%d %s %s %s%s%s", s->tokens[ctx->rank], s->hidden, s->topk,
             s->experts, moe_route_name(s->route), mp_dtype_name(s->dt), gpu_buf_kind_name(c->kind),
-            c->tight ? " tight" : "");
+            c->tight ? " tight" : "", s->spread ? " spread" : "");
     moe_ref_t ref;
     moe_ref_create(ctx, s, &ref);
+    if (s->spread && ctx->nranks >= 3) {
+        /* The values must tell the right combine from one that sums in another order or
+         * rounds each step to 16 bits (moe_ref.h), or the case proves nothing about them. */
+        size_t reversed, stepwise;
+        moe_ref_spread_misses(&ref, &reversed, &stepwise);
+        mp_check(ctx, reversed > 0 && (stepwise > 0 || s->dt == WEFT_FLOAT32),
+                 "spread values: a reversed sum misses %zu and a stepwise one %zu of %zu outputs: "
+                 "the case cannot tell them from the right sum",
+                 reversed, stepwise, s->tokens[ctx->rank] * s->hidden);
+    }
     size_t need = ref.recv[ctx->rank], cap = c->tight ? need : need + CAP_SPARE;
     moe_bufs_t mb;
-    bufs_get(g, pool, c->kind, &ref, cap, need, &mb);
+    /* y has CAP_SPARE rows past the received ones, poisoned: combine must not write them
+     * (check_results), nor read them into out. */
+    bufs_get(g, pool, c->kind, &ref, cap, need + CAP_SPARE, &mb);
     push_inputs(g, &ref, &mb);
     weft_moe_handle_t h;
     int ok = enqueue_pair(g, &ref, &mb, cap, &h);
@@ -384,6 +400,25 @@ static const large_case_t large_cases[] = {
     {WEFT_REGISTRATION_JIT, 4096, 7, 2, 8, MOE_ROUTE_MASKED, WEFT_FLOAT32, GPU_BUF_CUDA},
     {WEFT_REGISTRATION_STAGED, 7, 7168, 1, 1, MOE_ROUTE_ALL_TO_ONE, WEFT_FLOAT16, GPU_BUF_WEFT},
 };
+
+/* Spread y (moe_ref.h) in each dtype, per mode: from 3 ranks, a combine that sums in another
+ * order than the ranks', or rounds each step to 16 bits, fails them. */
+static void run_spread(gpu_ctx_t *g, const pool_t *pool, weft_registration_t reg)
+{
+    static const weft_dtype_t dts[] = {WEFT_FLOAT32, WEFT_BFLOAT16, WEFT_FLOAT16};
+    for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) {
+        gcase_t c = {.shape = {.hidden = 64,
+                               .topk = MAX_K,
+                               .experts = 8 * g->mp.nranks,
+                               .route = MOE_ROUTE_UNIFORM,
+                               .dt = dts[i],
+                               .spread = 1},
+                     .kind = (gpu_buf_kind_t)((i + (size_t)reg) % GPU_NUM_BUF_KINDS)};
+        for (int r = 0; r < g->mp.nranks; r++)
+            c.shape.tokens[r] = SMALL_T;
+        run_case(g, pool, &c);
+    }
+}
 
 static void run_large(gpu_ctx_t *g, weft_registration_t reg)
 {
@@ -484,7 +519,7 @@ static void run_rejected(gpu_ctx_t *g, const reject_case_t *rc)
     if (rc->why == REJECT_OVERFLOW && me == ref.most_rank)
         cap = need - 1;
     moe_bufs_t mb;
-    bufs_get(g, NULL, c.kind, &ref, room, need, &mb);
+    bufs_get(g, NULL, c.kind, &ref, room, room, &mb);
     gpu_buf_t *b = mb.b;
     push_inputs(g, &ref, &mb);
     int bad_rank = rc->why == REJECT_EXPERT_HIGH ? n - 1 : 0;
@@ -926,6 +961,7 @@ static void run_mode(gpu_ctx_t *g, weft_registration_t reg)
     pool_t pool;
     pool_create(g, &pool);
     run_grid(g, &pool, reg);
+    run_spread(g, &pool, reg);
     gpu_sync(g, "grid");
     pool_destroy(g, &pool);
     if (!ctx->quick)

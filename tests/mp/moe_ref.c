@@ -12,12 +12,14 @@
  */
 #include "moe_ref.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Salts of the three streams of random numbers a case draws (expert ids use the rank itself). */
+/* Salts of the streams of random numbers a case draws (expert ids use the rank itself). */
 #define SALT_WEIGHT 1000u
 #define SALT_X 2000u
+#define SALT_SCALE 3000u
 
 /* Wrong values printed per check before the check only counts them. */
 #define MAX_PRINTED 3
@@ -235,20 +237,72 @@ void moe_ref_check_inputs(mp_ctx_t *ctx, const moe_ref_t *ref, const void *x, co
     mp_check(ctx, bad == 0, "%zu input elements changed", bad);
 }
 
+/* The offset of rank d's y in a spread case (moe_ref.h). */
+static float spread_offset(weft_dtype_t dt, int d)
+{
+    float L = dt == WEFT_FLOAT32 ? 1048576.0f : dt == WEFT_BFLOAT16 ? 65536.0f : 16384.0f;
+    return d == 0 ? L : d == 2 ? -L : 0.0f;
+}
+
+float moe_ref_y(const moe_ref_t *ref, int d, int r, size_t t, size_t e)
+{
+    const moe_shape_t *s = &ref->shape;
+    float v = moe_ref_x(ref, r, t, e) * (float)(d + 1);
+    if (s->spread) {
+        uint64_t h = mp_hash(ref->seed ^ ref->x_round, ref->case_id, SALT_SCALE + (uint64_t)r,
+                             (t << 20) + e);
+        v = v * ldexpf(1.0f, -(int)(2 + h % 11)) + spread_offset(s->dt, d);
+    }
+    return in_dtype(s->dt, v);
+}
+
 void moe_ref_fill_y(const moe_ref_t *ref, void *y)
 {
     const moe_shape_t *s = &ref->shape;
     int me = ref->rank;
     size_t H = s->hidden, i = 0;
-    float scale = (float)(me + 1);
     for (int r = 0; r < ref->nranks; r++)
         for (size_t t = 0; t < s->tokens[r]; t++) {
             if (!moe_ref_goes_to(ref, r, t, me))
                 continue;
             for (size_t e = 0; e < H; e++)
-                moe_ref_store(y, i * H + e, s->dt, moe_ref_x(ref, r, t, e) * scale);
+                moe_ref_store(y, i * H + e, s->dt, moe_ref_y(ref, me, r, t, e));
             i++;
         }
+}
+
+/* out[t][e] of this rank as combine must compute it: the y of the ranks that received the
+ * token, summed in float32 in increasing rank order (decreasing with reversed), each partial
+ * sum rounded to the dtype with stepwise (wrong but for float32), then rounded once. */
+static float combined(const moe_ref_t *ref, size_t t, size_t e, int reversed, int stepwise)
+{
+    int me = ref->rank, n = ref->nranks;
+    weft_dtype_t dt = ref->shape.dt;
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) {
+        int d = reversed ? n - 1 - i : i;
+        if (!moe_ref_goes_to(ref, me, t, d))
+            continue;
+        sum += moe_ref_y(ref, d, me, t, e);
+        if (stepwise)
+            sum = in_dtype(dt, sum);
+    }
+    return in_dtype(dt, sum);
+}
+
+void moe_ref_spread_misses(const moe_ref_t *ref, size_t *reversed_out, size_t *stepwise_out)
+{
+    const moe_shape_t *s = &ref->shape;
+    size_t T = s->tokens[ref->rank], H = s->hidden, rev = 0, step = 0;
+    for (size_t t = 0; t < T; t++) {
+        for (size_t e = 0; e < H; e++) {
+            float want = combined(ref, t, e, 0, 0);
+            rev += combined(ref, t, e, 1, 0) != want;
+            step += combined(ref, t, e, 0, 1) != want;
+        }
+    }
+    *reversed_out = rev;
+    *stepwise_out = step;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -332,14 +386,10 @@ void moe_ref_check_combine(mp_ctx_t *ctx, const moe_ref_t *ref, const void *out)
     size_t T = s->tokens[me], H = s->hidden, bad = 0;
     for (size_t t = 0; t < T; t++) {
         for (size_t e = 0; e < H; e++) {
-            float x = moe_ref_x(ref, me, t, e), sum = 0.0f;
-            for (int d = 0; d < ref->nranks; d++)
-                if (moe_ref_goes_to(ref, me, t, d))
-                    sum += in_dtype(s->dt, x * (float)(d + 1));
-            float want = in_dtype(s->dt, sum), got = moe_ref_fetch(out, t * H + e, s->dt);
+            float want = combined(ref, t, e, 0, 0), got = moe_ref_fetch(out, t * H + e, s->dt);
             if (got != want && bad++ < MAX_PRINTED)
-                mp_fail(ctx, "out[%zu][%zu] = %g, expected %g (token sent to ranks 0x%llx)", t, e,
-                        (double)got, (double)want, (unsigned long long)ref->dest[me][t]);
+                mp_fail(ctx, "out[%zu][%zu] = %.9g, expected %.9g (token sent to ranks 0x%llx)", t,
+                        e, (double)got, (double)want, (unsigned long long)ref->dest[me][t]);
         }
     }
     mp_check(ctx, bad == 0, "%zu wrong combined values", bad);

@@ -7,14 +7,23 @@
  * harness: each rank regenerates every rank's routing and computes, on the host, what it must
  * receive (ordered by source rank, then source token; local expert ids or -1; the sender's
  * weights or 0.0f; per-expert counts, one per routing slot that names a local expert) and what
- * combine must return. The values are exact:
+ * combine must return. The values:
  *
  *   x       row t of rank r holds integers in [-8, 8];
  *   weights multiples of 1/8 in [0, 15/8];
  *   y       rank d's combine input for a received token is the token's row times (d + 1),
- *           rounded once to the dtype;
- *   out     out[t] = sum over the ranks d that received t of y_d[t], summed in float32 (exact:
- *           small integers) and rounded once to the dtype, 0 for a token sent nowhere.
+ *           rounded once to the dtype; in a spread case (moe_shape_t.spread) instead that
+ *           times 2^-k (k in [2, 12], per element) plus an offset L on rank 0 and -L on
+ *           rank 2 (L = 2^20, 2^16 and 2^14 for float32, bfloat16 and float16), rounded once;
+ *   out     out[t] = sum over the ranks d that received t of y_d[t], summed in float32 in
+ *           increasing rank order and rounded once to the dtype, 0 for a token sent nowhere.
+ *           With the integer y every partial sum is exact, so any order gives the same out; in
+ *           a spread case the offsets make float32 sums depend on the order (a small term
+ *           added to +-L loses its low bits, on a grid that depends on what it is added to),
+ *           and a 16-bit partial sum loses a small term altogether, while the offsets cancel
+ *           in a token that ranks 0 and 2 received, so the result keeps those low bits: from
+ *           3 ranks, a combine that sums in another order, or rounds each step to 16 bits,
+ *           gets some elements wrong (moe_ref_spread_misses counts them for the case).
  *
  * Routings (an expert id per routing slot (t, j)):
  *   uniform     every expert equally likely;
@@ -57,6 +66,7 @@ typedef struct moe_shape {
     int topk, experts;
     moe_route_t route;
     weft_dtype_t dt;
+    int spread; /* y of the spread kind (above) instead of integers */
 } moe_shape_t;
 
 /* The routing of every rank for one case, and what follows from it. */
@@ -104,8 +114,18 @@ void moe_ref_fill_inputs(const moe_ref_t *ref, void *x, void *topk_idx, void *to
 void moe_ref_check_inputs(mp_ctx_t *ctx, const moe_ref_t *ref, const void *x, const void *topk_idx,
                           const void *topk_weights);
 
-/* This rank's combine input: recv[rank] rows, row i = received row i times (rank + 1). */
+/* Element e of rank d's combine input for token t of rank r, as stored in the dtype (above). */
+float moe_ref_y(const moe_ref_t *ref, int d, int r, size_t t, size_t e);
+
+/* This rank's combine input: recv[rank] rows, row i = moe_ref_y of received row i. */
 void moe_ref_fill_y(const moe_ref_t *ref, void *y);
+
+/* For a spread case, how many elements of this rank's combine output a combine would get
+ * wrong that summed in decreasing rank order (*reversed_out) or rounded every partial sum to
+ * the dtype (*stepwise_out; 0 for float32, where that is the right sum): with 3 ranks or more
+ * and tokens that ranks 0, 1 and 2 receive, both are non-zero for the grid's sizes, so the
+ * spread cases can tell those combines from the right one. */
+void moe_ref_spread_misses(const moe_ref_t *ref, size_t *reversed_out, size_t *stepwise_out);
 
 /* Check this rank's dispatch outputs: num_recv (the value of *num_recv_tokens) against
  * recv[rank]; rows, local ids and weights of every received token; the E/n per-expert counts;

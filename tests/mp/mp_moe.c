@@ -6,13 +6,19 @@
  * (shared with tests/gpu/gpu_moe.c). The grid: tokens per rank T in {0, 1, 7, 300} (and one case
  * with a different T per rank), hidden H in {1, 7, 128}, topk in {1, 2, 8} (at most E), experts
  * E in {n, 8n}, and the four routings of the model (uniform, Zipf, all-to-one, masked), plus
- * two large cases per mode (T = 4096 with E = 32n and Zipf routing; H = 7168). Each
- * case runs in float32 or bfloat16 on weft_malloc or malloc buffers (alternating over the grid),
- * under each registration mode, with a capacity above the need (the rows past *num_recv_tokens
- * must keep their poison); inputs must be left unchanged; the stats must show the zero-copy path
- * exactly when the buffers peers read (x, then y) are weft_malloc memory outside the staged
- * mode; one case in eight sets max_recv_tokens one below the largest rank's need, which must fail
- * with WEFT_ERR_INVALID_ARGUMENT on every rank and write nothing.
+ * two large cases per mode (T = 4096 with E = 32n and Zipf routing, bfloat16; H = 7168,
+ * float16). Each case runs in float32, bfloat16 or float16 on weft_malloc or malloc buffers
+ * (cycling over the grid, so that each buffer kind sees each dtype), under each registration
+ * mode, with a capacity above the need (the rows past *num_recv_tokens must keep their poison),
+ * or in every other case where no rank receives anything, max_recv_tokens 0 with NULL receive
+ * arrays; inputs must be left unchanged; the stats must show the zero-copy path exactly when the
+ * buffers peers read (x, then y) are weft_malloc memory outside the staged mode; one case in
+ * eight sets max_recv_tokens one below the largest rank's need, which must fail with
+ * WEFT_ERR_INVALID_ARGUMENT on every rank, naming the first such rank and its counts, and write
+ * nothing. y has rows to spare, which must keep their poison; y and out are NULL where the API
+ * lets them be. Then, per mode and dtype, a spread case (moe_ref.h: y whose float32 sum depends
+ * on the order, and on rounding each step to 16 bits; from 3 ranks the case checks that it
+ * does), and max_recv_tokens 0 with nothing received, every token masked, and tokens sent.
  *
  * After each successful case, the backward pass: a dispatch of new rows reusing the handle's
  * layout (WEFT_MOE_REUSE; the routing outputs asked for in every other case, else they must keep
@@ -29,15 +35,25 @@
  */
 #include <pthread.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "harness.h"
 #include "moe_ref.h"
+
+#define CAP_SPARE 3 /* receive rows (and rows of y) beyond the need */
 
 typedef struct moe_case {
     moe_shape_t shape;
     mp_buf_kind_t kind;
     int overflow;
+    int zero_cap; /* max_recv_tokens 0 (and NULL receive arrays) where nothing is received */
 } moe_case_t;
+
+/* An array the API lets be NULL: NULL when the call passes none of it. */
+static void *or_null(mp_buf_t *b, size_t count)
+{
+    return count > 0 ? b->ptr : NULL;
+}
 
 /* The backward pass: a dispatch of new rows reusing the layout of handle (the routing outputs
  * asked for in every other case), then a combine of new y with the same handle. */
@@ -57,8 +73,8 @@ static void run_reuse(mp_ctx_t *ctx, const moe_case_t *c, moe_ref_t *ref, weft_m
     int64_t num_recv = -5;
     weft_moe_handle_t again = handle;
     weft_status_t st = weft_moe_dispatch(
-        ctx->comm, x->ptr, T, sh->hidden, sh->dt, NULL, NULL, WEFT_MOE_REUSE, 0, rx->ptr,
-        routing ? (int64_t *)ridx->ptr : NULL, routing ? (float *)rw->ptr : NULL,
+        ctx->comm, x->ptr, T, sh->hidden, sh->dt, NULL, NULL, WEFT_MOE_REUSE, 0, or_null(rx, cap),
+        routing ? (int64_t *)or_null(ridx, cap) : NULL, routing ? (float *)or_null(rw, cap) : NULL,
         routing ? (int64_t *)rcnt->ptr : NULL, cap, &num_recv, &again, NULL);
     if (!mp_ok(ctx, st, "weft_moe_dispatch reusing the layout"))
         return;
@@ -70,11 +86,16 @@ static void run_reuse(mp_ctx_t *ctx, const moe_case_t *c, moe_ref_t *ref, weft_m
         mp_check_poison(ctx, "recv_topk_weights (not asked for)", rw->ptr, rw->bytes);
         mp_check_poison(ctx, "recv_expert_counts (not asked for)", rcnt->ptr, rcnt->bytes);
     }
+    mp_buf_poison(y);
     moe_ref_fill_y(ref, y->ptr);
     mp_buf_poison(out);
-    if (mp_ok(ctx, weft_moe_combine(ctx->comm, handle, y->ptr, out->ptr, NULL),
-              "weft_moe_combine after the reuse"))
+    size_t need = ref->recv[ctx->rank], row = sh->hidden * mp_dtype_bytes(sh->dt);
+    if (mp_ok(ctx, weft_moe_combine(ctx->comm, handle, or_null(y, need), or_null(out, T), NULL),
+              "weft_moe_combine after the reuse")) {
         moe_ref_check_combine(ctx, ref, out->ptr);
+        mp_check_poison(ctx, "y past the received rows", y->ptr + need * row,
+                        y->bytes - need * row);
+    }
 }
 
 static void run_case(mp_ctx_t *ctx, const moe_case_t *c)
@@ -82,14 +103,24 @@ static void run_case(mp_ctx_t *ctx, const moe_case_t *c)
     const moe_shape_t *sh = &c->shape;
     int me = ctx->rank, k = sh->topk, epr = sh->experts / ctx->nranks;
     size_t T = sh->tokens[me], H = sh->hidden, es = mp_dtype_bytes(sh->dt);
-    mp_case(ctx, "moe T=%zu H=%zu k=%d E=%d %s %s %s%s", T, H, k, sh->experts,
+    mp_case(ctx, "moe T=%zu H=%zu k=%d E=%d %s %s %s%s%s", T, H, k, sh->experts,
             moe_route_name(sh->route), mp_dtype_name(sh->dt), mp_buf_kind_name(c->kind),
-            c->overflow ? " overflow" : "");
+            c->overflow ? " overflow" : "", sh->spread ? " spread" : "");
     moe_ref_t ref;
     moe_ref_create(ctx, sh, &ref);
     size_t need = ref.recv[me];
     int overflow = c->overflow && ref.most > 0;
-    size_t cap = overflow ? ref.most - 1 : ref.most + 3;
+    size_t cap = overflow ? ref.most - 1 : ref.most == 0 && c->zero_cap ? 0 : ref.most + CAP_SPARE;
+    if (sh->spread && ctx->nranks >= 3) {
+        /* The values must tell the right combine from one that sums in another order or
+         * rounds each step to 16 bits (moe_ref.h), or the case proves nothing about them. */
+        size_t reversed, stepwise;
+        moe_ref_spread_misses(&ref, &reversed, &stepwise);
+        mp_check(ctx, reversed > 0 && (stepwise > 0 || sh->dt == WEFT_FLOAT32),
+                 "spread values: a reversed sum misses %zu and a stepwise one %zu of %zu outputs: "
+                 "the case cannot tell them from the right sum",
+                 reversed, stepwise, T * H);
+    }
 
     mp_buf_t x, idx, w, rx, ridx, rw, rcnt;
     mp_buf_alloc(ctx, &x, c->kind, T * H * es);
@@ -104,10 +135,10 @@ static void run_case(mp_ctx_t *ctx, const moe_case_t *c)
     weft_moe_handle_t handle = NULL;
     weft_stats_t s0, s1;
     mp_stats(ctx, &s0);
-    weft_status_t st =
-        weft_moe_dispatch(ctx->comm, x.ptr, T, H, sh->dt, (const int64_t *)idx.ptr,
-                          (const float *)w.ptr, k, sh->experts, rx.ptr, (int64_t *)ridx.ptr,
-                          (float *)rw.ptr, (int64_t *)rcnt.ptr, cap, &num_recv, &handle, NULL);
+    weft_status_t st = weft_moe_dispatch(ctx->comm, x.ptr, T, H, sh->dt, (const int64_t *)idx.ptr,
+                                         (const float *)w.ptr, k, sh->experts, or_null(&rx, cap),
+                                         (int64_t *)or_null(&ridx, cap), (float *)or_null(&rw, cap),
+                                         (int64_t *)rcnt.ptr, cap, &num_recv, &handle, NULL);
     if (overflow) {
         /* Every rank names the argument and the first rank that overflows, with its counts. */
         char want[160];
@@ -127,17 +158,20 @@ static void run_case(mp_ctx_t *ctx, const moe_case_t *c)
         moe_ref_check_dispatch(ctx, &ref, num_recv, rx.ptr, ridx.ptr, rw.ptr, rcnt.ptr, cap);
         moe_ref_check_inputs(ctx, &ref, x.ptr, idx.ptr, w.ptr);
 
-        /* Combine: out[t] = x[t] * sum over receiving ranks d of (d + 1). */
+        /* Combine: out[t] = the sum over receiving ranks d of y_d[t] (moe_ref.h). y has rows
+         * to spare, poisoned: combine must neither write them nor read them into out. */
         mp_buf_t y, out;
-        mp_buf_alloc(ctx, &y, c->kind, need * H * es);
+        mp_buf_alloc(ctx, &y, c->kind, (need + CAP_SPARE) * H * es);
         moe_ref_fill_y(&ref, y.ptr);
         mp_buf_alloc(ctx, &out, c->kind, T * H * es);
         mp_stats(ctx, &s0);
-        st = weft_moe_combine(ctx->comm, handle, y.ptr, out.ptr, NULL);
+        st = weft_moe_combine(ctx->comm, handle, or_null(&y, need), or_null(&out, T), NULL);
         if (mp_ok(ctx, st, "weft_moe_combine")) {
             mp_stats(ctx, &s1);
             mp_check_path(ctx, &s0, &s1, c->kind, need * H * es);
             moe_ref_check_combine(ctx, &ref, out.ptr);
+            mp_check_poison(ctx, "y past the received rows", y.ptr + need * H * es,
+                            CAP_SPARE * H * es);
         }
         run_reuse(ctx, c, &ref, handle, &x, &rx, &ridx, &rw, &rcnt, &y, &out, cap);
         mp_ok(ctx, weft_moe_handle_destroy(handle), "weft_moe_handle_destroy");
@@ -152,6 +186,56 @@ static void run_case(mp_ctx_t *ctx, const moe_case_t *c)
     mp_buf_free(ctx, &idx, "topk_idx");
     mp_buf_free(ctx, &x, "x");
     moe_ref_destroy(&ref);
+}
+
+/* max_recv_tokens 0, with the receive arrays NULL (the API lets them be): with no tokens
+ * anywhere (x, the routing and out NULL too), and with every token masked, the dispatch succeeds
+ * receiving nothing (counts zero) and combine gives zeros; with one token to rank 0 on every
+ * rank, every rank gets WEFT_ERR_INVALID_ARGUMENT naming rank 0's need and capacity 0. */
+static void run_zero_capacity(mp_ctx_t *ctx)
+{
+    int n = ctx->nranks;
+    mp_case(ctx, "moe max_recv_tokens 0");
+    enum { T = 3, H = 2 };
+    float x[T * H] = {1, 2, 3, 4, 5, 6}, w[T] = {1, 1, 1}, out[T * H];
+    int64_t masked[T] = {-1, -1, -1}, to_first[T] = {0, -1, -1}, rcnt[2] = {-5, -5}, num = -5;
+    weft_moe_handle_t h = NULL;
+    weft_comm_t cm = ctx->comm;
+    for (int tokens = 0; tokens <= T; tokens += T) {
+        num = -5;
+        rcnt[0] = rcnt[1] = -5;
+        weft_status_t st = weft_moe_dispatch(cm, tokens ? x : NULL, (size_t)tokens, H, WEFT_FLOAT16,
+                                             tokens ? masked : NULL, tokens ? w : NULL, 1, 2 * n,
+                                             NULL, NULL, NULL, rcnt, 0, &num, &h, NULL);
+        if (!mp_ok(ctx, st,
+                   tokens ? "weft_moe_dispatch, every token masked, max_recv_tokens 0"
+                          : "weft_moe_dispatch, no tokens, max_recv_tokens 0"))
+            continue;
+        mp_check(ctx, num == 0 && rcnt[0] == 0 && rcnt[1] == 0,
+                 "max_recv_tokens 0: num_recv_tokens %lld, recv_expert_counts {%lld, %lld}",
+                 (long long)num, (long long)rcnt[0], (long long)rcnt[1]);
+        memset(out, 0xA5, sizeof out);
+        if (mp_ok(ctx, weft_moe_combine(cm, h, NULL, tokens ? out : NULL, NULL),
+                  "weft_moe_combine with y NULL, nothing received")) {
+            size_t nonzero = 0;
+            for (size_t i = 0; i < (size_t)tokens * H; i++) /* float16 elements */
+                nonzero += ((const uint16_t *)out)[i] != 0;
+            mp_check(ctx, nonzero == 0, "combine of masked tokens: %zu elements not zero", nonzero);
+        }
+        mp_ok(ctx, weft_moe_handle_destroy(h), "weft_moe_handle_destroy");
+        h = NULL;
+    }
+    char want[160];
+    snprintf(want, sizeof want,
+             "weft_moe_dispatch: max_recv_tokens: rank 0 would receive %d tokens, more than its "
+             "max_recv_tokens (0)",
+             n);
+    num = -5;
+    weft_status_t st = weft_moe_dispatch(cm, x, T, H, WEFT_FLOAT16, to_first, w, 1, 2 * n, NULL,
+                                         NULL, NULL, rcnt, 0, &num, &h, NULL);
+    mp_expect_status(ctx, st, WEFT_ERR_INVALID_ARGUMENT, want, "max_recv_tokens 0, tokens sent");
+    mp_check(ctx, h == NULL && num == -5, "a rejected dispatch set *handle or *num_recv_tokens");
+    mp_ok(ctx, weft_barrier(cm, NULL), "weft_barrier after the rejection");
 }
 
 /* Bad arguments: rejected on every rank before any communication. */
@@ -599,6 +683,7 @@ int main(void)
     mp_init(&ctx, "mp_moe");
     static const size_t Ts[] = {0, 1, 7, 300}, Hs[] = {1, 7, 128};
     static const int ks[] = {1, 2, 8};
+    static const weft_dtype_t dts[] = {WEFT_FLOAT32, WEFT_BFLOAT16, WEFT_FLOAT16};
     if (ctx.nranks > MOE_MAX_RANKS)
         mp_fatal(&ctx, "mp_moe runs with at most %d ranks", MOE_MAX_RANKS);
     for (int reg = 0; reg < MP_NUM_REG_MODES; reg++) {
@@ -621,9 +706,10 @@ int main(void)
                             unsigned v = combo++ + (unsigned)reg;
                             if (ctx.quick && v % 3 != 0)
                                 continue;
-                            c.shape.dt = v % 2 ? WEFT_BFLOAT16 : WEFT_FLOAT32;
-                            c.kind = (v / 2) % 2 ? MP_BUF_UNREGISTERED : MP_BUF_REGISTERED;
+                            c.shape.dt = dts[v % 3];
+                            c.kind = (v / 3) % 2 ? MP_BUF_UNREGISTERED : MP_BUF_REGISTERED;
                             c.overflow = v % 8 == 5;
+                            c.zero_cap = v % 2 == 0;
                             run_case(&ctx, &c);
                         }
         /* The large points, once per mode: T = 4096 with E = 32n, and H = 7168. */
@@ -637,12 +723,28 @@ int main(void)
                                       .topk = large[i].k,
                                       .experts = large[i].em * ctx.nranks,
                                       .route = large[i].route,
-                                      .dt = WEFT_BFLOAT16},
+                                      .dt = i ? WEFT_FLOAT16 : WEFT_BFLOAT16},
                             .kind = i % 2 ? MP_BUF_UNREGISTERED : MP_BUF_REGISTERED};
             for (int r = 0; r < ctx.nranks; r++)
                 c.shape.tokens[r] = large[i].T;
             run_case(&ctx, &c);
         }
+        /* Spread y (moe_ref.h), in each dtype: from 3 ranks, a combine that sums in another
+         * order or rounds each step to 16 bits fails them. */
+        for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) {
+            moe_case_t c = {.shape = {.hidden = 64,
+                                      .topk = 8,
+                                      .experts = 8 * ctx.nranks,
+                                      .route = MOE_ROUTE_UNIFORM,
+                                      .dt = dts[i],
+                                      .spread = 1},
+                            .kind =
+                                (i + (size_t)reg) % 2 ? MP_BUF_UNREGISTERED : MP_BUF_REGISTERED};
+            for (int r = 0; r < ctx.nranks; r++)
+                c.shape.tokens[r] = ctx.quick ? 64 : 300;
+            run_case(&ctx, &c);
+        }
+        run_zero_capacity(&ctx);
         run_invalid(&ctx);
         run_handle_mismatch(&ctx);
         run_routing_mismatch(&ctx);
