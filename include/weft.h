@@ -320,7 +320,10 @@ WEFT_API weft_status_t weft_moe_dispatch(weft_comm_t comm, const void *x, size_t
  * dispatch is: every rank's out gets zeros and the next MoE call returns it on every rank.
  * handle stays valid (combine may run any number of times) until it or its communicator is
  * destroyed. Ranks passing handles of different dispatches all get WEFT_ERR_MISMATCH, and
- * nothing moves. */
+ * nothing moves. On the CUDA backend, where the host does not know how many rows were received,
+ * peers read y in place when max_recv_tokens rows from y lie in weft_malloc memory; otherwise (a
+ * y of exactly the received rows at the end of its allocation, cudaMalloc memory) a kernel first
+ * copies the received rows into registered scratch, which grows to max_recv_tokens rows. */
 WEFT_API weft_status_t weft_moe_combine(weft_comm_t comm, weft_moe_handle_t handle, const void *y,
                                         void *out, void *stream);
 
