@@ -155,8 +155,9 @@ WEFT_API weft_status_t weft_comm_init(weft_comm_t *comm, const weft_config_t *cf
  * the communicator unusable. On the CUDA backend, a kernel that failed (WEFT_ERR_TIMEOUT,
  * WEFT_ERR_PEER_LOST) after the last call that could report it makes destroy return that error,
  * everything freed all the same: that operation's result is wrong, and no later call would say
- * so (not after weft_comm_abort, nor once a call returned the communicator's failure). In a
- * forked child: WEFT_ERR_INVALID_ARGUMENT, nothing freed (Fork, above). */
+ * so (not after weft_comm_abort, nor once a call returned the communicator's failure); so does a
+ * failed wait for the device (WEFT_ERR_CUDA). In a forked child: WEFT_ERR_INVALID_ARGUMENT,
+ * nothing freed (Fork, above). */
 WEFT_API weft_status_t weft_comm_destroy(weft_comm_t comm);
 
 /* Local; never blocks. Fails every pending and future operation with WEFT_ERR_ABORTED, closes
@@ -181,7 +182,8 @@ WEFT_API weft_status_t weft_malloc(weft_comm_t comm, void **ptr, size_t bytes);
 /* Local, returns at once; peers unmap in the background. ptr must be a pointer returned by
  * weft_malloc on this communicator (not an interior pointer), or NULL (no-op). On the CUDA
  * backend, as with any device memory, no queued operation may still use the buffer: synchronise
- * the streams that use it first. */
+ * the streams that use it first. WEFT_ERR_NO_MEMORY when the range cannot be recorded as free
+ * (ptr stays allocated; freeing it again may succeed). */
 WEFT_API weft_status_t weft_free(weft_comm_t comm, void *ptr);
 
 /* ---------------------------------------------------------------------------------------------
@@ -315,9 +317,11 @@ WEFT_API weft_status_t weft_moe_dispatch(weft_comm_t comm, const void *x, size_t
  * num_tokens rows, row t the sum over the ranks that received token t of their row for t
  * (summed in float32 in increasing rank order; float16 and bfloat16 round once at the end).
  * Tokens sent nowhere (every expert masked) get zeros. y may be NULL when nothing was received,
- * out when num_tokens was 0. A NULL y where rows were received is WEFT_ERR_INVALID_ARGUMENT; on
- * the CUDA backend, where only the device knows the count, it is found there as a rejected
- * dispatch is: every rank's out gets zeros and the next MoE call returns it on every rank.
+ * out when num_tokens was 0. A NULL y where rows were received is WEFT_ERR_INVALID_ARGUMENT: on
+ * the host backend on that rank only, before it communicates (as any bad argument: its peers'
+ * combine then fails at their timeout); on the CUDA backend, where only the device knows the
+ * count, on every rank, as a rejected dispatch is: every rank's out gets zeros and the next MoE
+ * call returns it on every rank.
  * handle stays valid (combine may run any number of times) until it or its communicator is
  * destroyed. Ranks passing handles of different dispatches all get WEFT_ERR_MISMATCH, and
  * nothing moves. On the CUDA backend, where the host does not know how many rows were received,
@@ -332,10 +336,12 @@ WEFT_API weft_status_t weft_moe_combine(weft_comm_t comm, weft_moe_handle_t hand
  * communicator's), and destroying a detached handle frees the rest and succeeds; dispatch and
  * combine refuse a detached handle (WEFT_ERR_INVALID_ARGUMENT). Any thread may destroy a handle,
  * also while another destroys its communicator (a garbage collector's finalizer, say), but not
- * while another uses it. Never fails, except for a CUDA backend handle attached to a
- * communicator in a forked child (WEFT_ERR_INVALID_ARGUMENT, nothing freed: Fork, above). On the
- * CUDA backend an attached handle first waits for the device (kernels may still read its device
- * memory). */
+ * while another uses it. On the CUDA backend an attached handle first waits for the device
+ * (cudaDeviceSynchronize: kernels may still read its device memory), which CUDA forbids while
+ * any thread of the process captures a graph in global mode; when that wait fails the device
+ * memory is freed with the communicator instead. Fails only for a CUDA backend handle attached
+ * to a communicator in a forked child (WEFT_ERR_INVALID_ARGUMENT, nothing freed: Fork, above),
+ * or when its device cannot be made current (the error; the handle is freed all the same). */
 WEFT_API weft_status_t weft_moe_handle_destroy(weft_moe_handle_t handle);
 
 /* ---------------------------------------------------------------------------------------------

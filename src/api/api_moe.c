@@ -60,8 +60,8 @@ static weft_status_t check_arrays(const char *call, const moe_array_t *a, size_t
 }
 
 /* A handle given to call as `what` was made by a dispatch on comm: WEFT_ERR_INVALID_ARGUMENT
- * when its communicator was destroyed (the handle is detached: op/moe.h) or is another one (the
- * generation tells comm from an earlier communicator at its address). */
+ * when its communicator was destroyed (the handle is detached: op/moe.h; so a later
+ * communicator at the same address is never taken for it) or is another one. */
 static weft_status_t check_handle(const char *call, const char *what,
                                   const struct weft_moe_handle *h, const struct weft_comm *comm)
 {
@@ -70,7 +70,7 @@ static weft_status_t check_handle(const char *call, const char *what,
         return INVALID("%s: %s belongs to a destroyed communicator (weft_moe_handle_destroy is "
                        "all it is good for)",
                        call, what);
-    if (mine != comm || h->comm_generation != comm->generation)
+    if (mine != comm)
         return INVALID("%s: %s comes from a dispatch on another communicator", call, what);
     return WEFT_SUCCESS;
 }

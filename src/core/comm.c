@@ -515,8 +515,10 @@ weft_status_t weft_comm_teardown(struct weft_comm *comm)
         /* Kernels may still read peers' memory: let them finish (their waits have deadlines)
          * before anyone unmaps anything. */
         weft_status_t synced = weft_cuda_synchronize("weft_comm_destroy");
-        if (synced != WEFT_SUCCESS)
+        if (synced != WEFT_SUCCESS) {
             healthy = 0;
+            st = synced; /* a device error: results may be wrong */
+        }
         /* A kernel that failed (a timeout, a lost peer) after the last call that could have
          * told: this is the caller's last chance to learn that an operation's result is wrong.
          * Not after an abort, nor once a call returned the communicator's failure. */

@@ -182,9 +182,9 @@ struct weft_comm {
     /* The MoE handles of this communicator that the caller holds: a list through the handles,
      * under op/moe_dispatch.c's lock; detached (weft_moe_handles_detach) before it is freed,
      * which then waits until no handle destroyed on another thread still frees its memory
-     * (moe_releases, counted under that lock). */
+     * (moe_releases, under that lock). */
     struct weft_moe_handle *moe_handles;
-    _Atomic int moe_releases;
+    int moe_releases;
 
     _Atomic int async_error; /* first fatal error (weft_status_t): of a background thread, or a
                                 timeout or internal error of an operation */
@@ -200,9 +200,8 @@ struct weft_comm {
     /* weft_forksafe_generation() of the creating process: a forked child, whose generation
      * differs, holds a copy of the communicator it must not use (weft_comm_owned) */
     uint32_t fork_generation;
-    /* The process's communicators are numbered in creation order (their rendezvous in the store
-     * too): an object made for this one (a MoE handle) records it, and is refused by a later
-     * communicator that happens to reuse this one's address. */
+    /* The process's communicators are numbered in creation order: the number of their
+     * rendezvous in the store. */
     uint32_t generation;
 };
 

@@ -49,9 +49,13 @@
  *
  * Every wait polls a deadline (%globaltimer) and the host's abort word; on either it stores a
  * status into the mapped status word (first one wins) and its device copy (ctl->failed), and
- * the kernel ends without a closing signal; every later launch of the rank finds ctl->failed set
- * and does nothing. So all ranks' kernels must be co-resident: blocks per launch are bounded
- * (WEFT_CUDA_MAX_BLOCKS).
+ * the kernel ends without a closing signal; every later launch of this kernel on the rank finds
+ * ctl->failed set and posts and moves nothing. What else is already queued still runs: the MoE
+ * data kernels (they read peers and write only this rank's outputs, which the failure makes
+ * wrong anyway) and copy-engine copies queued between an entry kernel and its closing kernel,
+ * which cannot be cancelled (a store form's copies may then write into a peer that never
+ * signalled ready; that peer's operation fails too, as no closing signal comes). So all ranks'
+ * kernels must be co-resident: blocks per launch are bounded (WEFT_CUDA_MAX_BLOCKS).
  *
  * Copies on the copy engines (cudaMemcpyAsync into peers' memory between an entry and a closing
  * launch of one operation) are ordered before the closing launch's flags by the stream: the

@@ -32,7 +32,6 @@
 struct weft_moe_handle {
     /* The communicator of the dispatch (combine must use the same); NULL once detached. */
     struct weft_comm *comm;
-    uint32_t comm_generation; /* comm->generation: tells comm from a later one at its address */
     /* comm->moe_handles, once the caller holds it (listed); under the lock (file comment) */
     struct weft_moe_handle *prev, *next;
     int listed;

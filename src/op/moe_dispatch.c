@@ -29,11 +29,11 @@
  * by handles_mu, one process-wide mutex (a handle may be destroyed on another thread while its
  * communicator is being destroyed, so the lock cannot live in the communicator). It is held for
  * list and pointer updates only, never across a device synchronisation: a release that frees
- * device memory counts itself in comm->moe_releases under it, and the detach waits for that
- * count to drop. Fork handlers take it around fork(), so a child never inherits it locked.
+ * device memory counts itself in comm->moe_releases under it, and the detach waits on
+ * handles_cv until that count is 0. Fork handlers take it around fork(), so a child never
+ * inherits it locked.
  */
 #include <pthread.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,13 +70,19 @@ static void handle_free_host(struct weft_moe_handle *handle)
 }
 
 /* The device memory of a handle of comm: wait_device says whether kernels may still read it.
- * Failures are logged (the memory is freed all the same). */
+ * Failures are logged. When the device cannot be waited for (a sticky error, or another thread
+ * capturing a CUDA graph in global mode) the memory is left to the communicator's teardown,
+ * which frees every allocation after its own synchronisation: kernels may still read it. */
 static void handle_free_dev(struct weft_comm *comm, void *dev, int wait_device)
 {
     /* Kernels of this process may still read it; peers finished reading it when ours did (each
      * MoE kernel ends with the closing signal). */
-    if (wait_device && weft_cuda_synchronize("weft_moe_handle_destroy") != WEFT_SUCCESS)
-        WEFT_LOG_WARN("weft_moe_handle_destroy: %s", weft_last_error());
+    if (wait_device && weft_cuda_synchronize("weft_moe_handle_destroy") != WEFT_SUCCESS) {
+        WEFT_LOG_WARN("weft_moe_handle_destroy: %s (its device memory is freed with the "
+                      "communicator)",
+                      weft_last_error());
+        return;
+    }
     if (weft_registry_free(comm->registry, dev) != WEFT_SUCCESS)
         WEFT_LOG_WARN("weft_moe_handle_destroy: %s", weft_last_error());
 }
@@ -104,6 +110,7 @@ void weft_moe_handle_free_unused(struct weft_moe_handle *handle)
 
 /* ---- the handles a caller holds (file comment) ---------------------------------------------- */
 static pthread_mutex_t handles_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t handles_cv = PTHREAD_COND_INITIALIZER; /* a comm's moe_releases hit 0 */
 static pthread_once_t handles_once = PTHREAD_ONCE_INIT;
 
 static void handles_before_fork(void)
@@ -174,11 +181,12 @@ void weft_moe_handles_detach(struct weft_comm *comm)
         h->dev = NULL;
     }
     comm->moe_handles = NULL;
-    handles_unlock();
     /* A release on another thread that took its handle off the list before us may still free
-     * device memory through comm (a device synchronisation at most); none starts from now. */
-    while (atomic_load(&comm->moe_releases) > 0)
-        sched_yield();
+     * device memory through comm (after a device synchronisation, which the kernels' deadlines
+     * bound); none starts from now. */
+    while (comm->moe_releases > 0)
+        pthread_cond_wait(&handles_cv, &handles_mu);
+    handles_unlock();
 }
 
 struct weft_comm *weft_moe_handle_comm(const struct weft_moe_handle *h)
@@ -203,7 +211,7 @@ weft_status_t weft_moe_handle_release(struct weft_moe_handle *h)
             handles_unlock();
             return st;
         }
-        atomic_fetch_add(&comm->moe_releases, 1);
+        comm->moe_releases++;
     }
     if (comm)
         handle_unlink(h);
@@ -218,7 +226,10 @@ weft_status_t weft_moe_handle_release(struct weft_moe_handle *h)
         st = weft_cuda_device_enter(comm, destroy, &prev);
         handle_free_dev(comm, dev, 1);
         weft_cuda_device_leave(prev);
-        atomic_fetch_sub(&comm->moe_releases, 1);
+        handles_lock();
+        if (--comm->moe_releases == 0)
+            pthread_cond_broadcast(&handles_cv);
+        handles_unlock();
     }
     handle_free_host(h);
     return st;
@@ -509,7 +520,6 @@ weft_status_t weft_moe_dispatch_mesh(struct weft_comm *comm, const void *x, size
         if (!h)
             return weft_op_end(&op, weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory", call), 0);
         h->comm = comm;
-        h->comm_generation = comm->generation;
         h->num_tokens = num_tokens;
         h->hidden = hidden;
         h->dtype = dtype;

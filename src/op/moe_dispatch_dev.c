@@ -94,7 +94,6 @@ weft_status_t weft_moe_dispatch_dev(struct weft_comm *comm, const void *x, size_
         if (!h)
             return weft_op_end(&op, weft_error(WEFT_ERR_NO_MEMORY, "%s: out of memory", call), 0);
         *h = (struct weft_moe_handle){.comm = comm,
-                                      .comm_generation = comm->generation,
                                       .nranks = n,
                                       .num_tokens = num_tokens,
                                       .hidden = hidden,
