@@ -220,8 +220,8 @@ weft_status_t weft_moe_handle_release(struct weft_moe_handle *h)
     handles_unlock();
     weft_status_t st = WEFT_SUCCESS;
     if (comm && dev) {
-        /* On a failed device switch still freed: its synchronisation then fails too and is
-         * logged. */
+        /* After a failed device switch its synchronisation fails too, and the memory is left
+         * to the communicator's teardown (handle_free_dev). */
         weft_cuda_prev_t prev = {NULL, 0};
         st = weft_cuda_device_enter(comm, destroy, &prev);
         handle_free_dev(comm, dev, 1);
