@@ -671,6 +671,217 @@ def case_moe_destroy_outside_locks(ctx, _):
         ctx.expect(res.handle.closed, "destroy() did not close the open handle")
 
 
+def _destroy_counter():
+    """(hook, counts): a before-hook for weft_moe_handle_destroy that counts each handle's
+    destroys, and makes the real call skip a repeat (a double destroy would free freed memory
+    and crash the worker instead of failing the case): use with library_hook's real."""
+    counts = {}
+
+    def hook(real):
+        def destroy(h):
+            v = h.value if hasattr(h, "value") else h
+            counts[v] = counts.get(v, 0) + 1
+            return 0 if counts[v] > 1 else real(h)
+        return destroy
+
+    return hook, counts
+
+
+@contextlib.contextmanager
+def counted_moe_destroys():
+    """Within the block, weft_moe_handle_destroy counts its calls per handle (yields the dict)
+    and never destroys a handle twice."""
+    lib = weft._lib.library()
+    real = lib.weft_moe_handle_destroy
+    hook, counts = _destroy_counter()
+    lib.weft_moe_handle_destroy = hook(real)
+    try:
+        yield counts
+    finally:
+        lib.weft_moe_handle_destroy = real
+
+
+@case("moe_finalizer_races_destroy", kinds=("numpy",))
+def case_moe_finalizer_races_destroy(ctx, _):
+    """A MoeHandle's finalizer on one thread racing comm.destroy() on another (CPython runs
+    __del__ before it clears weak references, so destroy() still finds the handle): the C
+    handle is destroyed exactly once, wherever in __del__ destroy() runs. Deterministic: a
+    trace function stops the finalizer before its k-th line (and before it returns), for every
+    k, while destroy() runs; nothing is left queued on the destroyed communicator."""
+    import sys
+
+    import weft._comm as weft_comm
+
+    del_code = weft_comm.MoeHandle.__del__.__code__
+    n = ctx.n
+    with counted_moe_destroys() as counts:
+        for k in range(1, 30):
+            c2 = weft.init()
+            counts.clear()  # by address, which malloc reuses: this round's handle only
+            res = c2.moe_dispatch(np.ones((2, 4), np.float32), np.zeros((2, 1), np.int64),
+                                  np.ones((2, 1), np.float32), n)
+            value = res.handle._handle.value
+            holder = [res.handle]
+            del res
+            paused, go = threading.Event(), threading.Event()
+            seen = [0]
+
+            def tracer(frame, event, arg):
+                if event != "call" or frame.f_code is not del_code:
+                    return None
+
+                def local(f, ev, a):
+                    if ev in ("line", "return"):
+                        seen[0] += 1
+                        if seen[0] == k:
+                            paused.set()
+                            go.wait(30)
+                    return local
+                return local
+
+            def dropper():
+                sys.settrace(tracer)
+                holder.pop()  # the last reference: __del__ runs here, on this thread
+                sys.settrace(None)
+
+            th = threading.Thread(target=dropper)
+            th.start()
+            while not paused.wait(0.002) and th.is_alive():
+                pass  # until the finalizer stops, or ends before its k-th stop
+            stopped = paused.is_set()
+            c2.destroy()
+            go.set()
+            th.join()
+            ctx.expect(counts.get(value) == 1, f"stop {k}: the handle was destroyed "
+                                               f"{counts.get(value, 0)} time(s)")
+            ctx.expect(c2._doomed == [], f"stop {k}: {len(c2._doomed)} handle(s) queued on "
+                                         "the destroyed communicator")
+            ctx.expect_raises(ValueError, c2.barrier, "barrier after destroy()")
+            ctx.expect(counts.get(value) == 1, f"stop {k}, after a later call: the handle was "
+                                               f"destroyed {counts.get(value, 0)} time(s)")
+            if not stopped:
+                break
+        ctx.expect(k > 2, f"the finalizer stopped at only {k - 1} points")
+
+
+@case("moe_dispatch_races_destroy", kinds=("numpy",))
+def case_moe_dispatch_races_destroy(ctx, _):
+    """comm.destroy() on one thread while moe_dispatch on another has made its C handle but
+    not yet returned (stopped where it checks the count the library wrote): destroy() waits
+    for the dispatch, then closes its handle; the result's handle is closed, and its C handle
+    destroyed exactly once, by destroy(). Deterministic: the dispatch stops until destroy()
+    either returned or waits for the operation lock."""
+    import gc
+
+    n = ctx.n
+    c2 = weft.init()
+    with counted_moe_destroys() as counts:  # (by address, which malloc reuses: after init)
+        real_lock = c2._lock
+        destroy_waits, destroyed, paused, go = (threading.Event() for _ in range(4))
+
+        class SignallingLock:
+            """c2._lock, telling when the destroying thread asks for it."""
+
+            def __enter__(self):
+                if threading.current_thread().name == "destroyer":
+                    destroy_waits.set()
+                return real_lock.__enter__()
+
+            def __exit__(self, *exc):
+                return real_lock.__exit__(*exc)
+
+        c2._lock = SignallingLock()
+        real_check = c2._check_num_recv
+
+        def stopping_check(*args):
+            paused.set()
+            go.wait(30)
+            return real_check(*args)
+
+        c2._check_num_recv = stopping_check
+        out = {}
+
+        def dispatch():
+            try:
+                out["res"] = c2.moe_dispatch(np.ones((2, 4), np.float32),
+                                             np.zeros((2, 1), np.int64),
+                                             np.ones((2, 1), np.float32), n)
+            except Exception as exc:  # noqa: BLE001 - checked below
+                out["error"] = exc
+
+        def destroy():
+            c2.destroy()
+            destroyed.set()
+
+        th = threading.Thread(target=dispatch)
+        th.start()
+        ctx.expect(paused.wait(30), "the dispatch never reached its check")
+        td = threading.Thread(target=destroy, name="destroyer")
+        td.start()
+        deadline = time.monotonic() + 30
+        while not (destroy_waits.is_set() or destroyed.is_set()) and \
+                time.monotonic() < deadline:
+            time.sleep(0.001)
+        go.set()
+        th.join()
+        td.join()
+        ctx.expect("error" not in out, f"moe_dispatch failed: {out.get('error')!r}")
+        res = out.pop("res", None)
+        if res is not None:
+            value = res.handle._handle.value if res.handle._handle is not None else None
+            ctx.expect(res.handle.closed, "moe_dispatch returned an open handle although "
+                                          "destroy() had begun")
+            handles = [v for v in counts]
+            ctx.expect(len(handles) == 1 and counts[handles[0]] == 1 and value is None,
+                       f"destroys per handle after destroy(): {counts}, left {value}")
+            del res
+            gc.collect()
+        ctx.expect(c2._doomed == [], f"{len(c2._doomed)} handle(s) queued on the destroyed "
+                                     "communicator")
+        ctx.expect(all(c == 1 for c in counts.values()) and len(counts) == 1,
+                   f"destroys per handle at the end: {counts}")
+
+
+@case("moe_gc_cuda_no_implicit_free", kinds=("numpy",))
+def case_moe_gc_cuda_no_implicit_free(ctx, _):
+    """On the CUDA backend a garbage-collected MoE handle is not freed by the next collective
+    (its destroy waits for the device, which breaks a CUDA graph captured in global mode on any
+    thread), only by free_moe_handles(), MoeHandle.close() or destroy(). The host backend has
+    no such restriction and frees it at the next operation. Checked on a host communicator
+    that claims the CUDA backend for the span of one barrier (torch is not imported here, so
+    the barrier takes no stream)."""
+    import gc
+
+    n = ctx.n
+    destroyed = []
+    with library_hook("weft_moe_handle_destroy", lambda h: destroyed.append(h.value)):
+        c2 = weft.init()
+
+        def gc_handle():
+            res = c2.moe_dispatch(np.ones((2, 4), np.float32), np.zeros((2, 1), np.int64),
+                                  np.ones((2, 1), np.float32), n)
+            value = res.handle._handle.value
+            del res
+            gc.collect()
+            return value
+
+        h1 = gc_handle()
+        c2.backend = "cuda"
+        try:
+            c2.barrier()
+        finally:
+            c2.backend = "host"
+        ctx.expect(destroyed == [], f"a collective on the CUDA backend freed {destroyed}")
+        ctx.expect(c2.free_moe_handles() == 1 and destroyed == [h1],
+                   f"free_moe_handles(): {destroyed}")
+        h2 = gc_handle()
+        c2.barrier()  # host backend: at the next operation
+        ctx.expect(destroyed == [h1, h2], f"a collective on the host backend: {destroyed}")
+        ctx.expect(c2.free_moe_handles() == 0, "free_moe_handles() with nothing queued")
+        c2.destroy()
+        ctx.expect(c2.free_moe_handles() == 0, "free_moe_handles() after destroy()")
+
+
 @case("torch_unbind_failure", kinds=("numpy",))
 def case_torch_unbind_failure(ctx, _):
     """destroy() of the communicator bound to PyTorch's allocator, when weft_torch_bind(NULL)

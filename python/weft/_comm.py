@@ -86,28 +86,48 @@ class MoeHandle:
     or after it is garbage-collected (see __del__)."""
 
     def __init__(self, comm, handle, x, num_recv_tokens):
-        self._comm = comm
-        self._handle = handle
-        self._uses = 0  # calls using the handle now (_pinned); close() leaves it to the last
-        self._closing = False
-        comm._moe_handles.add(self)  # closed by comm.destroy() if still open
         # An empty array or tensor of x's kind, dtype and device (not x: that would keep it
-        # alive), for checking y and allocating combine's output.
+        # alive), for checking y and allocating combine's output. Made first: nothing below
+        # can fail, so an exception here leaves the C handle to the caller.
         self._x = B.as_buffer("moe_dispatch", "x", B.empty_like_kind(x, (0, x.shape[1]), "same"))
         self.num_tokens = x.shape[0]
         self.hidden = x.shape[1]
         self.num_recv_tokens = num_recv_tokens
+        self._comm = comm
+        self._lib = comm._lib  # no lookups (library() takes a lock) in __del__
+        self._uses = 0  # calls using the handle now (_pinned); close() leaves it to the last
+        self._closing = False
+        # The C handle, in a one-element list that whoever destroys it empties with pop()
+        # (atomic under the GIL): close(), the end of the last call using it, comm.destroy()
+        # and __del__ may race (a finalizer runs on any thread, and CPython runs it before it
+        # clears the weak references through which destroy() finds the handle), and exactly
+        # one of them must get it.
+        self._cell = [handle]
+        comm._moe_handles.add(self)  # closed by comm.destroy() if still open
+
+    @property
+    def _handle(self):
+        """The C handle, None once taken for destroying."""
+        cell = getattr(self, "_cell", None)
+        return cell[0] if cell else None
+
+    def _take(self):
+        """The C handle, removed from the cell (None if another path took it)."""
+        try:
+            return self._cell.pop()
+        except (AttributeError, IndexError):
+            return None
 
     def close(self):
         """Free the layout; idempotent. A combine or dispatch using the handle on another thread
         keeps it until that call returns, and later calls raise ValueError. On the CUDA backend
         it waits for the device (weft_moe_handle_destroy). Also frees the handles of the
-        communicator garbage-collected since its last call (Comm._reap)."""
+        communicator garbage-collected before (Comm.free_moe_handles)."""
         with self._comm._state_lock:
             self._closing = True
             handle = self._detach()
         _destroy_moe_handle(handle)
-        self._comm._reap()
+        self._comm.free_moe_handles()
 
     @property
     def closed(self):
@@ -117,10 +137,9 @@ class MoeHandle:
     def _detach(self):
         """Under the communicator's _state_lock: take the C handle for destroying, unless a call
         uses it (the last one takes it when it returns) or it was taken already (None)."""
-        if self._uses or self._handle is None:
+        if self._uses:
             return None
-        handle, self._handle = self._handle, None
-        return handle
+        return self._take()
 
     @contextlib.contextmanager
     def _pinned(self, call):
@@ -140,13 +159,21 @@ class MoeHandle:
     def __del__(self):
         # A finalizer runs wherever the last reference goes: inside a lock, on any thread,
         # during CUDA-graph capture (where waiting for the device, as weft_moe_handle_destroy
-        # does on CUDA, is not allowed). So it never calls the library and never blocks: the C
-        # handle joins the communicator's queue, destroyed at its next call that may block, or
-        # at its destroy() (Comm._reap). No call uses the handle here (a call keeps it alive).
-        handle = getattr(self, "_handle", None)
-        if handle is not None:
-            self._handle = None
-            self._comm._doomed.append(handle)  # list.append: atomic, takes no lock
+        # does on CUDA for a handle still attached to its communicator, is not allowed). So it
+        # takes no lock and never waits: the C handle joins the communicator's queue (Comm.
+        # _doomed), which an explicit call drains (Comm.free_moe_handles; on the host backend
+        # also each operation). No call uses the handle here (a call keeps it alive).
+        handle = self._take()
+        if handle is None:
+            return  # taken by close(), a call's end or comm.destroy(), or never set
+        comm = self._comm
+        comm._doomed.append(handle)  # list.append: atomic, takes no lock
+        # Checked after the append: once weft_comm_destroy has returned (_abortable None) the
+        # communicator's destroy() drains the queue no more, and its handles are detached
+        # (destroying one frees host memory only, never waits: weft.h), so drain it here. A
+        # destroy() that marks the communicator gone after this check drains it itself.
+        if comm._abortable is None:
+            comm._drain_doomed()
 
 
 def _destroy_moe_handle(handle):
@@ -206,6 +233,7 @@ class Comm:
 
     def __init__(self, handle):
         lib = library()
+        self._lib = lib  # for finalizers (library() takes a lock)
         # _handle: the C communicator for every call; None once destroy() has begun.
         # _abortable: the same for abort(), which weft.h allows while weft_comm_destroy runs
         # on another thread (its waits then end); None once weft_comm_destroy has returned.
@@ -220,7 +248,7 @@ class Comm:
         self._lock = threading.Lock()
         self._state_lock = threading.RLock()
         self._moe_handles = weakref.WeakSet()  # open MoeHandles: destroy() closes them first
-        self._doomed = []  # C handles of garbage-collected MoeHandles, for _reap
+        self._doomed = []  # C handles of garbage-collected MoeHandles (free_moe_handles)
         self._allocations = weakref.WeakSet()  # memory from empty() still viewed by an array
         self.rank = lib.weft_comm_rank(handle)
         self.size = lib.weft_comm_size(handle)
@@ -253,24 +281,38 @@ class Comm:
         with self._state_lock:
             return fn(self._live(call), *args)
 
-    def _reap(self, during_capture=False):
-        """Destroy the C handles that garbage-collected MoeHandles left in the queue (their
-        __del__ never calls the library). Runs, outside every lock, at the start of each
-        operation (collectives, MoE calls), in MoeHandle.close() and in destroy(); on the CUDA
-        backend not while torch captures a CUDA graph on the current stream (the destroy waits
-        for the device, which capture forbids), unless during_capture (destroy())."""
-        if not self._doomed:
-            return
-        if self.backend == "cuda" and not during_capture:
-            torch = B.torch_module()
-            if torch is not None and torch.cuda.is_current_stream_capturing():
-                return
+    def _drain_doomed(self):
+        """Destroy the C handles in the queue of garbage-collected MoeHandles; returns how
+        many. Any thread, no lock: each pop() is atomic, so each handle is destroyed once."""
+        freed = 0
+        destroy = self._lib.weft_moe_handle_destroy
         while True:
             try:
                 handle = self._doomed.pop()
             except IndexError:
-                return
-            _destroy_moe_handle(handle)
+                return freed
+            destroy(handle)
+            freed += 1
+
+    def _reap(self):
+        """At the start of each operation (collectives, MoE calls), outside every lock: on the
+        host backend, free the MoE handles garbage-collected since (a host handle never
+        waits). Not on the CUDA backend, where an attached handle's destroy waits for the
+        device (cudaDeviceSynchronize), which CUDA forbids while any thread of the process
+        captures a graph in global mode, and which no check here could see: there the queue
+        is drained only by free_moe_handles(), MoeHandle.close() and destroy()."""
+        if self._doomed and self.backend == "host":
+            self._drain_doomed()
+
+    def free_moe_handles(self):
+        """Free the C handles of the MoeHandles garbage-collected so far (their finalizers only
+        queue them; see MoeHandle.__del__) and return how many. Local. On the CUDA backend
+        each waits for the device, as MoeHandle.close() does: call it outside CUDA-graph
+        capture, at a point of your choosing (once per training step, say); there, garbage
+        collection frees a handle only here, in MoeHandle.close() and in destroy(). On the
+        host backend every operation does it too. Also works after destroy() (nothing is
+        left to free then)."""
+        return self._drain_doomed()
 
     def destroy(self):
         """Collective: wait for every rank, then free everything, including memory from
@@ -294,10 +336,11 @@ class Comm:
                     detached.append(moe_handle._detach())
                 handle, self._handle = self._handle, None  # from here only abort() uses it
                 live = len(self._allocations)
+            failure = None
             try:
-                for moe in detached:  # outside _state_lock: on CUDA each waits for the device
-                    _destroy_moe_handle(moe)
-                self._reap(during_capture=True)
+                while detached:  # outside _state_lock: on CUDA each waits for the device
+                    _destroy_moe_handle(detached.pop())
+                self._drain_doomed()
                 if live:
                     # A later communicator may map the same addresses: a stale array would then
                     # read and write its memory. Nothing can revoke a numpy array; say so.
@@ -305,14 +348,30 @@ class Comm:
                         f"destroy: {live} array(s) from empty() are still alive; their memory "
                         "is freed now and must not be touched (a later communicator may reuse "
                         "the addresses)", RuntimeWarning, stacklevel=2)
-            finally:  # whatever was raised above (warnings as errors), the communicator goes
-                _forget_default(self)
-                try:
-                    status = library().weft_comm_destroy(handle)
-                finally:
-                    # It returned: the communicator is gone, and abort() must not reach it.
-                    with self._state_lock:
-                        self._abortable = None
+            except BaseException as exc:  # warnings as errors, say: the communicator goes all
+                failure = exc             # the same, and exc is raised after
+            _forget_default(self)
+            try:
+                status = library().weft_comm_destroy(handle)
+            finally:
+                # It returned: the communicator is gone, and abort() must not reach it.
+                with self._state_lock:
+                    self._abortable = None
+            # Handles detached by weft_comm_destroy: freeing them frees host memory only. Those
+            # of the list left by an exception, and those garbage-collected during the teardown
+            # (a finalizer that ran before _abortable was cleared queued its handle for here).
+            while detached:
+                _destroy_moe_handle(detached.pop())
+            self._drain_doomed()
+            if failure is not None:
+                if status != 0:
+                    try:
+                        check(status)
+                    except WeftError as err:  # keep the library's failure with the exception
+                        failure.weft_destroy_error = err
+                        if hasattr(failure, "add_note"):  # Python 3.11+
+                            failure.add_note(f"weft_comm_destroy also failed: {err}")
+                raise failure
             check(status)
 
     def abort(self):
@@ -590,20 +649,25 @@ class Comm:
                 for a in (recv_x, recv_idx, recv_w, recv_counts_e, got)]
         moe = ctypes.c_void_p()
         self._reap()
-        with self._lock:
-            check(library().weft_moe_dispatch(
-                self._live(call), xb.ptr, num_tokens, hidden, xb.dtype, ib.ptr, wb.ptr, topk,
-                num_experts, ptrs[0], ptrs[1], ptrs[2], ptrs[3], num_recv, ptrs[4],
-                ctypes.byref(moe), B.stream_of(self),
-            ))
-        try:
-            self._check_num_recv(call, got, num_recv)
-        except BaseException:
-            _destroy_moe_handle(moe)
-            raise
         # The counts exchanged above fix the number (on CUDA got is still being written).
         n = num_recv
-        h = MoeHandle(self, moe, xb, n)
+        dispatched, h = False, None
+        try:
+            # The MoeHandle is made (and registered with the communicator) under _lock, which
+            # destroy() takes: a destroy() on another thread either came first (_live raises)
+            # or waits and then closes this handle; none can slip in between.
+            with self._lock:
+                check(library().weft_moe_dispatch(
+                    self._live(call), xb.ptr, num_tokens, hidden, xb.dtype, ib.ptr, wb.ptr,
+                    topk, num_experts, ptrs[0], ptrs[1], ptrs[2], ptrs[3], num_recv, ptrs[4],
+                    ctypes.byref(moe), B.stream_of(self),
+                ))
+                dispatched = True
+                self._check_num_recv(call, got, n)
+                h = MoeHandle(self, moe, xb, n)
+        finally:
+            if dispatched and h is None:  # outside the lock (on CUDA it waits for the device)
+                _destroy_moe_handle(moe)
         return MoeDispatchResult(
             recv_x=recv_x[:n],
             recv_topk_idx=recv_idx[:n],
@@ -651,7 +715,7 @@ class Comm:
                 MOE_REUSE, 0, ptrs[0], None, None, None, n, ptrs[1], ctypes.byref(moe),
                 B.stream_of(self),
             ))
-        self._check_num_recv(call, got, n)
+            self._check_num_recv(call, got, n)  # before a destroy() can begin
         return MoeDispatchResult(recv_x=recv_x, recv_topk_idx=None, recv_topk_weights=None,
                                  recv_expert_counts=None, num_recv_tokens=n,
                                  num_recv_tokens_written=got, handle=handle)
