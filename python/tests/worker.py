@@ -889,6 +889,34 @@ def case_moe_gc_cuda_no_implicit_free(ctx, _):
         ctx.expect(c2.free_moe_handles() == 0, "free_moe_handles() after destroy()")
 
 
+@case("destroy_keeps_both_errors", kinds=("numpy",))
+def case_destroy_keeps_both_errors(ctx, _):
+    """destroy() whose body raises (the warning about a live empty() array, made an error)
+    and whose weft_comm_destroy fails too (made to report WEFT_ERR_ABORTED after the real call):
+    the communicator is destroyed, the warning propagates, and the library's WeftError is kept
+    with it (weft_destroy_error) instead of dropped."""
+    import warnings
+
+    lib = weft._lib.library()
+    real = lib.weft_comm_destroy
+    aborted = weft._lib.STATUS_NAMES.index("WEFT_ERR_ABORTED")
+    c2 = weft.init()
+    a = c2.empty(4, np.float32)
+    lib.weft_comm_destroy = lambda h: (real(h), aborted)[1]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            err = ctx.expect_raises(RuntimeWarning, c2.destroy, "destroy with a live array",
+                                    "still alive")
+    finally:
+        lib.weft_comm_destroy = real
+    del a
+    lost = getattr(err, "weft_destroy_error", None)
+    ctx.expect(isinstance(lost, weft.WeftError) and lost.status == "WEFT_ERR_ABORTED",
+               f"weft_comm_destroy's failure was not kept: {lost!r}")
+    ctx.expect(repr(c2).endswith("destroyed>"), f"after destroy(): {c2!r}")
+
+
 @case("torch_unbind_failure", kinds=("numpy",))
 def case_torch_unbind_failure(ctx, _):
     """destroy() of the communicator bound to PyTorch's allocator, when weft_torch_bind(NULL)

@@ -320,7 +320,11 @@ class Comm:
         touched afterwards). Idempotent. Once it has begun, other calls raise ValueError, except
         abort() from another thread, which ends its waits for the peers (a rank that never
         comes, say): it then raises WeftError WEFT_ERR_ABORTED, the communicator freed all the
-        same. If the communicator backs PyTorch's allocator and the unbind fails (allocations
+        same; an abort after the teardown passed those waits does nothing, and destroy()
+        succeeds. If something raises before weft_comm_destroy (a warning made an error), the
+        communicator is freed all the same and that exception propagates, with the library's
+        WeftError as its weft_destroy_error (and a note) if weft_comm_destroy failed too. If
+        the communicator backs PyTorch's allocator and the unbind fails (allocations
         or frees still running on other threads past the timeout), raises WeftError before
         anything is freed: the communicator stays usable."""
         with self._lock:
@@ -379,7 +383,8 @@ class Comm:
         peers see WEFT_ERR_PEER_LOST. destroy() must still be called (the context manager
         does). Safe from any thread, also while destroy() runs on another thread: its waits for
         the peers end (destroy() raises WeftError WEFT_ERR_ABORTED), or, when its teardown is
-        past them, the abort does nothing. Raises ValueError once destroy() has returned."""
+        past them, the abort does nothing (and destroy() succeeds). Raises ValueError once
+        destroy() has returned."""
         with self._state_lock:
             # The lock keeps destroy() from marking the communicator gone before this returns
             # (and the library's teardown waits for aborts in flight before it frees anything).
@@ -681,7 +686,9 @@ class Comm:
     def _check_num_recv(self, call, got, expected):
         """On the host backend the dispatch is complete: the *num_recv_tokens it wrote into got
         must be the count the exchange before it gave (the outputs were sized by it). On CUDA
-        it is still being written; reading it would wait for the stream (and break capture)."""
+        it is still being written; reading it would wait for the stream (and break capture).
+        The WEFT_ERR_INTERNAL raised here is Python's, not the library's: the dispatch completed
+        on every rank, and the communicator stays usable (docs/python.md)."""
         if self.backend != "host":
             return
         written = int(got[0])

@@ -104,14 +104,16 @@ def use_weft_allocator(comm):
     try:
         torch.cuda.memory.change_current_allocator(_pluggable_allocator(torch))
     except RuntimeError as exc:
+        unbind = ""
         if previous is not comm:
             try:
                 _forget(comm)
-            except WeftError:
-                pass  # still bound to comm; its destroy() retries the unbind
+            except WeftError as err:  # still bound to comm; its destroy() retries the unbind
+                unbind = (f" Undoing the binding to comm failed too ({err}); it stays bound "
+                          "until comm.destroy().")
         raise RuntimeError(
             f"{call} must be called before the first CUDA allocation of the process (and "
             "before anything that initialises PyTorch's CUDA state, such as "
             f"torch.cuda.set_device); PyTorch refused to swap its allocator: {exc}. "
-            "weft.torch.mem_pool(comm) works at any time."
+            f"weft.torch.mem_pool(comm) works at any time.{unbind}"
         ) from exc
