@@ -917,6 +917,44 @@ def case_destroy_keeps_both_errors(ctx, _):
     ctx.expect(repr(c2).endswith("destroyed>"), f"after destroy(): {c2!r}")
 
 
+@case("allocation_finalizer_never_blocks", kinds=("numpy",))
+def case_allocation_finalizer_never_blocks(ctx, _):
+    """The last view of a comm.empty() array dropped while another thread holds the
+    communicator's _state_lock (as a thread finalizing an allocation of another communicator
+    under its own lock would: a deadlock): the finalizer returns at once, and the memory is
+    freed (weft_free, once) by the communicator's next call that takes the lock."""
+    freed = []
+    with library_hook("weft_free", lambda comm, ptr: freed.append(ptr)):
+        c2 = weft.init()
+        a = c2.empty(4, np.float32)
+        ptr = a.__array_interface__["data"][0]
+        held, release = threading.Event(), threading.Event()
+
+        def holder():
+            with c2._state_lock:
+                held.set()
+                release.wait(30)
+
+        th = threading.Thread(target=holder)
+        th.start()
+        ctx.expect(held.wait(30), "the holder never took the lock")
+        box = [a]
+        del a
+        dropper = threading.Thread(target=box.clear)  # the finalizer runs on this thread
+        dropper.start()
+        dropper.join(5)
+        ctx.expect(not dropper.is_alive(), "the finalizer blocked on the communicator's lock")
+        ctx.expect(freed == [], f"freed while the lock was held: {freed}")
+        release.set()
+        th.join()
+        dropper.join()
+        c2.stats()
+        ctx.expect(freed == [ptr], f"after the next call that takes the lock: {freed}, "
+                                   f"expected [{ptr}]")
+        c2.destroy()
+        ctx.expect(freed == [ptr], f"after destroy(): {freed}")
+
+
 @case("torch_unbind_failure", kinds=("numpy",))
 def case_torch_unbind_failure(ctx, _):
     """destroy() of the communicator bound to PyTorch's allocator, when weft_torch_bind(NULL)

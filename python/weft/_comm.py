@@ -75,10 +75,22 @@ class _Allocation:
         }
 
     def __del__(self):
-        with self._comm._state_lock:
-            handle = self._comm._handle
+        # A finalizer must not block on a lock: the collector may run it on a thread that holds
+        # another communicator's _state_lock while a thread holding this one's finalizes an
+        # allocation of that other (a deadlock). So it only tries the lock (re-entrant: free at
+        # once when this thread holds it); when another thread holds it, the pointer is queued
+        # for the communicator's next call that takes the lock (_free_doomed_allocations).
+        comm = self._comm
+        lock = comm._state_lock
+        if not lock.acquire(blocking=False):
+            comm._doomed_allocations.append(self._ptr)  # list.append: atomic, takes no lock
+            return
+        try:
+            handle = comm._handle
             if handle is not None:
                 self._free(handle, self._ptr)
+        finally:
+            lock.release()
 
 
 class MoeHandle:
@@ -250,6 +262,7 @@ class Comm:
         self._moe_handles = weakref.WeakSet()  # open MoeHandles: destroy() closes them first
         self._doomed = []  # C handles of garbage-collected MoeHandles (free_moe_handles)
         self._allocations = weakref.WeakSet()  # memory from empty() still viewed by an array
+        self._doomed_allocations = []  # their pointers, when their finalizer found the lock held
         self.rank = lib.weft_comm_rank(handle)
         self.size = lib.weft_comm_size(handle)
         code = lib.weft_comm_backend(handle)
@@ -279,7 +292,21 @@ class Comm:
     def _local(self, call, fn, *args):
         """fn(handle, *args): a C call that never blocks, safe against destroy() elsewhere."""
         with self._state_lock:
-            return fn(self._live(call), *args)
+            handle = self._live(call)
+            self._free_doomed_allocations()
+            return fn(handle, *args)
+
+    def _free_doomed_allocations(self):
+        """Under _state_lock: weft_free the memory of empty() arrays whose finalizer found the
+        lock held by another thread; after destroy() began, only forget it (the teardown
+        frees it)."""
+        while True:
+            try:
+                ptr = self._doomed_allocations.pop()
+            except IndexError:
+                return
+            if self._handle is not None:
+                self._lib.weft_free(self._handle, ptr)
 
     def _drain_doomed(self):
         """Destroy the C handles in the queue of garbage-collected MoeHandles; returns how
@@ -303,6 +330,9 @@ class Comm:
         is drained only by free_moe_handles(), MoeHandle.close() and destroy()."""
         if self._doomed and self.backend == "host":
             self._drain_doomed()
+        if self._doomed_allocations:
+            with self._state_lock:
+                self._free_doomed_allocations()
 
     def free_moe_handles(self):
         """Free the C handles of the MoeHandles garbage-collected so far (their finalizers only
@@ -446,6 +476,7 @@ class Comm:
         # One span of _state_lock from the allocation to its record, so that a destroy() on
         # another thread either comes first (ValueError here) or counts this array.
         with self._state_lock:
+            self._free_doomed_allocations()
             check(library().weft_malloc(self._live(call), ctypes.byref(ptr), nbytes))
             allocation = _Allocation(self, ptr.value, shape, dtype)
         return np.asarray(allocation)
