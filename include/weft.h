@@ -18,13 +18,13 @@
  * nothing of it: weft_comm_destroy and weft_comm_abort too (the child's copy is left as it is,
  * and the parent's communicator stays usable in the parent), as well as weft_malloc, weft_free,
  * weft_get_stats, the collectives and MoE calls, and weft_moe_handle_destroy of a CUDA backend
- * handle still attached to it; only weft_comm_rank, weft_comm_size and weft_comm_backend still
- * answer. Memory from weft_malloc on the host backend stays mapped in the child (arrays over it
- * still read; writes reach the memory the ranks share) until the parent frees it; from then on the
- * child's view never shows a later allocation, and its writes there reach no live allocation. A
- * child may create communicators of its own. Only fork() runs the handler: a child made by vfork or
- * posix_spawn keeps the descriptors until it execs (they are close-on-exec). CUDA itself cannot be
- * used in a forked child.
+ * handle still attached to it; only weft_comm_rank, weft_comm_size, weft_comm_backend and
+ * weft_comm_device still answer. Memory from weft_malloc on the host backend stays mapped in the
+ * child (arrays over it still read; writes reach the memory the ranks share) until the parent
+ * frees it; from then on the child's view never shows a later allocation, and its writes there
+ * reach no live allocation. A child may create communicators of its own. Only fork() runs the
+ * handler: a child made by vfork or posix_spawn keeps the descriptors until it execs (they are
+ * close-on-exec). CUDA itself cannot be used in a forked child.
  *
  * This header compiles alone, as C11 and as C++.
  */
@@ -169,6 +169,11 @@ WEFT_API weft_status_t weft_comm_abort(weft_comm_t comm);
 WEFT_API int weft_comm_rank(weft_comm_t comm); /* -1 for a NULL communicator */
 WEFT_API int weft_comm_size(weft_comm_t comm); /* -1 for a NULL communicator */
 WEFT_API weft_backend_t weft_comm_backend(weft_comm_t comm);
+/* The CUDA device (an ordinal among the visible devices, as cudaSetDevice takes it) of a CUDA
+ * backend communicator: where its memory lives and its kernels run (weft_comm_init). -1 on the
+ * host backend and for a NULL communicator. Local, never blocks; also answers in a forked
+ * child. */
+WEFT_API int weft_comm_device(weft_comm_t comm);
 
 /* ---------------------------------------------------------------------------------------------
  * Memory: registration-on-allocation

@@ -445,6 +445,20 @@ def case_all_to_all(ctx, dtype):
     ctx.expect_values(out, want, "all_to_all_single input splits only")
 
 
+@case("device")
+def case_device(ctx, _):
+    """comm.device is the library's (weft_comm_device): None on the host backend, else the
+    visible device the communicator's memory and kernels are on."""
+    comm = ctx.comm
+    if comm.backend == "host":
+        ctx.expect(comm.device is None, f"host backend: comm.device is {comm.device!r}")
+        return
+    torch = getattr(ctx.kind, "torch", None)
+    count = torch.cuda.device_count() if torch is not None else 1 << 30
+    ctx.expect(isinstance(comm.device, int) and 0 <= comm.device < count,
+               f"comm.device {comm.device!r} is not one of the {count} visible devices")
+
+
 @case("barrier")
 def case_barrier(ctx, _):
     """Nobody leaves the barrier before the last rank entered it."""

@@ -21,7 +21,7 @@ import weakref
 import numpy as np
 
 from . import _buffers as B
-from ._lib import STATS_FIELDS, WeftError, _Config, _Stats, check, env_local_rank, library
+from ._lib import STATS_FIELDS, WeftError, _Config, _Stats, check, library
 
 MOE_REUSE = 0  # WEFT_MOE_REUSE (weft.h): the topk of a dispatch reusing a handle's layout
 
@@ -267,9 +267,8 @@ class Comm:
         self.size = lib.weft_comm_size(handle)
         code = lib.weft_comm_backend(handle)
         self.backend = "cuda" if code == _BACKENDS["cuda"] else "host"
-        self.device = None
-        if self.backend == "cuda":
-            self.device = _select_torch_device(self.rank)
+        device = lib.weft_comm_device(handle)
+        self.device = device if device >= 0 else None
 
     def __repr__(self):
         if self._abortable is None:
@@ -876,26 +875,6 @@ def _tokens_per_rank(call, topk_idx, kind, num_experts, per_rank, n):
     hit = torch.zeros((idx.shape[0], n + 1), dtype=torch.int64, device=idx.device)
     hit.scatter_(1, owner, 1)
     return hit[:, :n].sum(dim=0)
-
-
-def _select_torch_device(rank):
-    """The CUDA device the C library chose, None without torch. torch's CUDA state is left
-    alone (torch.cuda.device_count does not initialise it), so that
-    weft.torch.use_weft_allocator can still replace torch's allocator after weft.init()."""
-    try:
-        import torch
-    except ImportError:
-        return None
-    return _device_of(rank, env_local_rank(), torch.cuda.device_count())
-
-
-def _device_of(rank, local_rank, count):
-    """weft_comm_init's device (src/core/comm.c, weft_cuda_select_device): the local rank as
-    the library parsed it (env_local_rank: WEFT_LOCAL_RANK, else LOCAL_RANK; -1 when unset or
-    malformed), the rank where it is negative, modulo the device count; None with no device."""
-    if count == 0:
-        return None
-    return (local_rank if local_rank >= 0 else rank) % count
 
 
 # -- the default communicator ----------------------------------------------------------------

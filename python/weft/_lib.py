@@ -146,6 +146,7 @@ _PROTOTYPES = {
     "weft_comm_rank": (_int, [_vp]),
     "weft_comm_size": (_int, [_vp]),
     "weft_comm_backend": (_int, [_vp]),
+    "weft_comm_device": (_int, [_vp]),
     "weft_malloc": (_st, [_vp, ctypes.POINTER(_vp), _sz]),
     "weft_free": (_st, [_vp, _vp]),
     "weft_all_gather": (_st, [_vp, _vp, _vp, _sz, _int, _vp]),
@@ -198,58 +199,6 @@ _PROTOTYPES = {
 
 _lock = threading.Lock()
 _library = None
-_local_rank = None  # the library's WEFT_LOCAL_RANK, read when it was loaded
-
-
-def parse_c_int(text):
-    """text parsed as an int row of the library's configuration table (src/util/config.c,
-    parse_row, CFG_INT): strtol in base 10 over the whole text (leading C whitespace and one
-    sign allowed, nothing after the digits) within the range of a C int; None where the library
-    calls it malformed (it then warns and takes the row's default)."""
-    i = 0
-    while i < len(text) and text[i] in " \t\n\v\f\r":
-        i += 1
-    j = i + 1 if i < len(text) and text[i] in "+-" else i
-    digits = text[j:]
-    if not digits or any(ch not in "0123456789" for ch in digits):
-        return None
-    value = int(text[i:])
-    int_bits = 8 * ctypes.sizeof(ctypes.c_int)
-    if not -(1 << (int_bits - 1)) <= value < (1 << (int_bits - 1)):
-        return None
-    return value
-
-
-def config_int(getenv, name, fallback, default):
-    """An int row of the library's configuration table as the library reads it: getenv(name)
-    (str or None), else when that is unset or empty getenv(fallback); unset, empty or malformed
-    gives default (a malformed name does not fall back)."""
-    text = getenv(name)
-    if not text and fallback:
-        text = getenv(fallback)
-    if not text:
-        return default
-    value = parse_c_int(text)
-    return default if value is None else value
-
-
-def _c_getenv(name):
-    """getenv(3) of the process, the one the library reads (os.environ is Python's copy)."""
-    libc = ctypes.CDLL(None)
-    libc.getenv.restype = ctypes.c_char_p
-    libc.getenv.argtypes = [ctypes.c_char_p]
-    value = libc.getenv(name.encode())
-    return None if value is None else value.decode("utf-8", "surrogateescape")
-
-
-def env_local_rank():
-    """WEFT_LOCAL_RANK (else LOCAL_RANK) as the library parsed it: -1 when unset or malformed.
-    The library parses its configuration once, at its first use in the process; library()
-    makes that happen when it loads the library and reads the variables here at that moment,
-    so both see the same text (unless something else loaded libweft into the process and used
-    it first)."""
-    library()
-    return _local_rank
 
 
 def library():
@@ -268,11 +217,6 @@ def library():
                     ) from None
                 fn.restype = restype
                 fn.argtypes = argtypes
-            # The library parses its environment once, at the first weft_config_get: make that
-            # now, and read what Python needs of it at the same moment (env_local_rank).
-            global _local_rank
-            lib.weft_config_default(ctypes.byref(_Config()))
-            _local_rank = config_int(_c_getenv, "WEFT_LOCAL_RANK", "LOCAL_RANK", -1)
             _library = lib
         return _library
 

@@ -83,6 +83,11 @@ weft_backend_t weft_comm_backend(weft_comm_t comm)
     return comm ? comm->backend : WEFT_BACKEND_AUTO;
 }
 
+int weft_comm_device(weft_comm_t comm)
+{
+    return comm ? weft_cuda_device(comm) : -1;
+}
+
 weft_status_t weft_malloc(weft_comm_t comm, void **ptr, size_t bytes)
 {
     weft_error_clear();

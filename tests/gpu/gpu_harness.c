@@ -110,6 +110,9 @@ static void select_device(gpu_ctx_t *g)
                "using the current device %d\n",
                ctx->test, ctx->rank, probe, cudaGetErrorString(err), (int)attr.type, g->device);
     }
+    if (weft_comm_device(ctx->comm) != g->device)
+        mp_fatal(ctx, "weft_comm_device says device %d, weft_malloc memory is on device %d",
+                 weft_comm_device(ctx->comm), g->device);
     gpu_cuda_ok(g, cudaSetDevice(g->device), "cudaSetDevice");
     gpu_cuda_ok(g, cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking),
                 "cudaStreamCreateWithFlags(cudaStreamNonBlocking)");

@@ -523,6 +523,9 @@ void mp_comm_open_cfg(mp_ctx_t *ctx, const weft_config_t *cfg)
     if (weft_comm_backend(comm) != WEFT_BACKEND_HOST)
         mp_fatal(ctx, "communicator backend is %d, expected the host backend",
                  (int)weft_comm_backend(comm));
+    if (weft_comm_device(comm) != -1 || weft_comm_device(NULL) != -1)
+        mp_fatal(ctx, "weft_comm_device is %d on the host backend and %d for NULL, expected -1",
+                 weft_comm_device(comm), weft_comm_device(NULL));
 }
 
 /* The defaults, on the host backend. */
