@@ -77,6 +77,17 @@ static weft_status_t check_handle(const char *call, const char *what,
 
 #define MAX_BYTES WEFT_API_MAX_BUFFER_BYTES
 
+/* The array `array` of `rows` rows (the argument `arg`) of row_bytes (>= 1) bytes each within
+ * MAX_BYTES, else WEFT_ERR_INVALID_ARGUMENT naming arg and the array. */
+static weft_status_t check_rows(const char *call, const char *arg, size_t rows, size_t row_bytes,
+                                const char *array)
+{
+    if (rows <= MAX_BYTES / row_bytes)
+        return WEFT_SUCCESS;
+    return INVALID("%s: %s %zu rows of %zu bytes (%s) exceed the %zu bytes a process can address",
+                   call, arg, rows, row_bytes, array, MAX_BYTES);
+}
+
 /* The sizes of a dispatch (dtype and topk already checked), each within MAX_BYTES as the
  * collectives' buffers are: a row, x and recv_x, topk_idx and recv_topk_idx (the larger of the
  * routing arrays), and for a fresh dispatch the layout it builds (host: the lists it stages, at
@@ -92,23 +103,16 @@ static weft_status_t check_sizes(const char *call, const struct weft_comm *comm,
     if (hidden > MAX_BYTES / esize)
         return INVALID("%s: hidden %zu elements of %s exceed the %zu bytes a process can address",
                        call, hidden, type, MAX_BYTES);
-    size_t row_bytes = hidden * esize;
-    if (num_tokens > MAX_BYTES / row_bytes)
-        return INVALID("%s: num_tokens %zu rows of %zu bytes (x) exceed the %zu bytes a process "
-                       "can address",
-                       call, num_tokens, row_bytes, MAX_BYTES);
-    if (num_tokens > MAX_BYTES / sizeof(int64_t) / k)
-        return INVALID("%s: num_tokens %zu x topk %d routing entries (topk_idx) exceed the %zu "
-                       "bytes a process can address",
-                       call, num_tokens, topk, MAX_BYTES);
-    if (max_recv_tokens > MAX_BYTES / row_bytes)
-        return INVALID("%s: max_recv_tokens %zu rows of %zu bytes (recv_x) exceed the %zu bytes a "
-                       "process can address",
-                       call, max_recv_tokens, row_bytes, MAX_BYTES);
-    if (max_recv_tokens > MAX_BYTES / sizeof(int64_t) / k)
-        return INVALID("%s: max_recv_tokens %zu x topk %d routing entries (recv_topk_idx) exceed "
-                       "the %zu bytes a process can address",
-                       call, max_recv_tokens, topk, MAX_BYTES);
+    size_t row_bytes = hidden * esize, routing_bytes = sizeof(int64_t) * k;
+    weft_status_t st = check_rows(call, "num_tokens", num_tokens, row_bytes, "x");
+    if (st == WEFT_SUCCESS)
+        st = check_rows(call, "num_tokens", num_tokens, routing_bytes, "topk_idx");
+    if (st == WEFT_SUCCESS)
+        st = check_rows(call, "max_recv_tokens", max_recv_tokens, row_bytes, "recv_x");
+    if (st == WEFT_SUCCESS)
+        st = check_rows(call, "max_recv_tokens", max_recv_tokens, routing_bytes, "recv_topk_idx");
+    if (st != WEFT_SUCCESS)
+        return st;
     int n = comm->nranks;
     if (comm->backend == WEFT_BACKEND_CUDA) {
         if (num_tokens > INT32_MAX || max_recv_tokens > INT32_MAX)
