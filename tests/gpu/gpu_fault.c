@@ -31,11 +31,6 @@
 #define VICTIM_SLEEP_MS 200.0
 #define HOLD_MS 3000.0
 
-static int lost(weft_status_t st)
-{
-    return st == WEFT_ERR_PEER_LOST || st == WEFT_ERR_TIMEOUT;
-}
-
 /* Host callback that keeps the victim's stream busy (no CUDA calls in here). */
 static void CUDART_CB hold_cb(void *arg)
 {
@@ -107,7 +102,7 @@ int main(int argc, char **argv)
         next = weft_barrier(ctx->comm, g.stream);
         t_next = mp_now_s() - t0;
     }
-    mp_check(ctx, lost(st) || (st == WEFT_SUCCESS && lost(next)),
+    mp_check(ctx, mp_lost_peer(st) || (st == WEFT_SUCCESS && mp_lost_peer(next)),
              "all_reduce returned %s and the next call %s; expected peer lost or timed out from "
              "one of them: %s",
              weft_status_string(st), weft_status_string(next), weft_last_error());
@@ -122,10 +117,10 @@ int main(int argc, char **argv)
     mp_case(ctx, "later calls after the peer died");
     t0 = mp_now_s();
     st = weft_barrier(ctx->comm, g.stream);
-    mp_check(ctx, lost(st), "barrier returned %s, expected peer lost or timed out",
+    mp_check(ctx, mp_lost_peer(st), "barrier returned %s, expected peer lost or timed out",
              weft_status_string(st));
     st = weft_all_reduce(ctx->comm, send.ptr, recv.ptr, COUNT, WEFT_FLOAT32, WEFT_SUM, g.stream);
-    mp_check(ctx, lost(st), "all_reduce returned %s, expected peer lost or timed out",
+    mp_check(ctx, mp_lost_peer(st), "all_reduce returned %s, expected peer lost or timed out",
              weft_status_string(st));
     mp_check(ctx, mp_now_s() - t0 < DETECT_LIMIT_S, "later calls took %.2f s", mp_now_s() - t0);
 

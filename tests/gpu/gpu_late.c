@@ -29,11 +29,6 @@
 #define LATE_EXTRA_S 1.5 /* the late rank's hold beyond the timeout */
 #define DESTROY_LIMIT_S 20.0
 
-static int lost(weft_status_t st)
-{
-    return st == WEFT_ERR_PEER_LOST || st == WEFT_ERR_TIMEOUT;
-}
-
 /* The collective under test, from send (COUNT elements) into recv. */
 static weft_status_t call(gpu_ctx_t *g, int gather, const gpu_buf_t *send, const gpu_buf_t *recv)
 {
@@ -114,7 +109,8 @@ int main(int argc, char **argv)
     st = weft_comm_destroy(ctx->comm);
     double dt = mp_now_s() - t0;
     ctx->comm = NULL;
-    mp_check(ctx, lost(st), "weft_comm_destroy returned %s (%s); expected timed out or peer lost",
+    mp_check(ctx, mp_lost_peer(st),
+             "weft_comm_destroy returned %s (%s); expected timed out or peer lost",
              weft_status_string(st), st == WEFT_SUCCESS ? "no error" : weft_last_error());
     mp_check(ctx, dt < DESTROY_LIMIT_S, "weft_comm_destroy took %.2f s", dt);
     mp_note(ctx, "weft_comm_destroy returned %s after %.3f s", weft_status_string(st), dt);

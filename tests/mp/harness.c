@@ -387,6 +387,11 @@ int mp_ok(mp_ctx_t *ctx, weft_status_t st, const char *call)
              weft_last_error());
 }
 
+int mp_lost_peer(weft_status_t st)
+{
+    return st == WEFT_ERR_PEER_LOST || st == WEFT_ERR_TIMEOUT;
+}
+
 int mp_expect_status(mp_ctx_t *ctx, weft_status_t st, weft_status_t want, const char *name,
                      const char *what)
 {

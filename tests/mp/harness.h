@@ -152,6 +152,10 @@ void mp_fatal(mp_ctx_t *ctx, const char *fmt, ...) MP_PRINTF(2, 3) __attribute__
  * the communicator unusable (anything but INVALID_ARGUMENT or UNSUPPORTED) the run ends. */
 int mp_ok(mp_ctx_t *ctx, weft_status_t st, const char *call);
 
+/* Whether st says a peer is gone or never came: WEFT_ERR_PEER_LOST or WEFT_ERR_TIMEOUT (what a
+ * survivor of a fault may get, depending on which it notices first). */
+int mp_lost_peer(weft_status_t st);
+
 /* Check that st == want and, for a failure status, that weft_last_error() is non-empty and
  * contains name (e.g. "weft_all_reduce"). Returns 1 if all holds. */
 int mp_expect_status(mp_ctx_t *ctx, weft_status_t st, weft_status_t want, const char *name,

@@ -17,11 +17,6 @@
 #define DETECT_LIMIT_S 10.0
 #define COUNT 4099
 
-static int lost(weft_status_t st)
-{
-    return st == WEFT_ERR_PEER_LOST || st == WEFT_ERR_TIMEOUT;
-}
-
 int main(void)
 {
     mp_ctx_t ctx;
@@ -47,7 +42,7 @@ int main(void)
     double t0 = mp_now_s();
     weft_status_t st = weft_all_reduce(ctx.comm, buf, buf, COUNT, WEFT_FLOAT32, WEFT_SUM, NULL);
     double dt = mp_now_s() - t0;
-    mp_check(&ctx, lost(st), "all_reduce returned %s, expected peer lost or timed out: %s",
+    mp_check(&ctx, mp_lost_peer(st), "all_reduce returned %s, expected peer lost or timed out: %s",
              weft_status_string(st), weft_last_error());
     mp_check(&ctx, dt < DETECT_LIMIT_S, "all_reduce took %.2f s to notice the dead peer", dt);
 
@@ -55,13 +50,14 @@ int main(void)
     t0 = mp_now_s();
     st = weft_barrier(ctx.comm, NULL);
     dt = mp_now_s() - t0;
-    mp_check(&ctx, lost(st), "barrier returned %s, expected peer lost or timed out: %s",
+    mp_check(&ctx, mp_lost_peer(st), "barrier returned %s, expected peer lost or timed out: %s",
              weft_status_string(st), weft_last_error());
     mp_check(&ctx, dt < DETECT_LIMIT_S, "barrier took %.2f s", dt);
     t0 = mp_now_s();
     st = weft_all_reduce(ctx.comm, buf, buf, COUNT, WEFT_FLOAT32, WEFT_SUM, NULL);
     dt = mp_now_s() - t0;
-    mp_check(&ctx, lost(st), "second all_reduce returned %s, expected peer lost or timed out",
+    mp_check(&ctx, mp_lost_peer(st),
+             "second all_reduce returned %s, expected peer lost or timed out",
              weft_status_string(st));
     mp_check(&ctx, dt < DETECT_LIMIT_S, "second all_reduce took %.2f s", dt);
 
