@@ -51,7 +51,9 @@
  *
  * Handles past their communicator (per mode): the communicator is destroyed while two handles
  * live; destroying one then must succeed, and the next communicator must refuse the other
- * (WEFT_ERR_INVALID_ARGUMENT) before it is destroyed too.
+ * (WEFT_ERR_INVALID_ARGUMENT) before it is destroyed too. Then 16 handles destroyed on a thread
+ * while the communicator is destroyed, their pairs still queued: every destroy succeeds, the last
+ * pair is exact.
  *
  * Spread cases (per mode, each dtype): y of moe_ref.h's spread kind, whose float32 sum depends on
  * the order and on rounding each step to 16 bits; from 3 ranks each case checks that it does, so
@@ -64,6 +66,7 @@
 #include "../mp/moe_ref.h"
 #include "gpu_harness.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -951,6 +954,66 @@ static void run_stale_handle(gpu_ctx_t *g, weft_registration_t reg)
     moe_ref_destroy(&ref);
 }
 
+/* Handles destroyed on another thread while this one destroys their communicator (a garbage
+ * collector's finalizer, say), with their pairs still queued on the stream: the CUDA handles free
+ * device memory through the communicator (after a device synchronisation) unless its destruction
+ * detached them first. Every destroy must succeed whichever comes first, the last pair must be
+ * exact, and the next communicator of the mode must work (the final barrier of run_mode). */
+enum { RACE_HANDLES = 16 };
+
+typedef struct race {
+    weft_moe_handle_t h[RACE_HANDLES];
+    weft_status_t st[RACE_HANDLES];
+} race_t;
+
+static void *race_destroyer(void *arg)
+{
+    race_t *r = arg;
+    for (int i = 0; i < RACE_HANDLES; i++)
+        r->st[i] = weft_moe_handle_destroy(r->h[i]);
+    return NULL;
+}
+
+static void run_destroy_race(gpu_ctx_t *g, weft_registration_t reg)
+{
+    mp_ctx_t *ctx = &g->mp;
+    int n = ctx->nranks;
+    moe_shape_t s = {
+        .hidden = 7, .topk = 2, .experts = 2 * n, .route = MOE_ROUTE_ZIPF, .dt = WEFT_BFLOAT16};
+    for (int r = 0; r < n; r++)
+        s.tokens[r] = 9;
+    mp_case(ctx, "moe handles destroyed on a thread while the communicator is, reg=%s",
+            mp_reg_name(reg));
+    moe_ref_t ref;
+    moe_ref_create(ctx, &s, &ref);
+    size_t cap = ref.recv[ctx->rank] + CAP_SPARE;
+    moe_bufs_t mb;
+    bufs_get(g, NULL, GPU_BUF_CUDA, &ref, cap, cap, &mb);
+    push_inputs(g, &ref, &mb);
+    race_t r;
+    int ok = 1;
+    for (int i = 0; i < RACE_HANDLES; i++) {
+        r.h[i] = NULL;
+        r.st[i] = WEFT_SUCCESS;
+        ok = ok && enqueue_pair(g, &ref, &mb, cap, &r.h[i]);
+    }
+    bufs_pull(g, &mb); /* still queued when the destroys start */
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, race_destroyer, &r) != 0)
+        mp_fatal(ctx, "pthread_create failed");
+    mp_comm_close(ctx);
+    pthread_join(thread, NULL);
+    for (int i = 0; i < RACE_HANDLES; i++)
+        mp_check(ctx, r.st[i] == WEFT_SUCCESS, "weft_moe_handle_destroy %d on the thread: %s", i,
+                 weft_status_string(r.st[i]));
+    gpu_sync(g, "the pairs before the destroys");
+    if (ok)
+        check_results(g, &ref, &mb, cap);
+    bufs_put(g, &mb);
+    moe_ref_destroy(&ref);
+    gpu_comm_open(g, reg);
+}
+
 /* ---------------------------------------------------------------------------------------------
  * One registration mode
  * ------------------------------------------------------------------------------------------- */
@@ -982,6 +1045,7 @@ static void run_mode(gpu_ctx_t *g, weft_registration_t reg)
     if (reg == WEFT_REGISTRATION_ROA)
         run_invalid(g);
     run_stale_handle(g, reg);
+    run_destroy_race(g, reg);
     /* A kernel failure would be reported by the next call: end the mode with one. */
     mp_case(ctx, "final barrier reg=%s", mp_reg_name(reg));
     mp_ok(ctx, weft_barrier(ctx->comm, g->stream), "weft_barrier");
