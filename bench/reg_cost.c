@@ -435,7 +435,7 @@ typedef struct exporter {
 static void *export_worker(void *arg)
 {
     exporter_t *e = arg;
-    if (ops->attach_thread() != WEFT_SUCCESS) {
+    if (ops->attach_thread(0) != WEFT_SUCCESS) { /* the owner is device 0 */
         fail("attach_thread");
         e->failed = 1;
         return NULL;

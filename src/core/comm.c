@@ -356,6 +356,7 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **c
     comm->nranks = cfg.nranks;
     comm->fork_generation = weft_forksafe_generation();
     comm->backend = cfg.backend;
+    comm->device = -1; /* the CUDA backend selects one below */
     comm->registration = cfg.registration;
     comm->timeout_s = cfg.timeout_s;
     comm->seq = env->seq_start; /* 0 but in tests: operation numbers past 2^31 and 2^32 */
@@ -418,7 +419,8 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **c
     if (st != WEFT_SUCCESS)
         goto err_close_fds;
     if (cfg.backend == WEFT_BACKEND_CUDA) {
-        st = weft_cuda_select_device(env->local_rank >= 0 ? env->local_rank : cfg.rank);
+        st = weft_cuda_select_device(env->local_rank >= 0 ? env->local_rank : cfg.rank,
+                                     &comm->device);
         if (st != WEFT_SUCCESS)
             goto err_unmap_blocks;
     }

@@ -146,6 +146,9 @@ struct weft_comm {
     int rank;
     int nranks;
     weft_backend_t backend;
+    /* CUDA backend: the GPU (an ordinal among the visible devices), chosen before any memory is
+     * made, so that the registrar works on it too (registry.c); -1 on the host backend. */
+    int device;
     weft_registration_t registration;
     double timeout_s;
     size_t inline_bytes; /* <= WEFT_INLINE_MAX */

@@ -23,7 +23,6 @@
 #include "util/log.h"
 
 struct weft_cuda_state {
-    int device;
     CUcontext ctx; /* the device's primary context, which every call makes current */
     const weft_cuda_driver_t *drv;
     int nblocks;    /* blocks per launch at most */
@@ -87,18 +86,20 @@ int weft_cuda_available(void)
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-weft_status_t weft_cuda_select_device(int local_rank)
+weft_status_t weft_cuda_select_device(int local_rank, int *device_out)
 {
     int n = 0;
     cudaError_t err = cudaGetDeviceCount(&n);
     if (err != cudaSuccess || n == 0)
         return weft_error(WEFT_ERR_UNSUPPORTED, "weft_comm_init: the CUDA backend needs a GPU (%s)",
                           err != cudaSuccess ? cudaGetErrorString(err) : "no device");
-    err = cudaSetDevice((local_rank < 0 ? 0 : local_rank) % n);
+    int device = (local_rank < 0 ? 0 : local_rank) % n;
+    err = cudaSetDevice(device);
     if (err == cudaSuccess)
         err = cudaFree(NULL); /* create the primary context now, not inside a later call */
     if (err != cudaSuccess)
         return cuda_error(err, "weft_comm_init: cudaSetDevice");
+    *device_out = device;
     return weft_cuda_device_check(); /* VMM and POSIX handles, which the provider needs */
 }
 
@@ -148,10 +149,8 @@ weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store)
     }
     comm->cuda = cs;
     weft_status_t st;
-    cudaError_t err = cudaGetDevice(&cs->device);
     struct cudaDeviceProp prop;
-    if (err == cudaSuccess)
-        err = cudaGetDeviceProperties(&prop, cs->device);
+    cudaError_t err = cudaGetDeviceProperties(&prop, comm->device);
     if (err != cudaSuccess) {
         st = cuda_error(err, "weft_comm_init: cudaGetDeviceProperties");
         goto out;
@@ -284,7 +283,7 @@ weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store)
     }
     WEFT_LOG_INFO("CUDA backend: device %d, %d SMs shared by %d rank(s), %d blocks per launch, "
                   "push path up to %llu bytes",
-                  cs->device, sms, sharing, cs->nblocks, (unsigned long long)cs->push_bytes);
+                  comm->device, sms, sharing, cs->nblocks, (unsigned long long)cs->push_bytes);
 out:
     free(infos);
     return st;
@@ -335,7 +334,7 @@ weft_status_t weft_cuda_device_enter(const struct weft_comm *comm, const char *c
     if (res == CUDA_SUCCESS)
         res = cs->drv->cuCtxSetCurrent(cs->ctx);
     if (res != CUDA_SUCCESS)
-        return weft_cuda_error(res, "%s: making device %d's context current", call, cs->device);
+        return weft_cuda_error(res, "%s: making device %d's context current", call, comm->device);
     *prev = (weft_cuda_prev_t){current, 1};
     return WEFT_SUCCESS;
 }
@@ -492,7 +491,7 @@ size_t weft_cuda_push_bytes(const struct weft_comm *comm)
 
 int weft_cuda_device(const struct weft_comm *comm)
 {
-    return comm->cuda ? comm->cuda->device : -1;
+    return comm->device;
 }
 
 int weft_cuda_blocks(const struct weft_comm *comm)

@@ -25,8 +25,9 @@ struct weft_comm;
 /* 1 if this library has the CUDA backend and a device is visible. */
 int weft_cuda_available(void);
 
-/* Select the device (local_rank modulo the device count) before any CUDA memory is made. */
-weft_status_t weft_cuda_select_device(int local_rank);
+/* Select the device (local_rank modulo the device count) before any CUDA memory is made: make
+ * it current on the calling thread and set *device_out. */
+weft_status_t weft_cuda_select_device(int local_rank, int *device_out);
 
 /* Make the device state after the registry exists (collective: all-gathers the device control
  * blocks' addresses through the store). The caller then waits for the registration of

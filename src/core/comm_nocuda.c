@@ -18,8 +18,9 @@ int weft_cuda_available(void)
     return 0;
 }
 
-weft_status_t weft_cuda_select_device(int local_rank)
+weft_status_t weft_cuda_select_device(int local_rank, int *device_out)
 {
+    (void)device_out;
     return not_built("weft_comm_init");
 }
 

@@ -594,7 +594,7 @@ static void *registrar_main(void *arg)
 {
     weft_registry_t *reg = arg;
     pthread_setname_np(pthread_self(), "weft-registrar");
-    weft_status_t attached = reg->mem->attach_thread();
+    weft_status_t attached = reg->mem->attach_thread(reg->comm->device);
     if (attached != WEFT_SUCCESS) {
         fail_comm(reg, attached);
         return NULL;

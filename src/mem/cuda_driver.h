@@ -93,10 +93,9 @@ weft_status_t weft_cuda_device_check(void);
  * cuMemMap + cuMemSetAccess, export = cuMemExportToShareableHandle. Beyond mem.h:
  *
  * - Each call works on the device of the calling thread's current context (cudaSetDevice makes
- *   one current). The first granularity, create, map or attach_thread call made with a context
- *   fixes the process's device; attach_thread makes that device's primary context current on a
- *   thread that has none (WEFT_ERR_INTERNAL if no call has fixed it yet). One device per
- *   process.
+ *   one current); attach_thread(device) makes device's primary context current on the calling
+ *   thread (WEFT_ERR_INTERNAL for a negative device). The provider keeps no device of its own:
+ *   communicators of one process may use different devices.
  * - Every call returns WEFT_ERR_UNSUPPORTED when weft_cuda_driver_get fails.
  * - granularity() returns 0, with the error recorded, when there is no driver or no current
  *   context.

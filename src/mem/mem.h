@@ -43,9 +43,10 @@ typedef struct weft_mem_ops {
      * the memory of all segments together instead of each one's. */
     size_t (*sparse_bytes)(void);
 
-    /* Make the calling thread able to use the provider (cuda: the device's primary context is
-     * current). Called by every thread that maps or exports before its first call. */
-    weft_status_t (*attach_thread)(void);
+    /* Make the calling thread able to use the provider for device (cuda: that device's primary
+     * context becomes current; the host provider ignores it). Called by a thread of weft's own
+     * (the registrar) before its first map or export, with its communicator's device. */
+    weft_status_t (*attach_thread)(int device);
 
     /* Granularity of sizes and addresses (host: the page size; cuda: the minimum VMM
      * granularity, usually 2 MiB); 0 when it cannot be known, the reason in weft_last_error(). */

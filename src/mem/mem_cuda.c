@@ -12,46 +12,23 @@
  * mapping or exporting them (mem.h).
  *
  * The device is the one of the calling thread's current context, looked up on every call, so
- * a thread without a context gets a clear error rather than a silently wrong device. The only
- * state is the process's device: the device of the first granularity, create, map or
- * attach_thread call made with a current context (in the core, the thread that set up the
- * communicator after cudaSetDevice), which attach_thread makes current on threads that have
- * none (the registrar). weft uses one device per process.
+ * a thread without a context gets a clear error rather than a silently wrong device; the
+ * core's registrar thread makes its communicator's device current with attach_thread. There is
+ * no state of the provider's own: communicators of one process may use different devices.
  *
  * Thread safety: every function may be called from any thread; the driver table is resolved
- * once and read-only afterwards, the process's device is an atomic set once.
+ * once and read-only afterwards.
  */
 #include "mem/mem.h"
 
 #include <cuda_runtime_api.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <unistd.h>
 
 #include "mem/cuda_driver.h"
 #include "util/log.h"
-
-/* The process's device (-1: none seen yet). */
-static atomic_int process_device = -1;
-
-/* Make dev the process's device if none was seen before. */
-static void remember_device(CUdevice dev)
-{
-    int none = -1;
-    if (atomic_load_explicit(&process_device, memory_order_relaxed) < 0)
-        atomic_compare_exchange_strong(&process_device, &none, (int)dev);
-}
-
-/* weft_cuda_driver_device, remembering the device. */
-static weft_status_t driver_device(const weft_cuda_driver_t **drv_out, CUdevice *dev_out)
-{
-    weft_status_t st = weft_cuda_driver_device(drv_out, dev_out);
-    if (st == WEFT_SUCCESS)
-        remember_device(*dev_out);
-    return st;
-}
 
 /* Pinned device memory on dev, exportable as a POSIX file descriptor. The granularity is asked
  * for with the same properties as the allocation. */
@@ -70,26 +47,19 @@ static inline CUdeviceptr dptr(const void *addr)
     return (CUdeviceptr)(uintptr_t)addr;
 }
 
-static weft_status_t cuda_attach_thread(void)
+static weft_status_t cuda_attach_thread(int device)
 {
     const weft_cuda_driver_t *drv;
     weft_status_t st = weft_cuda_driver_get(&drv);
     if (st != WEFT_SUCCESS)
         return st;
-    CUdevice dev = 0;
-    if (drv->cuCtxGetDevice(&dev) == CUDA_SUCCESS) { /* the thread has a context already */
-        remember_device(dev);
-        return WEFT_SUCCESS;
-    }
-    int want = atomic_load(&process_device);
-    if (want < 0)
+    if (device < 0)
         return weft_error(WEFT_ERR_INTERNAL,
-                          "CUDA memory provider: attach_thread before any thread used the "
-                          "provider with a current context (call cudaSetDevice first)");
+                          "CUDA memory provider: attach_thread(%d): not a device", device);
     /* cudaSetDevice makes the device's primary context current on this thread. */
-    cudaError_t err = cudaSetDevice(want);
+    cudaError_t err = cudaSetDevice(device);
     if (err != cudaSuccess)
-        return weft_error(WEFT_ERR_CUDA, "cudaSetDevice(%d) for this thread: %s: %s", want,
+        return weft_error(WEFT_ERR_CUDA, "cudaSetDevice(%d) for this thread: %s: %s", device,
                           cudaGetErrorName(err), cudaGetErrorString(err));
     return WEFT_SUCCESS;
 }
@@ -98,7 +68,7 @@ static size_t cuda_granularity(void)
 {
     const weft_cuda_driver_t *drv;
     CUdevice dev = 0;
-    if (driver_device(&drv, &dev) != WEFT_SUCCESS)
+    if (weft_cuda_driver_device(&drv, &dev) != WEFT_SUCCESS)
         return 0;
     CUmemAllocationProp prop = device_prop(dev);
     size_t gran = 0;
@@ -149,7 +119,7 @@ static weft_status_t cuda_create(size_t bytes, weft_mem_seg_t *seg_out)
 {
     const weft_cuda_driver_t *drv;
     CUdevice dev = 0;
-    weft_status_t st = driver_device(&drv, &dev);
+    weft_status_t st = weft_cuda_driver_device(&drv, &dev);
     if (st != WEFT_SUCCESS)
         return st;
     CUmemAllocationProp prop = device_prop(dev);
@@ -193,7 +163,7 @@ static weft_status_t cuda_map(const weft_mem_seg_t *seg, void *addr)
 {
     const weft_cuda_driver_t *drv;
     CUdevice dev = 0;
-    weft_status_t st = driver_device(&drv, &dev);
+    weft_status_t st = weft_cuda_driver_device(&drv, &dev);
     if (st != WEFT_SUCCESS)
         return st;
     CUresult res =

@@ -28,8 +28,9 @@
 #define MAP_FIXED_NOREPLACE 0x100000
 #endif
 
-static weft_status_t host_attach_thread(void)
+static weft_status_t host_attach_thread(int device)
 {
+    (void)device; /* no device */
     return WEFT_SUCCESS;
 }
 

@@ -32,6 +32,8 @@
  *     device (held busy by a host function on a side stream until the test releases it, at most
  *     TORCH_GATE_S), another thread's weft_torch_alloc returns at once; an unbind started then
  *     returns only after that free has finished; every call succeeds.
+ *   another GPU (two or more visible): a last communicator on which each rank takes the rank of
+ *     its mirror image, and so another GPU; a weft_malloc all-gather there is exact.
  * Registration is seen through remote reads of user buffers, which weft's push path (small
  * payloads stored into the peers' control blocks) never makes: main turns it off
  * (WEFT_CUDA_PUSH_BYTES=0, before weft reads its configuration). The counters and first-use
@@ -652,8 +654,81 @@ static void torch_allocator_threads(gpu_ctx_t *g)
     weft_torch_free(q, TORCH_BYTES, g->device, NULL);
 }
 
+/* A communicator on another GPU than the process's first one: with two or more GPUs visible,
+ * no LOCAL_RANK (main unsets it, so cfg.rank picks the device) and every rank taking the rank
+ * (and so the GPU) of its mirror image, n - 1 - rank. The registrar of the new communicator must
+ * map the peers' memory for the new device: before, the provider kept the process's first
+ * device, the peers' buffers were mapped with access for that one only, and the all-gather's
+ * remote reads faulted. A weft_malloc all-gather, checked exactly. */
+static void other_device(gpu_ctx_t *g)
+{
+    mp_ctx_t *ctx = &g->mp;
+    int ngpu = 0;
+    gpu_cuda_ok(g, cudaGetDeviceCount(&ngpu), "cudaGetDeviceCount");
+    int n = ctx->nranks, mirror = n - 1 - ctx->rank;
+    if (ngpu < 2 || mirror % ngpu == ctx->rank % ngpu) {
+        printf("gpu_registration: rank %d: the communicator on another GPU skipped (%d GPU(s) "
+               "visible, rank %d of %d)\n",
+               ctx->rank, ngpu, ctx->rank, n);
+        return;
+    }
+    mp_case(ctx, "a communicator on another GPU than the first (rank %d as %d)", ctx->rank, mirror);
+    weft_config_t cfg;
+    weft_config_default(&cfg);
+    cfg.backend = WEFT_BACKEND_CUDA;
+    cfg.rank = mirror;
+    cfg.nranks = n;
+    weft_comm_t comm;
+    if (!mp_ok(ctx, weft_comm_init(&comm, &cfg), "weft_comm_init as the mirror rank"))
+        return;
+    int device = weft_comm_device(comm);
+    mp_check(ctx, device == mirror % ngpu && device != g->device,
+             "weft_comm_device %d: expected %d (the first communicator's: %d)", device,
+             mirror % ngpu, g->device);
+    enum { COUNT = 4099 };
+    size_t bytes = COUNT * sizeof(float);
+    float *host = malloc(bytes * (size_t)n);
+    void *send = NULL, *recv = NULL;
+    cudaStream_t stream = NULL;
+    if (!host)
+        mp_fatal(ctx, "malloc");
+    gpu_cuda_ok(g, cudaSetDevice(device), "cudaSetDevice (the new communicator's)");
+    gpu_cuda_ok(g, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    int ok = mp_ok(ctx, weft_malloc(comm, &send, bytes), "weft_malloc (send)") &&
+             mp_ok(ctx, weft_malloc(comm, &recv, bytes * (size_t)n), "weft_malloc (recv)");
+    if (ok) {
+        for (size_t i = 0; i < COUNT; i++)
+            host[i] = thread_value(mirror, i);
+        gpu_cuda_ok(g, cudaMemcpy(send, host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+        gpu_cuda_ok(g, cudaMemset(recv, 0xA5, bytes * (size_t)n), "cudaMemset");
+        ok = mp_ok(ctx, weft_all_gather(comm, send, recv, COUNT, WEFT_FLOAT32, stream),
+                   "weft_all_gather on the other GPU");
+    }
+    if (ok) {
+        gpu_cuda_ok(g, cudaStreamSynchronize(stream), "cudaStreamSynchronize (other GPU)");
+        gpu_cuda_ok(g, cudaMemcpy(host, recv, bytes * (size_t)n, cudaMemcpyDeviceToHost),
+                    "cudaMemcpy");
+        size_t wrong = 0;
+        for (int r = 0; r < n; r++)
+            for (size_t i = 0; i < COUNT; i++)
+                wrong += host[(size_t)r * COUNT + i] != thread_value(r, i);
+        mp_check(ctx, wrong == 0, "all-gather on the other GPU: %zu of %zu elements wrong", wrong,
+                 (size_t)n * COUNT);
+    }
+    mp_ok(ctx, weft_free(comm, send), "weft_free (send)");
+    mp_ok(ctx, weft_free(comm, recv), "weft_free (recv)");
+    mp_ok(ctx, weft_comm_destroy(comm), "weft_comm_destroy (other GPU)");
+    gpu_cuda_ok(g, cudaStreamDestroy(stream), "cudaStreamDestroy");
+    gpu_cuda_ok(g, cudaSetDevice(g->device), "cudaSetDevice (back)");
+    free(host);
+}
+
 int main(void)
 {
+    /* The device follows cfg.rank, not the launcher's local rank, for other_device (which is
+     * what it is on one host anyway: weftrun's local rank is the rank). */
+    unsetenv("LOCAL_RANK");
+    unsetenv("WEFT_LOCAL_RANK");
     setenv("WEFT_CUDA_PUSH_BYTES", "0", 1);
     setenv("WEFT_CUDA_CHUNK_BYTES", "0", 1); /* a chunk per allocation: counted one by one */
     gpu_ctx_t g;
@@ -673,5 +748,6 @@ int main(void)
         gpu_sync(&g, "final barrier");
         mp_comm_close(&g.mp);
     }
+    other_device(&g);
     return gpu_finish(&g);
 }

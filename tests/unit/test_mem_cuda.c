@@ -254,7 +254,7 @@ static int run_without_device(const char *reason)
     CHECK(weft_cuda_device_check() == WEFT_ERR_UNSUPPORTED, "weft_cuda_device_check");
 
     CHECK(strcmp(ops->name, "cuda") == 0, "provider name \"%s\"", ops->name);
-    CHECK(ops->attach_thread() == WEFT_ERR_UNSUPPORTED, "attach_thread");
+    CHECK(ops->attach_thread(0) == WEFT_ERR_UNSUPPORTED, "attach_thread");
     CHECK(ops->granularity() == 0, "granularity() without a device");
     void *addr = (void *)(uintptr_t)0x1234;
     CHECK(ops->reserve(NULL, SMALL_BYTES, 0, &addr) == WEFT_ERR_UNSUPPORTED &&
@@ -444,7 +444,8 @@ static void *agree_base(int sock, size_t total, size_t gran)
 }
 
 /* A thread that never selected a device has no current context: the provider must say so, and
- * work once attach_thread made the process's device current (the registrar's case). */
+ * work once attach_thread made device 0 current (the registrar's case, with its communicator's
+ * device); a negative device is refused. */
 typedef struct context_probe {
     size_t before, after; /* granularity() before and after attach_thread */
     char message[512];    /* the last error after the first call */
@@ -457,7 +458,7 @@ static void *context_probe_thread(void *arg)
     context_probe_t *p = arg;
     p->before = ops->granularity();
     snprintf(p->message, sizeof p->message, "%s", weft_last_error());
-    p->attach = ops->attach_thread();
+    p->attach = ops->attach_thread(0);
     p->after = ops->granularity();
     if (cudaGetDevice(&p->device) != cudaSuccess)
         p->device = -1;
@@ -466,7 +467,8 @@ static void *context_probe_thread(void *arg)
 
 static void check_thread_without_context(size_t gran)
 {
-    CHECK(ops->attach_thread() == WEFT_SUCCESS, "attach_thread on a thread with a context");
+    CHECK(ops->attach_thread(0) == WEFT_SUCCESS, "attach_thread on a thread with a context");
+    CHECK(ops->attach_thread(-1) == WEFT_ERR_INTERNAL, "attach_thread(-1)");
     context_probe_t p = {.before = 1, .device = -2};
     pthread_t t;
     if (pthread_create(&t, NULL, context_probe_thread, &p) != 0) {
