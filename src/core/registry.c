@@ -3,7 +3,9 @@
  *
  * DESIGN
  *   The caller's path (alloc, free, acquire) only touches the table under the mutex, maps or
- *   unmaps locally, and queues jobs; it never waits for the registrar or a peer. The registrar
+ *   unmaps locally, and queues jobs; it never waits for the registrar or a peer, except where it
+ *   needs their answer: acquire for a registration, and an allocation near out of memory for
+ *   the unmapping of the spare chunks it released for room (new_chunk). The registrar
  *   thread does everything that involves peers. Physical memory comes in chunks (heap.h: one
  *   per allocation on the host, large ones carved into allocations on the GPU); registration is
  *   per chunk.
@@ -932,10 +934,33 @@ static size_t release_empty_chunks(weft_registry_t *reg)
     return released;
 }
 
-/* A new chunk for an allocation of size bytes, under mu (dropped meanwhile: add_chunk): of the
- * growth's size (chunks grow to 1 GiB); short of memory or of address space for that, of the
- * allocation's own size after the spare chunks were given back, so that an allocation that would
- * fit does not fail. */
+/* The highest UNREG ticket of a released chunk whose address range still waits for the peers'
+ * acknowledgements (under mu); 0 when none does. */
+static uint64_t pending_ticket(const weft_registry_t *reg)
+{
+    uint64_t acked = atomic_load_explicit(&reg->acked_all, memory_order_acquire);
+    uint64_t highest = 0;
+    for (size_t i = 0; i < reg->pending.n; i++) {
+        uint64_t t = reg->pending.data[i].ticket;
+        if (t > acked && t > highest)
+            highest = t;
+    }
+    return highest;
+}
+
+/* A new chunk for an allocation of size bytes, under mu (dropped meanwhile: add_chunk, and the
+ * wait below): of the growth's size (chunks grow to 1 GiB); short of memory or of address space
+ * for that, of the allocation's own size after the spare chunks were given back, so that an
+ * allocation that would fit does not fail.
+ *
+ * A registered spare gives nothing back at once: its address range waits in `pending` until
+ * every peer acknowledged its UNREG, and on the GPU its physical memory lives on in the peers'
+ * mappings until they unmap it. So when the allocation's own size fails too while released
+ * chunks wait for that, wait (mu dropped) until every peer acknowledged the last of their
+ * UNREGs, then reclaim their ranges and try once more. The communicator's timeout, peer loss
+ * and abort bound the wait (weft_comm_check), and end the call with their status. Acknowledgements
+ * come from the peers' registrars, not from their callers, so a live peer answers within
+ * milliseconds. */
 static weft_status_t new_chunk(weft_registry_t *reg, size_t size, int internal,
                                weft_chunk_t **chunk_out)
 {
@@ -955,6 +980,26 @@ static weft_status_t new_chunk(weft_registry_t *reg, size_t size, int internal,
     WEFT_LOG_DEBUG("weft_malloc: no chunk of %zu bytes (%s); %zu spare chunk(s) released, trying "
                    "%zu bytes",
                    grown, weft_last_error(), released, smallest);
+    uint64_t unmapping = pending_ticket(reg);
+    if (unmapping != 0)
+        weft_error_quiet_begin(); /* the attempt after the wait reports what still fails */
+    st = add_chunk(reg, smallest, internal, chunk_out);
+    if (unmapping != 0)
+        weft_error_quiet_end();
+    if (st != WEFT_ERR_NO_MEMORY || unmapping == 0)
+        return st;
+    WEFT_LOG_DEBUG("weft_malloc: no chunk of %zu bytes (%s); waiting until every peer "
+                   "acknowledged ticket %llu, the unmapping of the released chunks",
+                   smallest, weft_last_error(), (unsigned long long)unmapping);
+    pthread_mutex_unlock(&reg->mu);
+    weft_wait_ctx_t ctx =
+        weft_comm_wait_ctx(reg->comm, "weft_malloc: waiting for the peers to unmap the spare "
+                                      "chunks released for room");
+    st = wait_acked(reg, unmapping, &reg->comm->wait_policy, weft_comm_check, &ctx);
+    pthread_mutex_lock(&reg->mu);
+    if (st != WEFT_SUCCESS)
+        return st;
+    reclaim_pending(reg);
     return add_chunk(reg, smallest, internal, chunk_out);
 }
 

@@ -45,7 +45,9 @@ typedef struct weft_registry_stats {
 /* Create the registry for this rank's slice and start the registrar thread over the control
  * sockets ctrl_fds (nranks entries, -1 at rank, from weft_ctrl_connect; ownership passes to the
  * registry on success and stays with the caller on failure). Its eventfd and the sockets are
- * entered in util/forksafe.h's table, so a forked child does not keep them. With a sparse
+ * entered in util/forksafe.h's table, so a forked child does not keep them. comm (kept, never
+ * NULL) takes the registrar's errors, and its timeout_s, wait_policy, async_error and aborted
+ * bound weft_registry_alloc's wait for peers (weft_comm_check). With a sparse
  * provider (mem.h: host) one memfd backs every allocation, at offsets never reused.
  * chunk_min_bytes: 0 gives every allocation a segment of its own; otherwise physical memory is
  * made, mapped and registered in chunks of at least that size, growing geometrically, and
@@ -73,9 +75,15 @@ void weft_registry_shutdown_sockets(weft_registry_t *reg);
 
 /* Allocate bytes in this rank's slice, mapped locally at once. internal != 0 (staging scratch,
  * control blocks): always registered at once, whatever the mode. Otherwise the mode decides:
- * roa registers now (in the background), jit at first use, staged never. Returns at once: it
- * never waits for the registrar or a peer. WEFT_ERR_NO_MEMORY when the slice is full, the
- * provider fails, or a sparse provider's memfd has no unused offsets left (registry.c). */
+ * roa registers now (in the background), jit at first use, staged never. Returns at once,
+ * waiting for neither the registrar nor a peer, except near out of memory with chunks: when no
+ * new chunk can be made until the spare chunks it released for room are unmapped by every peer
+ * (their address ranges, and a GPU chunk's memory, come back only then), it waits for the
+ * peers' acknowledgements, without the registry's mutex, bounded by comm's timeout
+ * (WEFT_TIMEOUT_S) and health: WEFT_ERR_TIMEOUT, WEFT_ERR_PEER_LOST (or the communicator's
+ * stored error) or WEFT_ERR_ABORTED when the wait fails. WEFT_ERR_NO_MEMORY when the slice is
+ * full, the provider fails, or a sparse provider's memfd has no unused offsets left
+ * (registry.c). */
 weft_status_t weft_registry_alloc(weft_registry_t *reg, size_t bytes, int internal, void **ptr_out);
 
 /* Free an allocation made by weft_registry_alloc (ptr must be its start). Returns at once. A

@@ -27,6 +27,11 @@
  *   the same address, and its writes do not reach the new buffer.
  * - With growing chunks, an allocation that fits the slice succeeds where the next chunk size
  *   does not: the spare chunk is given back and a chunk of the allocation's size made.
+ * - The same with a registered spare (roa, or jit once used): its range comes back only when the
+ *   peer acknowledged its UNREG, so the allocation waits for that (a fake peer on a thread
+ *   acknowledges everything) instead of failing with WEFT_ERR_NO_MEMORY; with a silent peer, a
+ *   lost one or an abort, it returns within the timeout with WEFT_ERR_TIMEOUT,
+ *   WEFT_ERR_PEER_LOST or WEFT_ERR_ABORTED.
  * - A peer's registration whose descriptor this process has no room for (RLIMIT_NOFILE) fails
  *   the communicator with WEFT_ERR_SYSTEM, not WEFT_ERR_PEER_LOST, and the peer's socket is shut
  *   down (it sees the loss) with no acknowledgement sent.
@@ -714,6 +719,172 @@ static void test_chunk_fallback(void)
     fixture_close(&f);
 }
 
+/* The fake peer on a thread of its own, for calls that wait for it: it receives every message
+ * and, with ack set, acknowledges every REG and UNREG at once, until stop is set. Only the main
+ * thread may CHECK: the thread counts what it saw, and its failures, for the main thread. */
+typedef struct peer_thread {
+    fixture_t *f;
+    int ack;
+    pthread_t th;
+    _Atomic int stop;
+    _Atomic int unregs;    /* UNREGs received */
+    _Atomic int send_errs; /* acknowledgements that could not be sent */
+} peer_thread_t;
+
+static void *peer_thread_main(void *arg)
+{
+    peer_thread_t *pt = arg;
+    while (!atomic_load(&pt->stop)) {
+        weft_ctrl_msg_t msg;
+        int fd = -1;
+        ssize_t n = weft_fdpass_recv(pt->f->peer, &msg, sizeof msg, 10, &fd);
+        if (fd >= 0)
+            close(fd);
+        if (n == 0)
+            break; /* the registry shut the socket down */
+        if (n != (ssize_t)sizeof msg)
+            continue; /* nothing within 10 ms: look at stop again */
+        if (msg.type == WEFT_CTRL_UNREG)
+            atomic_fetch_add(&pt->unregs, 1);
+        if (!pt->ack || (msg.type != WEFT_CTRL_REG && msg.type != WEFT_CTRL_UNREG))
+            continue;
+        weft_ctrl_msg_t ack = {.type = msg.type == WEFT_CTRL_REG ? WEFT_CTRL_REG_ACK
+                                                                 : WEFT_CTRL_UNREG_ACK,
+                               .ticket = msg.ticket};
+        if (weft_fdpass_send(pt->f->peer, &ack, sizeof ack, -1, true) != (ssize_t)sizeof ack)
+            atomic_fetch_add(&pt->send_errs, 1);
+    }
+    return NULL;
+}
+
+/* Start the peer thread over f; 0, or -1 after a failed check. */
+static int peer_thread_start(peer_thread_t *pt, fixture_t *f, int ack)
+{
+    memset(pt, 0, sizeof *pt);
+    pt->f = f;
+    pt->ack = ack;
+    int err = pthread_create(&pt->th, NULL, peer_thread_main, pt);
+    CHECK(err == 0, "pthread_create: %s", strerror(err));
+    return err == 0 ? 0 : -1;
+}
+
+static void peer_thread_stop(peer_thread_t *pt)
+{
+    atomic_store(&pt->stop, 1);
+    pthread_join(pt->th, NULL);
+    CHECK(atomic_load(&pt->send_errs) == 0, "peer: %d acknowledgement(s) not sent",
+          atomic_load(&pt->send_errs));
+}
+
+/* test_chunk_fallback's sequence with a registered spare (roa; jit once the 2 MiB buffer was
+ * used): 1 MiB, then 2 MiB, freed (the spare), then 2.5 MiB, which fits only in the spare's
+ * range. That range comes back when the peer acknowledged the spare's UNREG (on the GPU, its
+ * memory too: the peer's mapping keeps it alive until then), so the allocation waits for that
+ * instead of failing with WEFT_ERR_NO_MEMORY. The fake peer acknowledges everything at once. */
+static void test_chunk_fallback_registered(weft_registration_t mode)
+{
+    const size_t mib = (size_t)1 << 20;
+    const char *name = mode == WEFT_REGISTRATION_ROA ? "roa" : "jit";
+    fixture_t f;
+    peer_thread_t pt;
+    if (SLICE_PAGES * weft_mem_host_ops.granularity() != 4 * mib) {
+        printf("test_chunk_fallback_registered: skipped (a page is not 4 KiB)\n");
+        return;
+    }
+    if (fixture_open_chunked(&f, mode, BACKLOG, mib) != 0) {
+        fixture_close(&f);
+        return;
+    }
+    if (peer_thread_start(&pt, &f, 1) != 0) {
+        fixture_close(&f);
+        return;
+    }
+    void *a = NULL, *b = NULL, *c = NULL;
+    CHECK(weft_registry_alloc(f.reg, mib, 0, &a) == WEFT_SUCCESS, "%s: 1 MiB: %s", name,
+          weft_last_error());
+    CHECK(weft_registry_alloc(f.reg, 2 * mib, 0, &b) == WEFT_SUCCESS, "%s: 2 MiB: %s", name,
+          weft_last_error());
+    if (b && mode == WEFT_REGISTRATION_JIT)
+        CHECK(ready(&f, b, 2 * mib), "%s: the 2 MiB buffer not registered by its use", name);
+    CHECK(b && weft_registry_free(f.reg, b) == WEFT_SUCCESS, "%s: free 2 MiB", name);
+    weft_status_t st = weft_registry_alloc(f.reg, 5 * mib / 2, 0, &c);
+    CHECK(st == WEFT_SUCCESS, "%s: 2.5 MiB with 1 MiB and a registered 2 MiB spare free: %s (%s)",
+          name, weft_status_string(st), weft_last_error());
+    uintptr_t lo = (uintptr_t)f.base, hi = lo + 4 * mib;
+    CHECK(!c || ((uintptr_t)c >= lo && (uintptr_t)c + 5 * mib / 2 <= hi),
+          "%s: 2.5 MiB at %p, outside the slice", name, c);
+    if (c)
+        memset(c, 0x5c, 5 * mib / 2); /* mapped */
+    CHECK(atomic_load(&f.comm->async_error) == WEFT_SUCCESS, "%s: the registry recorded %s", name,
+          weft_status_string((weft_status_t)atomic_load(&f.comm->async_error)));
+    peer_thread_stop(&pt);
+    CHECK(atomic_load(&pt.unregs) == 1, "%s: the peer received %d UNREG(s), expected the spare's",
+          name, atomic_load(&pt.unregs));
+    fixture_close(&f);
+}
+
+/* As test_chunk_fallback_registered (roa), but the spare's UNREG is never acknowledged: the
+ * allocation's wait ends within the communicator's timeout with the status that ended it: the
+ * timeout (a silent peer), the peer's loss, or an abort. */
+static void test_chunk_fallback_unacknowledged(void)
+{
+    enum { SILENT, LOST, ABORTED };
+    static const struct {
+        int how;
+        const char *what;
+        weft_status_t want;
+    } cases[] = {{SILENT, "a silent peer", WEFT_ERR_TIMEOUT},
+                 {LOST, "a lost peer", WEFT_ERR_PEER_LOST},
+                 {ABORTED, "an abort", WEFT_ERR_ABORTED}};
+    const size_t mib = (size_t)1 << 20;
+    const double timeout_s = 0.5;
+    if (SLICE_PAGES * weft_mem_host_ops.granularity() != 4 * mib) {
+        printf("test_chunk_fallback_unacknowledged: skipped (a page is not 4 KiB)\n");
+        return;
+    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fixture_t f;
+        peer_thread_t pt;
+        if (fixture_open_chunked(&f, WEFT_REGISTRATION_ROA, BACKLOG, mib) != 0) {
+            fixture_close(&f);
+            return;
+        }
+        if (peer_thread_start(&pt, &f, 0) != 0) {
+            fixture_close(&f);
+            return;
+        }
+        f.comm->timeout_s = timeout_s;
+        void *a = NULL, *b = NULL, *c = NULL;
+        CHECK(weft_registry_alloc(f.reg, mib, 0, &a) == WEFT_SUCCESS, "1 MiB: %s",
+              weft_last_error());
+        CHECK(weft_registry_alloc(f.reg, 2 * mib, 0, &b) == WEFT_SUCCESS, "2 MiB: %s",
+              weft_last_error());
+        CHECK(b && weft_registry_free(f.reg, b) == WEFT_SUCCESS, "free 2 MiB");
+        if (cases[i].how == LOST) {
+            peer_thread_stop(&pt);
+            shutdown(f.peer, SHUT_RDWR); /* the registrar reads end of file */
+        } else if (cases[i].how == ABORTED) {
+            atomic_store(&f.comm->aborted, 1);
+        }
+        uint64_t t0 = weft_now_ns();
+        weft_status_t st = weft_registry_alloc(f.reg, 5 * mib / 2, 0, &c);
+        double took_s = (double)(weft_now_ns() - t0) / 1e9;
+        CHECK(st == cases[i].want && c == NULL, "2.5 MiB with %s: %s (%s), expected %s, ptr %p",
+              cases[i].what, weft_status_string(st), weft_last_error(),
+              weft_status_string(cases[i].want), c);
+        CHECK(took_s < timeout_s + 2.0, "2.5 MiB with %s took %.3f s (timeout %.3f s)",
+              cases[i].what, took_s, timeout_s);
+        CHECK(st != WEFT_ERR_TIMEOUT || took_s >= timeout_s,
+              "2.5 MiB with %s timed out after %.3f s, before the timeout of %.3f s", cases[i].what,
+              took_s, timeout_s);
+        CHECK(strstr(weft_last_error(), "weft_malloc") != NULL,
+              "with %s, the error does not name weft_malloc: %s", cases[i].what, weft_last_error());
+        if (cases[i].how != LOST)
+            peer_thread_stop(&pt);
+        fixture_close(&f);
+    }
+}
+
 /* The host provider, except that a map made while the gate is armed waits until the gate opens
  * (GATE_TIMEOUT_S at most). */
 static struct {
@@ -827,6 +998,9 @@ int main(void)
     test_peer_range_under_limit();
     test_peer_reg_no_descriptor_room();
     test_chunk_fallback();
+    test_chunk_fallback_registered(WEFT_REGISTRATION_ROA);
+    test_chunk_fallback_registered(WEFT_REGISTRATION_JIT);
+    test_chunk_fallback_unacknowledged();
     test_map_unlocked();
     if (failures == 0)
         printf("PASS test_registry\n");
