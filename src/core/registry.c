@@ -1005,6 +1005,11 @@ static weft_status_t new_chunk(weft_registry_t *reg, size_t size, int internal,
 
 weft_status_t weft_registry_alloc(weft_registry_t *reg, size_t bytes, int internal, void **ptr_out)
 {
+    /* Inside a chunk, 0 bytes would take no room: its address would be the next allocation's,
+     * and freeing it would free that one (weft_malloc answers 0 bytes itself). */
+    if (bytes == 0)
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                          "weft_registry_alloc: bytes is 0 (an allocation takes at least 1)");
     if (bytes > reg->win.slice_bytes)
         return weft_error(WEFT_ERR_NO_MEMORY, "weft_malloc: %zu bytes exceed the window slice",
                           bytes);

@@ -83,7 +83,7 @@ void weft_registry_shutdown_sockets(weft_registry_t *reg);
  * (WEFT_TIMEOUT_S) and health: WEFT_ERR_TIMEOUT, WEFT_ERR_PEER_LOST (or the communicator's
  * stored error) or WEFT_ERR_ABORTED when the wait fails. WEFT_ERR_NO_MEMORY when the slice is
  * full, the provider fails, or a sparse provider's memfd has no unused offsets left
- * (registry.c). */
+ * (registry.c). WEFT_ERR_INVALID_ARGUMENT for 0 bytes (weft_malloc answers those itself). */
 weft_status_t weft_registry_alloc(weft_registry_t *reg, size_t bytes, int internal, void **ptr_out);
 
 /* Free an allocation made by weft_registry_alloc (ptr must be its start). Returns at once. A

@@ -32,6 +32,8 @@
  *   acknowledges everything) instead of failing with WEFT_ERR_NO_MEMORY; with a silent peer, a
  *   lost one or an abort, it returns within the timeout with WEFT_ERR_TIMEOUT,
  *   WEFT_ERR_PEER_LOST or WEFT_ERR_ABORTED.
+ * - An allocation of 0 bytes is refused with WEFT_ERR_INVALID_ARGUMENT (in a chunk it would share
+ *   the next allocation's address).
  * - A peer's registration whose descriptor this process has no room for (RLIMIT_NOFILE) fails
  *   the communicator with WEFT_ERR_SYSTEM, not WEFT_ERR_PEER_LOST, and the peer's socket is shut
  *   down (it sees the loss) with no acknowledgement sent.
@@ -885,6 +887,46 @@ static void test_chunk_fallback_unacknowledged(void)
     }
 }
 
+/* An allocation of 0 bytes is refused (weft_malloc answers it before the registry): in a chunk
+ * it would take no room, so its address would be the next allocation's, and freeing it would
+ * free that one. With a chunk per allocation (roa) and with chunks (staged, 1 MiB). */
+static void test_alloc_zero(void)
+{
+    static const struct {
+        weft_registration_t mode;
+        size_t chunk_min;
+        const char *what;
+    } cases[] = {{WEFT_REGISTRATION_ROA, 0, "a chunk per allocation"},
+                 {WEFT_REGISTRATION_STAGED, (size_t)1 << 20, "1 MiB chunks"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fixture_t f;
+        if (fixture_open_chunked(&f, cases[i].mode, BACKLOG, cases[i].chunk_min) != 0) {
+            fixture_close(&f);
+            return;
+        }
+        void *zero = &f, *p = NULL;
+        weft_status_t st = weft_registry_alloc(f.reg, 0, 0, &zero);
+        CHECK(st == WEFT_ERR_INVALID_ARGUMENT && zero == &f, "%s: 0 bytes: %s, ptr %p",
+              cases[i].what, weft_status_string(st), zero);
+        CHECK(strstr(weft_last_error(), "weft_registry_alloc") != NULL,
+              "%s: the error does not name the call: %s", cases[i].what, weft_last_error());
+        st = weft_registry_alloc(f.reg, 4096, 0, &p);
+        CHECK(st == WEFT_SUCCESS && p != zero, "%s: 4 KiB after 0 bytes: %s, at %p", cases[i].what,
+              weft_status_string(st), p);
+        if (st == WEFT_SUCCESS && zero != &f && zero != p)
+            (void)weft_registry_free(f.reg, zero);
+        if (st == WEFT_SUCCESS && cases[i].mode == WEFT_REGISTRATION_ROA)
+            (void)peer_serve(&f, WEFT_CTRL_REG, NULL);
+        if (p) {
+            CHECK(weft_registry_free(f.reg, p) == WEFT_SUCCESS, "%s: free 4 KiB: %s", cases[i].what,
+                  weft_last_error());
+            CHECK(weft_registry_free(f.reg, p) == WEFT_ERR_INVALID_ARGUMENT,
+                  "%s: the 4 KiB buffer freed twice", cases[i].what);
+        }
+        fixture_close(&f);
+    }
+}
+
 /* The host provider, except that a map made while the gate is armed waits until the gate opens
  * (GATE_TIMEOUT_S at most). */
 static struct {
@@ -1001,6 +1043,7 @@ int main(void)
     test_chunk_fallback_registered(WEFT_REGISTRATION_ROA);
     test_chunk_fallback_registered(WEFT_REGISTRATION_JIT);
     test_chunk_fallback_unacknowledged();
+    test_alloc_zero();
     test_map_unlocked();
     if (failures == 0)
         printf("PASS test_registry\n");
