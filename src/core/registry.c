@@ -382,19 +382,26 @@ static void run_job(weft_registry_t *reg, job_t *job)
                            .offset = job->seg.offset};
     shared_fd_t *sfd = NULL;
     if (job->type == WEFT_CTRL_REG) {
-        weft_status_t st = export_job(reg, job, &sfd);
+        /* Room to track it first: a REG sent untracked would escape the backlog and the
+         * counters (handle_ack completes only what `inflight` holds). */
+        weft_status_t st;
+        if (VEC_RESERVE(reg->inflight, reg->inflight.n + 1) != 0) {
+            reg->mem->destroy(&job->seg); /* export_job's to destroy otherwise */
+            st = weft_error(WEFT_ERR_NO_MEMORY, "registrar: table of registrations in flight");
+        } else {
+            st = export_job(reg, job, &sfd);
+        }
         if (st != WEFT_SUCCESS) {
             /* No peer maps this ticket: none may acknowledge a later one either, since
              * acknowledgements are cumulative and would make the chunk look registered. */
             fail_comm(reg, st);
             for (int p = 0; p < reg->nranks; p++) {
                 if (p != reg->rank)
-                    peer_lost(reg, p, "a registration could not be exported");
+                    peer_lost(reg, p, "a registration could not be sent");
             }
             return;
         }
-        if (VEC_RESERVE(reg->inflight, reg->inflight.n + 1) == 0)
-            reg->inflight.data[reg->inflight.n++] = (inflight_t){job->ticket, job->bytes};
+        reg->inflight.data[reg->inflight.n++] = (inflight_t){job->ticket, job->bytes};
     }
     reg->sent_ticket = job->ticket;
     for (int p = 0; p < reg->nranks; p++) {

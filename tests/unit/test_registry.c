@@ -34,6 +34,8 @@
  *   WEFT_ERR_PEER_LOST or WEFT_ERR_ABORTED.
  * - An allocation of 0 bytes is refused with WEFT_ERR_INVALID_ARGUMENT (in a chunk it would share
  *   the next allocation's address).
+ * - A registration the registrar cannot record as in flight (out of memory) is not sent: the
+ *   communicator fails with WEFT_ERR_NO_MEMORY and the peer sees the loss.
  * - A peer's registration whose descriptor this process has no room for (RLIMIT_NOFILE) fails
  *   the communicator with WEFT_ERR_SYSTEM, not WEFT_ERR_PEER_LOST, and the peer's socket is shut
  *   down (it sees the loss) with no acknowledgement sent.
@@ -47,7 +49,8 @@
  *
  * Errors are injected by wrapping sendmsg (the link passes -Wl,--wrap=sendmsg, see
  * tests/CMakeLists.txt): __wrap_sendmsg fails the next inject_left calls on inject_sock with
- * inject_errno.
+ * inject_errno. weft_array_grow is wrapped as well (-Wl,--wrap=weft_array_grow), to fail the
+ * growth of one of the registry's arrays.
  */
 #include <errno.h>
 #include <limits.h>
@@ -102,6 +105,20 @@ static void inject(int sock, int count, int err)
     atomic_store(&inject_errno, err);
     atomic_store(&inject_left, count);
     atomic_store(&inject_sock, sock);
+}
+
+/* weft_array_grow is wrapped too (-Wl,--wrap=weft_array_grow): a growth of the array whose data
+ * pointer lives at grow_fail_at fails, as an exhausted malloc would, when it needs new memory. */
+static _Atomic(void **) grow_fail_at;
+
+int __real_weft_array_grow(void **data, size_t *cap, size_t need, size_t elem);
+int __wrap_weft_array_grow(void **data, size_t *cap, size_t need, size_t elem);
+
+int __wrap_weft_array_grow(void **data, size_t *cap, size_t need, size_t elem)
+{
+    if (data == atomic_load(&grow_fail_at) && need > *cap)
+        return -1;
+    return __real_weft_array_grow(data, cap, need, elem);
 }
 
 /* The registry of rank 0 in a two-rank window, and the fake rank 1's end of the socket. */
@@ -927,6 +944,33 @@ static void test_alloc_zero(void)
     }
 }
 
+/* The registrar cannot grow its table of registrations in flight: the REG is not sent untracked
+ * (it would escape the backlog, and never count as completed); the communicator fails with
+ * WEFT_ERR_NO_MEMORY and the peer sees the loss, with no REG. */
+static void test_inflight_no_memory(void)
+{
+    fixture_t f;
+    if (fixture_open(&f, WEFT_REGISTRATION_ROA, BACKLOG) != 0) {
+        fixture_close(&f);
+        return;
+    }
+    atomic_store(&grow_fail_at, (void **)&f.reg->inflight.data);
+    void *p = NULL;
+    weft_status_t st = weft_registry_alloc(f.reg, 4096, 0, &p);
+    CHECK(st == WEFT_SUCCESS, "alloc: %s", weft_last_error());
+    weft_ctrl_msg_t msg;
+    int fd = -1;
+    ssize_t n = weft_fdpass_recv(f.peer, &msg, sizeof msg, PEER_TIMEOUT_MS, &fd);
+    atomic_store(&grow_fail_at, NULL);
+    if (fd >= 0)
+        close(fd);
+    CHECK(n == 0, "peer: recv returned %zd (type %u), not end of file", n, n > 0 ? msg.type : 0u);
+    st = (weft_status_t)atomic_load(&f.comm->async_error);
+    CHECK(st == WEFT_ERR_NO_MEMORY, "the registry recorded %s, not %s", weft_status_string(st),
+          weft_status_string(WEFT_ERR_NO_MEMORY));
+    fixture_close(&f);
+}
+
 /* The host provider, except that a map made while the gate is armed waits until the gate opens
  * (GATE_TIMEOUT_S at most). */
 static struct {
@@ -1044,6 +1088,7 @@ int main(void)
     test_chunk_fallback_registered(WEFT_REGISTRATION_JIT);
     test_chunk_fallback_unacknowledged();
     test_alloc_zero();
+    test_inflight_no_memory();
     test_map_unlocked();
     if (failures == 0)
         printf("PASS test_registry\n");
