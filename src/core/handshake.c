@@ -57,6 +57,16 @@ static int is_moe(uint8_t coll)
     return coll == WEFT_COLL_MOE_DISPATCH || coll == WEFT_COLL_MOE_COMBINE;
 }
 
+/* The all_to_allv verdict for one direction of a pair: sender sends `sent` elements to
+ * receiver, which expects `expected`. */
+static weft_status_t pair_mismatch(const char *call, int sender, uint64_t sent, int receiver,
+                                   uint64_t expected)
+{
+    return weft_error(WEFT_ERR_MISMATCH,
+                      "%s: rank %d sends %llu elements to rank %d, which expects %llu", call,
+                      sender, (unsigned long long)sent, receiver, (unsigned long long)expected);
+}
+
 weft_status_t weft_hs_check_match(struct weft_comm *comm, uint64_t seq, const weft_op_desc_t *mine,
                                   const uint64_t *my_pair_send, const uint64_t *my_pair_recv,
                                   const char *call, int *common_out)
@@ -101,7 +111,9 @@ weft_status_t weft_hs_check_match(struct weft_comm *comm, uint64_t seq, const we
         }
     }
     /* Pair counts (all_to_allv): only the two ranks of a pair can see a difference; the pair of
-     * a rank with itself is checked here too, so that it fails like any other pair. */
+     * a rank with itself is checked here too, so that it fails like any other pair. The message
+     * names the direction that differs, as sender and receiver, so both ranks of the pair word
+     * it alike; when both directions differ, each names the one it sends in. */
     for (int p = 0; my_pair_send && my_pair_recv && p < comm->nranks; p++) {
         uint64_t their_send = my_pair_send[p], their_recv = my_pair_recv[p];
         if (p != comm->rank) {
@@ -109,12 +121,10 @@ weft_status_t weft_hs_check_match(struct weft_comm *comm, uint64_t seq, const we
             their_send = d->pair_send;
             their_recv = d->pair_recv;
         }
-        if (their_recv != my_pair_send[p] || their_send != my_pair_recv[p])
-            return weft_error(WEFT_ERR_MISMATCH,
-                              "%s: rank %d sends %llu elements to rank %d, which expects %llu "
-                              "(or the reverse direction differs)",
-                              call, comm->rank, (unsigned long long)my_pair_send[p], p,
-                              (unsigned long long)their_recv);
+        if (their_recv != my_pair_send[p])
+            return pair_mismatch(call, comm->rank, my_pair_send[p], p, their_recv);
+        if (their_send != my_pair_recv[p])
+            return pair_mismatch(call, p, their_send, comm->rank, my_pair_recv[p]);
     }
     return WEFT_SUCCESS;
 }

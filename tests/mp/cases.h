@@ -101,7 +101,9 @@ typedef void (*mp_mismatch_after_fn)(void *arg, const char *what);
  * (0 on one rank included, on the flag or push path and on the mesh), dtypes of one element
  * size, reductions or roots; all_to_allv with sendcounts[p] on rank r different from
  * recvcounts[r] on rank p (p = r included); an all_reduce of 1.5 MiB in place on rank 0 only.
- * Every rank must get WEFT_ERR_MISMATCH with a non-empty weft_last_error(); any status but
+ * Every rank must get WEFT_ERR_MISMATCH with a non-empty weft_last_error(), which on the two
+ * ranks of an all_to_allv pair names the direction that differs ("rank S sends X elements to
+ * rank R, which expects Y", also when it is the reverse of the rank's own); any status but
  * success, WEFT_ERR_MISMATCH or WEFT_ERR_INVALID_ARGUMENT ends the test (the communicator is
  * unusable). after(arg, what) runs after each case. The in-place case needs
  * WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES <= 1.5 MiB < WEFT_ALLREDUCE_TWOSHOT_BYTES, as the
