@@ -144,6 +144,10 @@ WEFT_API void weft_config_default(weft_config_t *cfg);
 /* Create a communicator over all ranks of the job. Collective: every rank calls it, and it
  * returns when every rank has joined (or on error, within the timeout). cfg may be NULL, which
  * means weft_config_default. On success *comm is set; on failure it is left untouched.
+ * The k-th weft_comm_init of each rank meets the k-th of the others: every call counts, whatever
+ * its arguments (a NULL comm, an invalid cfg) and however it ends. So when one rank's call fails
+ * at once, its peers' calls fail too (at their timeout at the latest), and the next call of
+ * every rank meets again; a rank must not retry alone.
  * On the CUDA backend the communicator's GPU is device LOCAL_RANK (WEFT_LOCAL_RANK, else the
  * rank) modulo the visible devices, left current on the calling thread. Every later call on the
  * communicator makes that GPU current for its span and gives the caller's back, as NCCL does:

@@ -29,9 +29,11 @@ void weft_config_default(weft_config_t *cfg)
 weft_status_t weft_comm_init(weft_comm_t *comm, const weft_config_t *cfg)
 {
     weft_error_clear();
+    /* Before any check: every call counts, a NULL comm too (weft.h). */
+    uint32_t generation = weft_comm_take_generation();
     if (!comm)
         return weft_error(WEFT_ERR_INVALID_ARGUMENT, "weft_comm_init: comm is NULL");
-    return weft_comm_create(cfg, comm);
+    return weft_comm_create(cfg, generation, comm);
 }
 
 weft_status_t weft_comm_destroy(weft_comm_t comm)

@@ -5,12 +5,12 @@
  *
  * Protocol: every rank (rank 0 too) is a client on one TCP connection to the server thread that
  * rank 0 runs. The first message of a connection carries a magic, the protocol version, the
- * client's rank, nranks and a generation number (how many communicators this process created
- * before: ranks that create communicators in the same order agree on it); the server rejects
- * connections whose nranks or generation differ, and the client then retries until its
- * deadline. Requests: SET key value, GET key (the server answers when the key exists: a GET
- * blocks server-side, not by polling), and the client-side helpers below. Keys and values are
- * byte strings (keys up to 255 bytes, values up to 16 MiB).
+ * client's rank, nranks and a generation number (how many weft_comm_init calls this process made
+ * before: ranks that make the same calls agree on it); the server rejects connections whose
+ * nranks or generation differ, and the client then retries until its deadline. Requests: SET
+ * key value, GET key (the server answers when the key exists: a GET blocks server-side, not by
+ * polling), and the client-side helpers below. Keys and values are byte strings (keys up to 255
+ * bytes, values up to 16 MiB).
  *
  * Every call takes the store's deadline (given at open); a server or client that loses its
  * connection fails the pending call with WEFT_ERR_PEER_LOST.

@@ -41,7 +41,13 @@
 #define HOST_SLICE_DEFAULT (64ull << 30)
 #define CUDA_SLICE_DEFAULT (256ull << 30)
 
+/* The number of weft_comm_init calls this process has made (weft_comm_take_generation). */
 static _Atomic uint32_t comm_generation;
+
+uint32_t weft_comm_take_generation(void)
+{
+    return atomic_fetch_add(&comm_generation, 1);
+}
 
 void weft_comm_set_async_error(struct weft_comm *comm, weft_status_t status)
 {
@@ -334,7 +340,8 @@ static weft_status_t resolve_config(const weft_config_t *cfg, weft_config_t *out
     return WEFT_SUCCESS;
 }
 
-weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **comm_out)
+weft_status_t weft_comm_create(const weft_config_t *cfg_in, uint32_t generation,
+                               struct weft_comm **comm_out)
 {
     weft_config_t cfg;
     weft_status_t st = resolve_config(cfg_in, &cfg);
@@ -355,6 +362,7 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **c
     comm->rank = cfg.rank;
     comm->nranks = cfg.nranks;
     comm->fork_generation = weft_forksafe_generation();
+    comm->generation = generation;
     comm->backend = cfg.backend;
     comm->device = -1; /* the CUDA backend selects one below */
     comm->registration = cfg.registration;
@@ -384,7 +392,6 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, struct weft_comm **c
     uint64_t deadline = weft_deadline_after_s(cfg.timeout_s);
 
     weft_store_t *store;
-    comm->generation = atomic_fetch_add(&comm_generation, 1);
     st = weft_store_open(env->master_addr, env->master_port, cfg.rank, cfg.nranks, comm->generation,
                          cfg.timeout_s, &store);
     if (st != WEFT_SUCCESS)

@@ -203,8 +203,8 @@ struct weft_comm {
     /* weft_forksafe_generation() of the creating process: a forked child, whose generation
      * differs, holds a copy of the communicator it must not use (weft_comm_owned) */
     uint32_t fork_generation;
-    /* The process's communicators are numbered in creation order: the number of their
-     * rendezvous in the store. */
+    /* The number of the weft_comm_init call that created it (weft_comm_take_generation): the
+     * number of its rendezvous in the store. */
     uint32_t generation;
 };
 
@@ -311,9 +311,18 @@ void weft_hs_signal_note(struct weft_comm *comm, weft_signal_kind_t kind, int pe
 
 /* ---- communicator lifetime (comm.c) --------------------------------------------------------- */
 
+/* The number of this weft_comm_init call of the process (0, 1, 2, ...), which names its
+ * rendezvous in the store (bootstrap.h): the k-th call of each rank meets the k-th of the others
+ * there. weft_comm_init takes it first thing, before it checks anything, so every call consumes
+ * exactly one number whatever its arguments and however it ends: a rank whose call failed on
+ * its own stays in step with peers whose call waited for it and failed too. Thread-safe, never
+ * blocks. */
+uint32_t weft_comm_take_generation(void);
+
 /* The collective init/destroy and the local abort behind the public functions (api checks
- * arguments first). */
-weft_status_t weft_comm_create(const weft_config_t *cfg, struct weft_comm **comm_out);
+ * arguments first). create joins the rendezvous of generation (weft_comm_take_generation). */
+weft_status_t weft_comm_create(const weft_config_t *cfg, uint32_t generation,
+                               struct weft_comm **comm_out);
 weft_status_t weft_comm_teardown(struct weft_comm *comm);
 /* weft_comm_abort's access to a communicator another thread may be destroying: enter returns 1
  * and counts the abort in flight while comm is live (created, and its teardown has not reached
