@@ -101,10 +101,16 @@ weft_status_t weft_comm_check(void *arg)
                           ctx->what, weft_status_string((weft_status_t)err));
     }
     uint64_t now = weft_now_ns();
-    if (ctx->deadline_ns == 0) /* the first slow poll of the wait starts the clock */
+    if (ctx->deadline_ns == 0) { /* the first slow poll of the wait starts the clock */
         ctx->deadline_ns = weft_deadline_after_s(ctx->comm->timeout_s);
+        if (ctx->cap_ns != 0 && ctx->cap_ns < ctx->deadline_ns)
+            ctx->deadline_ns = ctx->cap_ns;
+    }
     if (now > ctx->deadline_ns) {
         atomic_store_explicit(&ctx->comm->failure_returned, 1, memory_order_relaxed);
+        if (ctx->deadline_ns == ctx->cap_ns)
+            return weft_error(WEFT_ERR_TIMEOUT, "%s: not done within the timeout of %.3g s",
+                              ctx->what, ctx->comm->timeout_s);
         return weft_error(WEFT_ERR_TIMEOUT, "%s: no progress within %.3g s", ctx->what,
                           ctx->comm->timeout_s);
     }
@@ -113,7 +119,7 @@ weft_status_t weft_comm_check(void *arg)
 
 weft_wait_ctx_t weft_comm_wait_ctx(struct weft_comm *comm, const char *what)
 {
-    return (weft_wait_ctx_t){comm, 0, what};
+    return (weft_wait_ctx_t){.comm = comm, .deadline_ns = 0, .cap_ns = 0, .what = what};
 }
 
 /* ---- live communicators (file comment) ------------------------------------------------------ */
@@ -459,7 +465,8 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, uint32_t generation,
                              : infos[r].numa == mine.numa ? WEFT_TIER_PEER
                                                           : WEFT_TIER_REMOTE_NUMA;
     }
-    weft_wait_ctx_t ctx = {comm, deadline, "weft_comm_init"};
+    /* Each acquire is a wait of its own, but init as a whole ends by its deadline (weft.h). */
+    weft_wait_ctx_t ctx = {.comm = comm, .cap_ns = deadline, .what = "weft_comm_init"};
     int ready;
     st = weft_comm_acquire(comm, comm->staging, comm->staging_bytes, &ctx, &ready);
     if (st == WEFT_SUCCESS && cfg.backend == WEFT_BACKEND_CUDA) {

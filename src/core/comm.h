@@ -238,22 +238,29 @@ typedef struct weft_wait_ctx {
     struct weft_comm *comm;
     uint64_t deadline_ns; /* CLOCK_MONOTONIC; 0: set by the first check (hot paths skip the
                              clock read when no wait is needed) */
-    const char *what;     /* named in the timeout message */
+    /* CLOCK_MONOTONIC, 0: none. No wait of the context outlives it, whatever its own deadline:
+     * the bound of a call whose waits must end within one timeout in all (weft_comm_init, whose
+     * contract is "within the timeout"). Read only where deadline_ns is set, so it costs the hot
+     * paths nothing; weft_wait_begin keeps it. */
+    uint64_t cap_ns;
+    const char *what; /* named in the timeout message */
 } weft_wait_ctx_t;
 
 /* ctx, made ready for a new wait: each wait of an operation gets the whole timeout from its own
- * first slow poll (WEFT_TIMEOUT_S is every wait's deadline), not what an earlier wait left. */
+ * first slow poll (WEFT_TIMEOUT_S is every wait's deadline), not what an earlier wait left; but
+ * never past ctx->cap_ns, which stays. */
 static inline weft_wait_ctx_t *weft_wait_begin(weft_wait_ctx_t *ctx)
 {
     ctx->deadline_ns = 0;
     return ctx;
 }
 
-/* WEFT_ERR_ABORTED, the stored background error, WEFT_ERR_TIMEOUT past the deadline, else
- * WEFT_SUCCESS. arg is a weft_wait_ctx_t. */
+/* WEFT_ERR_ABORTED, the stored background error, WEFT_ERR_TIMEOUT past the deadline (the
+ * earlier of the wait's timeout and ctx->cap_ns), else WEFT_SUCCESS. arg is a weft_wait_ctx_t. */
 weft_status_t weft_comm_check(void *arg);
 
-/* A wait context whose deadline is the communicator's timeout from the first slow poll. */
+/* A wait context whose deadline is the communicator's timeout from the first slow poll (of
+ * each wait, weft_wait_begin), with no cap. */
 weft_wait_ctx_t weft_comm_wait_ctx(struct weft_comm *comm, const char *what);
 
 /* ---- handshake (handshake.c) ---------------------------------------------------------------- */
