@@ -244,16 +244,19 @@ typedef struct rank_info {
 } rank_info_t;
 
 /* Settings that decide a protocol between the ranks: the backend, where each rank's slice of
- * the shadow window lies, and which algorithm a call takes (ranks that picked different ones
+ * the shadow window lies, which algorithm a call takes (ranks that picked different ones
  * would post matching descriptors, then run different protocols against each other: wrong
- * results, or a wait until the timeout). They come from each process's own environment, so
- * weft_comm_init compares them and fails on every rank when they differ. */
+ * results, or a wait until the timeout), and the first operation number (ranks that start at
+ * different numbers read each other's slots and signals of other operations as their own).
+ * They come from each process's own environment, so weft_comm_init compares them and fails on
+ * every rank when they differ. */
 enum {
     SHARED_BACKEND,
     SHARED_WINDOW_SLICE,
     SHARED_INLINE,
     SHARED_TWOSHOT,
     SHARED_INPLACE_TWOSHOT,
+    SHARED_SEQ_START,
     NUM_SHARED
 };
 
@@ -263,6 +266,7 @@ static const char *const shared_names[NUM_SHARED] = {
     [SHARED_INLINE] = "WEFT_INLINE_BYTES",
     [SHARED_TWOSHOT] = "WEFT_ALLREDUCE_TWOSHOT_BYTES",
     [SHARED_INPLACE_TWOSHOT] = "WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES",
+    [SHARED_SEQ_START] = "WEFT_SEQ_START",
 };
 
 static void shared_value_string(int i, uint64_t v, char *buf, size_t len)
@@ -373,7 +377,9 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, uint32_t generation,
     comm->device = -1; /* the CUDA backend selects one below */
     comm->registration = cfg.registration;
     comm->timeout_s = cfg.timeout_s;
-    comm->seq = env->seq_start; /* 0 but in tests: operation numbers past 2^31 and 2^32 */
+    /* 0 but in tests: operation numbers past 2^31 and 2^32. At most 2^62 (config.c), so no
+     * number wraps to 0, which every flag reads as reached; the ranks agree on it below. */
+    comm->seq = env->seq_start;
     comm->inline_bytes = env->inline_bytes < WEFT_INLINE_MAX ? env->inline_bytes : WEFT_INLINE_MAX;
     comm->allreduce_twoshot_bytes = env->allreduce_twoshot_bytes;
     comm->allreduce_inplace_twoshot_bytes = env->allreduce_inplace_twoshot_bytes;
@@ -411,6 +417,7 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, uint32_t generation,
         [SHARED_INLINE] = comm->inline_bytes,
         [SHARED_TWOSHOT] = comm->allreduce_twoshot_bytes,
         [SHARED_INPLACE_TWOSHOT] = comm->allreduce_inplace_twoshot_bytes,
+        [SHARED_SEQ_START] = env->seq_start,
     };
     st = agree_settings(store, cfg.nranks, shared);
     if (st != WEFT_SUCCESS)

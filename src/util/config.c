@@ -159,9 +159,10 @@ static const cfg_row_t rows[] = {
      NO_RANGE},
     {"WEFT_SEQ_START", NULL, "0", "", CFG_BYTES, OFF(seq_start), NULL,
      "For tests: every communicator's operation numbers (the host handshake's, and on CUDA the "
-     "device counter) start at this number (set it alike on every rank), to reach 2^31, 2^32 "
-     "and the 32-bit wrap of the push path's words without running that many operations",
-     NO_RANGE},
+     "device counter) start at this number, to reach 2^31, 2^32 and the 32-bit wrap of the push "
+     "path's words without running that many operations; the same on every rank; at most 2^62, "
+     "so the numbers, which a wait compares as 64-bit counts that never wrap, stay far from 2^64",
+     RANGE(0, 0x1p62)},
     {"WEFT_RUN_GRACE_S", NULL, "30", "s", CFG_DOUBLE, OFF(run_grace_s), NULL,
      "weftrun: after a rank fails, how long the others get to exit before they are killed",
      RANGE(0, 1e7)},
@@ -184,6 +185,13 @@ enum { PARSE_OK = 0, PARSE_MALFORMED = -1, PARSE_OUT_OF_RANGE = -2 };
 static int in_range(const cfg_row_t *row, double v)
 {
     return !(row->lo < row->hi) || (v >= row->lo && v <= row->hi);
+}
+
+/* in_range for an unsigned count, compared exactly: as a double, 2^62 + 1 would round to 2^62.
+ * The bounds of such rows are whole numbers in [0, 2^63], which convert exactly. */
+static int in_range_u64(const cfg_row_t *row, uint64_t v)
+{
+    return !(row->lo < row->hi) || (v >= (uint64_t)row->lo && v <= (uint64_t)row->hi);
 }
 
 /* Parse text into the row's field: PARSE_OK, or an error with the field untouched. */
@@ -221,7 +229,7 @@ static int parse_row(const cfg_row_t *row, const char *text)
         unsigned long long v = strtoull(p, &end, 10);
         if (*end != '\0' || errno != 0)
             return PARSE_MALFORMED;
-        if (!in_range(row, (double)v))
+        if (!in_range_u64(row, v))
             return PARSE_OUT_OF_RANGE;
         *(uint64_t *)field = v;
         return PARSE_OK;
@@ -234,7 +242,7 @@ static int parse_row(const cfg_row_t *row, const char *text)
         uint64_t v;
         if (weft_parse_bytes(text, &v) != 0)
             return PARSE_MALFORMED;
-        if (!in_range(row, (double)v))
+        if (!in_range_u64(row, v))
             return PARSE_OUT_OF_RANGE;
         *(uint64_t *)field = v;
         return PARSE_OK;
@@ -265,6 +273,13 @@ static const char *row_env(const cfg_row_t *row)
     return (v && *v) ? v : NULL;
 }
 
+/* A bound of the row's range, as its values are written: counts in full (2^62 has 19 digits,
+ * past what %.15g writes exactly), other numbers with 15 significant digits. */
+static void format_bound(const cfg_row_t *row, double v, char *buf, size_t len)
+{
+    snprintf(buf, len, row->type == CFG_DOUBLE ? "%.15g" : "%.0f", v);
+}
+
 /* Whether name is set to a non-empty value. */
 static int is_set(const char *name)
 {
@@ -282,10 +297,13 @@ static void parse_all(void)
         if (parsed == PARSE_MALFORMED)
             fprintf(stderr, "weft WARN: %s=\"%s\" is malformed; using the default \"%s\"\n",
                     rows[i].name, v, rows[i].def);
-        else if (parsed == PARSE_OUT_OF_RANGE)
-            fprintf(stderr,
-                    "weft WARN: %s=\"%s\" is outside [%.15g, %.15g]; using the default \"%s\"\n",
-                    rows[i].name, v, rows[i].lo, rows[i].hi, rows[i].def);
+        else if (parsed == PARSE_OUT_OF_RANGE) {
+            char lo[32], hi[32];
+            format_bound(&rows[i], rows[i].lo, lo, sizeof lo);
+            format_bound(&rows[i], rows[i].hi, hi, sizeof hi);
+            fprintf(stderr, "weft WARN: %s=\"%s\" is outside [%s, %s]; using the default \"%s\"\n",
+                    rows[i].name, v, lo, hi, rows[i].def);
+        }
     }
     /* torchrun (it sets TORCHELASTIC_RUN_ID) keeps its own store listening on MASTER_PORT for
      * the whole job: weft's store takes the next port, the same on every rank. */
@@ -330,8 +348,12 @@ static void format_value(const cfg_row_t *row, char *buf, size_t len)
 /* " (range: lo to hi)" for a bounded row, after its help text. */
 static void print_range(FILE *out, const cfg_row_t *row)
 {
-    if (row->lo < row->hi)
-        fprintf(out, " (range: %.15g to %.15g)", row->lo, row->hi);
+    if (row->lo < row->hi) {
+        char lo[32], hi[32];
+        format_bound(row, row->lo, lo, sizeof lo);
+        format_bound(row, row->hi, hi, sizeof hi);
+        fprintf(out, " (range: %s to %s)", lo, hi);
+    }
 }
 
 void weft_config_print(FILE *out)

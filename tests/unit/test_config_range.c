@@ -1,7 +1,8 @@
 /*
  * test_config_range.c - numeric variables outside their accepted range, or not finite, keep
  * their default (with a warning) instead of reaching the library: a zero bandwidth, an infinite
- * latency, too many workers, a push limit above 16M, a zero partition unit; values inside the
+ * latency, too many workers, a push limit above 16M, a zero partition unit, a first operation
+ * number past 2^62 (by one: counts are compared exactly, not as doubles); values inside the
  * range still parse. Durations in ns are plain counts: a byte unit ("20K", once read as 20480 ns)
  * is malformed there. The configuration is read once per process, so this case has a process of
  * its own.
@@ -45,6 +46,8 @@ int main(void)
     setenv("WEFT_STAGING_BYTES", "4096", 1);           /* the lower end, in range */
     setenv("WEFT_WAIT_SPIN_NS", "20K", 1);             /* a byte unit: default 20000 */
     setenv("WEFT_WAIT_YIELD_NS", "150000", 1);         /* a count: parsed */
+    /* 2^62 + 1: above 2^62, compared exactly (as a double it rounds to 2^62): default 0 */
+    setenv("WEFT_SEQ_START", "4611686018427387905", 1);
     const weft_env_t *env = weft_config_get();
     expect_double("tier_peer_bw_gbps (0)", env->tier_peer_bw_gbps, 8.0);
     expect_double("tier_peer_lat_us (inf)", env->tier_peer_lat_us, 0.5);
@@ -59,6 +62,7 @@ int main(void)
     expect_u64("staging_bytes (4096)", env->staging_bytes, 4096);
     expect_u64("wait_spin_ns (20K)", env->wait_spin_ns, 20000);
     expect_u64("wait_yield_ns (150000)", env->wait_yield_ns, 150000);
+    expect_u64("seq_start (2^62 + 1)", env->seq_start, 0);
     if (failures) {
         printf("test_config_range: %d checks failed\n", failures);
         return 1;
