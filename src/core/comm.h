@@ -74,6 +74,9 @@ typedef struct weft_op_desc {
     uint64_t pair_send; /* all_to_allv: elements the sender sends to the receiver */
     uint64_t pair_recv; /* all_to_allv: elements the sender expects from the receiver */
     uint64_t pair_max;  /* all_to_allv: the sender's largest block, sent or received, in bytes */
+    /* all_to_allv: the sender's term of the pair digest (weft_hs_pair_digest), the same in every
+     * peer's slot; the terms of all ranks sum to 0 when every pair agrees on its counts */
+    uint64_t pair_digest;
     /* MoE on the CUDA backend, where the counts are on the device. */
     uint64_t tokens;     /* the sender's num_tokens */
     uint64_t capacity;   /* dispatch: the sender's max_recv_tokens */
@@ -289,13 +292,23 @@ void weft_hs_post(struct weft_comm *comm, int peer, uint64_t seq, const weft_op_
 /* Wait until every peer posted seq in this rank's block. */
 weft_status_t weft_hs_wait_posted(struct weft_comm *comm, uint64_t seq, weft_wait_ctx_t *ctx);
 
+/* This rank's term of the pair digest of an all_to_allv whose counts to and from rank q are
+ * send[q] and recv[q] (nranks entries each): the sum over q of H(rank, q, send[q]) minus the sum
+ * over q of H(q, rank, recv[q]), for a 64-bit mixing hash H of (sender, receiver, count), mod
+ * 2^64. Summed over every rank's term, each pair's two counts cancel when they are equal, so the
+ * total is 0 when every pair agrees and, when any pair differs, nonzero but for a chance of
+ * 2^-64: a pair-count mismatch that every rank sees in the handshake, not only the pair's two. */
+uint64_t weft_hs_pair_digest(int rank, int nranks, const uint64_t *send, const uint64_t *recv);
+
 /* WEFT_ERR_MISMATCH (with a message naming the first differing rank and field) if any peer's
  * descriptor for seq disagrees with mine: the common fields (WEFT_DESC_TWOSHOT among them), and
  * for all_to_allv the pair counts (pair_send/pair_recv of the peer against
- * my_pair_recv[p]/my_pair_send[p], which may be NULL for other collectives). *common_out (may be
- * NULL) is set to 1 when a common field differs (every rank sees that at once), 0 when only pair
- * counts do (only the two ranks of the pair see it). Call after weft_hs_wait_posted. `call` names
- * the API function. */
+ * my_pair_recv[p]/my_pair_send[p], which may be NULL for other collectives, and the pair digest
+ * over every rank). *common_out (may be NULL) is set to 1 when every rank sees the mismatch: a
+ * common field differs, or the pair digest (the rank of a differing pair names the pair, the
+ * others say that some pair differs); 0 when only the pair's two ranks see it (pair counts that
+ * differ while the digest sums to 0, a 2^-64 chance). Call after weft_hs_wait_posted. `call`
+ * names the API function. */
 weft_status_t weft_hs_check_match(struct weft_comm *comm, uint64_t seq, const weft_op_desc_t *mine,
                                   const uint64_t *my_pair_send, const uint64_t *my_pair_recv,
                                   const char *call, int *common_out);

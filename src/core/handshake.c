@@ -110,11 +110,20 @@ weft_status_t weft_hs_check_match(struct weft_comm *comm, uint64_t seq, const we
                               comm->rank, p, field);
         }
     }
-    /* Pair counts (all_to_allv): only the two ranks of a pair can see a difference; the pair of
-     * a rank with itself is checked here too, so that it fails like any other pair. The message
-     * names the direction that differs, as sender and receiver, so both ranks of the pair word
-     * it alike; when both directions differ, each names the one it sends in. */
-    for (int p = 0; my_pair_send && my_pair_recv && p < comm->nranks; p++) {
+    if (!my_pair_send || !my_pair_recv)
+        return WEFT_SUCCESS;
+    /* Pair counts (all_to_allv). The digest tells every rank whether some pair differs; the two
+     * ranks of that pair also see which (the pair of a rank with itself is checked too, so that
+     * it fails like any other pair). The message names the direction that differs, as sender
+     * and receiver, so both ranks of the pair word it alike; when both directions differ, each
+     * names the one it sends in. */
+    uint64_t total = weft_hs_pair_digest(comm->rank, comm->nranks, my_pair_send, my_pair_recv);
+    for (int p = 0; p < comm->nranks; p++)
+        if (p != comm->rank)
+            total += weft_slot(comm, comm->rank, p, seq)->u.desc.pair_digest;
+    if (common_out)
+        *common_out = total != 0;
+    for (int p = 0; p < comm->nranks; p++) {
         uint64_t their_send = my_pair_send[p], their_recv = my_pair_recv[p];
         if (p != comm->rank) {
             const weft_op_desc_t *d = &weft_slot(comm, comm->rank, p, seq)->u.desc;
@@ -126,7 +135,38 @@ weft_status_t weft_hs_check_match(struct weft_comm *comm, uint64_t seq, const we
         if (their_send != my_pair_recv[p])
             return pair_mismatch(call, p, their_send, comm->rank, my_pair_recv[p]);
     }
+    if (total != 0)
+        return weft_error(WEFT_ERR_MISMATCH,
+                          "%s: two other ranks disagree on the counts between them (what one "
+                          "sends against what the other expects): the ranks of that pair name it",
+                          call);
     return WEFT_SUCCESS;
+}
+
+/* splitmix64's finaliser: a bijection of 64-bit words whose output bits each depend on every
+ * input bit. */
+static uint64_t mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* H(sender, receiver, count) of the pair digest. */
+static uint64_t pair_hash(int sender, int receiver, uint64_t count)
+{
+    uint64_t pair = ((uint64_t)(uint32_t)sender << 32 | (uint32_t)receiver) + 0x9e3779b97f4a7c15ull;
+    return mix64(mix64(pair) ^ mix64(count + 0x632be59bd9b4e019ull));
+}
+
+uint64_t weft_hs_pair_digest(int rank, int nranks, const uint64_t *send, const uint64_t *recv)
+{
+    uint64_t d = 0;
+    for (int q = 0; q < nranks; q++)
+        d += pair_hash(rank, q, send[q]) - pair_hash(q, rank, recv[q]);
+    return d;
 }
 
 static weft_signal_t *signal_line(struct weft_comm *comm, int owner, weft_signal_kind_t kind,

@@ -84,9 +84,10 @@ weft_status_t weft_op_source(weft_op_t *op, const void *ptr, size_t bytes, int f
 
 /* Post desc to every peer (src overridden by src_per_peer[p] when given, pair counts by
  * pair_send[p]/pair_recv[p] when given, inline data data + p * data_stride when desc is
- * inline), wait for every peer's descriptor and compare. On a pair-count mismatch *pair_only_out
- * (may be NULL) is set to 1 and the operation must still complete (weft_op_complete) so that
- * every rank reports it. */
+ * inline), wait for every peer's descriptor and compare. A pair-count mismatch is seen by every
+ * rank (the pair digest: weft_hs_check_match) and returned like any other; should the digest miss
+ * it (a 2^-64 chance) only the pair's ranks see it: *pair_only_out (may be NULL) is then set to
+ * 1 and the operation must still complete (weft_op_complete) so that every rank reports it. */
 weft_status_t weft_op_exchange(weft_op_t *op, const weft_op_desc_t *desc,
                                const uint64_t *src_per_peer, const uint64_t *pair_send,
                                const uint64_t *pair_recv, const void *data, size_t data_stride,

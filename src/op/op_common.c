@@ -136,9 +136,6 @@ weft_status_t weft_op_source(weft_op_t *op, const void *ptr, size_t bytes, int f
     return WEFT_SUCCESS;
 }
 
-static weft_status_t host_signal(weft_op_t *op, weft_signal_kind_t kind, weft_status_t mine,
-                                 int nowait);
-
 weft_status_t weft_op_exchange(weft_op_t *op, const weft_op_desc_t *desc,
                                const uint64_t *src_per_peer, const uint64_t *pair_send,
                                const uint64_t *pair_recv, const void *data, size_t data_stride,
@@ -148,6 +145,8 @@ weft_status_t weft_op_exchange(weft_op_t *op, const weft_op_desc_t *desc,
     weft_op_desc_t d = *desc;
     if (pair_only_out)
         *pair_only_out = 0;
+    if (pair_send && pair_recv)
+        d.pair_digest = weft_hs_pair_digest(comm->rank, comm->nranks, pair_send, pair_recv);
     op->posted = 1;
     for (int i = 1; i < comm->nranks; i++) {
         /* Start with the next rank so that ranks do not all write to rank 0 first. */
@@ -167,12 +166,6 @@ weft_status_t weft_op_exchange(weft_op_t *op, const weft_op_desc_t *desc,
     weft_registry_observe_mappings(comm->registry);
     int common;
     st = weft_hs_check_match(comm, op->seq, desc, pair_send, pair_recv, op->call, &common);
-    if (desc->coll == WEFT_COLL_ALL_TO_ALLV && comm->backend == WEFT_BACKEND_CUDA &&
-        (st == WEFT_SUCCESS || !common)) {
-        /* A pair-count verdict must reach every rank before any of them launches a kernel
-         * that would wait for the others: agree through the host closing signal. */
-        return host_signal(op, WEFT_SIGNAL_DONE, st, 0);
-    }
     if (st == WEFT_ERR_MISMATCH && !common && pair_only_out)
         *pair_only_out = 1;
     return st;

@@ -536,8 +536,9 @@ static weft_status_t mismatched_call(mp_ctx_t *ctx, case_t c, void *a, void *b, 
 
 /* The verdict this rank must word for case c, into buf: the ranks of an all_to_allv pair whose
  * counts differ name the direction that differs, as sender and receiver (rank 0 sees the
- * reverse of its own sending direction differ in CASE_ALL_TO_ALLV_COUNTS). Returns 0 where no
- * exact wording is required (the other ranks learn of the mismatch from a signal). */
+ * reverse of its own sending direction differ in CASE_ALL_TO_ALLV_COUNTS), and the other ranks
+ * learn from the pair digest that some other pair differs. Returns 0 where no exact wording is
+ * required. */
 static int expected_message(const mp_ctx_t *ctx, case_t c, char *buf, size_t cap)
 {
     int r = ctx->rank, last = ctx->nranks - 1;
@@ -547,6 +548,10 @@ static int expected_message(const mp_ctx_t *ctx, case_t c, char *buf, size_t cap
     }
     if (c == CASE_ALL_TO_ALLV_SELF && r == last) {
         snprintf(buf, cap, "rank %d sends 3 elements to rank %d, which expects 2", last, last);
+        return 1;
+    }
+    if (c == CASE_ALL_TO_ALLV_COUNTS || c == CASE_ALL_TO_ALLV_SELF) {
+        snprintf(buf, cap, "two other ranks disagree on the counts between them");
         return 1;
     }
     return 0;
