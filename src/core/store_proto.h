@@ -37,6 +37,15 @@
 #define STORE_BODY_MAX (1u + 2u + STORE_KEY_MAX + STORE_VALUE_MAX)
 #define STORE_BACKOFF_MIN_NS 1000000ull
 #define STORE_BACKOFF_MAX_NS 100000000ull
+/* A client sends its HELLO as soon as it is connected. The server closes a connection that has
+ * not completed its HELLO within STORE_HELLO_WINDOW_NS of being accepted, and keeps at most
+ * STORE_PENDING_MAX(nranks) such connections: past that, each one it accepts costs the oldest
+ * (one that had a chance to send its HELLO and has not) its connection. A client closed that way
+ * sees the close before a WELCOME and retries, so neither bound can fail a real rank; they keep
+ * connections that never speak (port scanners, stray clients) from holding the server's
+ * descriptors and memory, and from keeping ranks out. */
+#define STORE_HELLO_WINDOW_NS 2000000000ull
+#define STORE_PENDING_MAX(nranks) (4 * (nranks) + 8)
 
 /* Message types: the first byte of a body. */
 enum {

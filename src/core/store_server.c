@@ -12,8 +12,15 @@
  * sends a SET or GET before reading the answer to its GET breaks the protocol and is dropped, so
  * no client can make the server queue without bound. A connection whose first message is not a
  * valid HELLO (magic, version, nranks, generation, rank not already connected) is closed; the
- * client sees the close before a WELCOME and retries. On stop the server keeps serving until
- * every rank has connected and disconnected, or the deadline passes; after rank 0 failed
+ * client sees the close before a WELCOME and retries. So is one that has not completed its HELLO
+ * within STORE_HELLO_WINDOW_NS, and past STORE_PENDING_MAX(nranks) connections without a HELLO
+ * every accepted one costs the oldest idle one its connection (store_proto.h): connections that
+ * never speak hold neither descriptors nor a place for long. When accept fails for lack of
+ * descriptors, the server closes the oldest idle connection to free one; when nothing can be
+ * freed (or memory ran short) it stops watching the listener for STORE_ACCEPT_PAUSE_NS and then
+ * tries again, so a passing shortage does not keep later ranks out (they wait in the listen
+ * backlog, and retry until their deadline). On stop the server keeps serving until every rank
+ * has connected and disconnected, or the deadline passes; after rank 0 failed
  * (WEFT_STORE_STOP_FAIL) it closes every connection that waits for a missing key.
  *
  * Thread safety: the server thread shares nothing with the thread that starts and stops it but
@@ -40,6 +47,9 @@
 #include "util/forksafe.h"
 #include "util/log.h"
 
+/* After accept failed for lack of resources with nothing to free: how long the listener rests. */
+#define STORE_ACCEPT_PAUSE_NS 20000000ull
+
 /* ---------------------------------------------------------------------------------------------
  * Structures (owned by the server thread while it runs)
  * ------------------------------------------------------------------------------------------- */
@@ -56,6 +66,8 @@ typedef struct conn {
     int fd;
     int rank;
     int dead;
+    int polled;                 /* a poll round has reported on it: it had a chance to speak */
+    uint64_t hello_deadline_ns; /* while rank is -1: closed when this passes */
     uint8_t hdr[STORE_HDR_BYTES];
     size_t hdr_got;
     uint8_t *body; /* allocated once the header is complete */
@@ -100,8 +112,10 @@ struct weft_store_server {
     int nseen;
     int nlive;   /* connections with an accepted handshake */
     int closing; /* 0 or a weft_store_stop_t */
-    int accept_failed;
-    int failed_rank; /* a rank that sent FAIL, or -1 (also rank 0 stopping with STOP_FAIL) */
+    /* 0, or until when the listener rests after accept failed for lack of resources */
+    uint64_t accept_resume_ns;
+    int accept_errno; /* the errno of the accept failure last recorded, 0 after a success */
+    int failed_rank;  /* a rank that sent FAIL, or -1 (also rank 0 stopping with STOP_FAIL) */
 };
 static void conn_free(conn_t *c)
 {
@@ -435,6 +449,7 @@ static int conn_add(weft_store_server_t *s, int fd)
         goto err_no_memory;
     c->fd = fd;
     c->rank = -1;
+    c->hello_deadline_ns = weft_now_ns() + STORE_HELLO_WINDOW_NS;
     s->conns[s->nconns++] = c;
     return 0;
 
@@ -443,26 +458,117 @@ err_no_memory:
     return -1;
 }
 
+/* Connections alive and still without an accepted HELLO. */
+static size_t count_pending(const weft_store_server_t *s)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s->nconns; i++)
+        n += s->conns[i]->rank < 0 && !s->conns[i]->dead;
+    return n;
+}
+
+/* Mark for closing (reap_dead) the oldest connection without a HELLO that had a poll round to
+ * send it, after reading what it may have sent since. Connections are kept in the order they
+ * were accepted. Returns 1, or 0 when there is none. */
+static int evict_oldest_pending(weft_store_server_t *s, const char *why)
+{
+    for (size_t i = 0; i < s->nconns; i++) {
+        conn_t *c = s->conns[i];
+        if (c->rank >= 0 || c->dead || !c->polled)
+            continue;
+        conn_read(s, c); /* its HELLO may have come after the last poll */
+        if (c->rank >= 0 || c->dead)
+            continue;
+        WEFT_LOG_DEBUG("weft-store: closing a connection that sent no handshake: %s", why);
+        c->dead = 1;
+        return 1;
+    }
+    return 0;
+}
+
+/* Errors of accept that concern one connection only (Linux passes pending network errors of the
+ * new connection through accept, and a firewall may refuse it): take the next one. */
+static int accept_error_passes(int err)
+{
+    switch (err) {
+    case EINTR:
+    case ECONNABORTED:
+    case EPROTO:
+    case EPERM:
+    case ENETDOWN:
+    case ENETUNREACH:
+    case ENOPROTOOPT:
+    case EHOSTDOWN:
+    case EHOSTUNREACH:
+    case ENONET:
+    case EOPNOTSUPP:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 static void accept_all(weft_store_server_t *s)
 {
+    size_t pending = count_pending(s);
     for (;;) {
-        int fd = weft_forksafe_accept(s->listen_fd, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                return;
-            /* Out of descriptors or memory: stop accepting rather than spin on the listener;
-             * ranks that have not joined time out. */
-            weft_error_errno(WEFT_ERR_SYSTEM, errno, "weft-store: accept");
-            s->accept_failed = 1;
+        if (pending >= (size_t)STORE_PENDING_MAX(s->nranks)) {
+            /* The rest wait in the listen backlog. Room is made one connection per round, from
+             * the oldest idle one once the newest have been polled, so that a burst of idle
+             * connections cannot push out a rank's that came among them before it spoke. */
+            (void)evict_oldest_pending(s, "too many connections without one");
             return;
         }
+        int fd = weft_forksafe_accept(s->listen_fd, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            int err = errno;
+            if (accept_error_passes(err))
+                continue;
+            if (err == EAGAIN || err == EWOULDBLOCK)
+                return;
+            /* Out of descriptors: free one (reap_dead closes it before the next poll, which
+             * finds the listener ready again). */
+            if ((err == EMFILE || err == ENFILE) &&
+                evict_oldest_pending(s, "out of descriptors to accept another"))
+                return;
+            /* Nothing to free, or out of memory: rest the listener rather than spin on it, then
+             * try again; the connections wait in the listen backlog. Recorded once per cause. */
+            if (err != s->accept_errno)
+                weft_error_errno(WEFT_ERR_SYSTEM, err,
+                                 "weft-store: accept (retried every %llu ms while it fails)",
+                                 (unsigned long long)(STORE_ACCEPT_PAUSE_NS / 1000000));
+            s->accept_errno = err;
+            s->accept_resume_ns = weft_now_ns() + STORE_ACCEPT_PAUSE_NS;
+            return;
+        }
+        s->accept_errno = 0;
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         if (conn_add(s, fd) != 0)
             weft_forksafe_close(fd); /* the client sees the close and retries */
+        else
+            pending++;
     }
+}
+
+/* Close the connections whose HELLO is overdue at now. Returns the earliest HELLO deadline of
+ * those left, or UINT64_MAX if none waits for its HELLO. */
+static uint64_t expire_pending(weft_store_server_t *s, uint64_t now)
+{
+    uint64_t next = UINT64_MAX;
+    for (size_t i = 0; i < s->nconns; i++) {
+        conn_t *c = s->conns[i];
+        if (c->rank >= 0 || c->dead)
+            continue;
+        if (now >= c->hello_deadline_ns) {
+            WEFT_LOG_DEBUG("weft-store: closing a connection that sent no handshake within %llu ms",
+                           (unsigned long long)(STORE_HELLO_WINDOW_NS / 1000000));
+            c->dead = 1;
+        } else if (c->hello_deadline_ns < next) {
+            next = c->hello_deadline_ns;
+        }
+    }
+    return next;
 }
 
 /* Free dead connections and the GETs they left pending. */
@@ -501,11 +607,28 @@ static int server_done(const weft_store_server_t *s)
     return (s->nseen == s->nranks && s->nlive == 0) || weft_now_ns() >= s->deadline_ns;
 }
 
+/* The poll timeout of a round: until the first of the drain deadline (when closing), the next
+ * HELLO deadline and the end of the listener's rest; -1 (none) if there is none. */
+static int round_timeout_ms(const weft_store_server_t *s, uint64_t next_hello_ns)
+{
+    uint64_t wake = next_hello_ns;
+    if (s->closing != 0 && s->deadline_ns < wake)
+        wake = s->deadline_ns;
+    if (s->accept_resume_ns != 0 && s->accept_resume_ns < wake)
+        wake = s->accept_resume_ns;
+    return wake == UINT64_MAX ? -1 : weft_store_proto_ms_left(wake);
+}
+
 static void *server_main(void *arg)
 {
     weft_store_server_t *s = arg;
     pthread_setname_np(pthread_self(), "weft-store");
     while (!server_done(s)) {
+        uint64_t now = weft_now_ns();
+        uint64_t next_hello_ns = expire_pending(s, now);
+        reap_dead(s);
+        if (s->accept_resume_ns != 0 && now >= s->accept_resume_ns)
+            s->accept_resume_ns = 0;
         size_t need = 2 + s->nconns;
         if (need > s->pfds_cap) {
             struct pollfd *p = realloc(s->pfds, need * sizeof *p);
@@ -517,15 +640,15 @@ static void *server_main(void *arg)
             s->pfds_cap = need;
         }
         s->pfds[0] = (struct pollfd){.fd = s->wake_fd, .events = POLLIN};
-        s->pfds[1] = (struct pollfd){.fd = s->accept_failed ? -1 : s->listen_fd, .events = POLLIN};
+        s->pfds[1] =
+            (struct pollfd){.fd = s->accept_resume_ns != 0 ? -1 : s->listen_fd, .events = POLLIN};
         size_t npoll = s->nconns;
         for (size_t i = 0; i < npoll; i++) {
             conn_t *c = s->conns[i];
             s->pfds[2 + i] = (struct pollfd){
                 .fd = c->fd, .events = (short)(POLLIN | (c->out_head != NULL ? POLLOUT : 0))};
         }
-        int timeout_ms = s->closing != 0 ? weft_store_proto_ms_left(s->deadline_ns) : -1;
-        int n = poll(s->pfds, 2 + npoll, timeout_ms);
+        int n = poll(s->pfds, 2 + npoll, round_timeout_ms(s, next_hello_ns));
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -548,6 +671,7 @@ static void *server_main(void *arg)
                 conn_read(s, c);
             if ((re & (POLLOUT | POLLHUP | POLLERR)) || c->out_head != NULL)
                 conn_flush(c);
+            c->polled = 1;
         }
         if (s->pfds[1].revents & POLLIN)
             accept_all(s);

@@ -9,12 +9,15 @@
  * blocking it. Scenarios: set/get/overwrite/allgather/barrier for 1, 2, 3 and 8 ranks (over
  * 127.0.0.1, "localhost" and ::1 when available), a GET that times out, handshakes rejected for
  * a wrong generation, nranks or a duplicate rank, rank 0 closing before the others have joined,
- * rank 0 failing to join its own server, clients that see the server die, and a client (speaking
- * the wire protocol itself) that sends a GET before reading the answer to its last one.
+ * rank 0 failing to join its own server, clients that see the server die, a client (speaking
+ * the wire protocol itself) that sends a GET before reading the answer to its last one, and
+ * connections that never complete a HELLO: closed within STORE_HELLO_WINDOW_NS, the oldest at
+ * once past STORE_PENDING_MAX, and unable to keep ranks out when rank 0 runs out of descriptors.
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -563,6 +566,157 @@ static void rank_get_flood(const scenario_t *sc, int rank)
     close(fd);
 }
 
+/* Connect to the loopback port, retrying until rank 0's server listens (3 s at most). Returns the
+ * socket (blocking), or -1. */
+static int connect_loopback(int port)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    uint64_t deadline = weft_deadline_after_s(3.0);
+    while (weft_now_ns() < deadline) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0)
+            return fd;
+        close(fd);
+        struct timespec ts = {0, 10000000};
+        nanosleep(&ts, NULL);
+    }
+    return -1;
+}
+
+static void sleep_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+#define IDLE_CONNS (STORE_PENDING_MAX(2) + 2)
+#define HELLO_WINDOW_S ((double)STORE_HELLO_WINDOW_NS / 1e9)
+
+/* Process 2 opens IDLE_CONNS connections to rank 0's server that never complete a HELLO (the
+ * last two send part of one: two bytes of a header, and a header with half its body), two more
+ * than the server keeps waiting; rank 1 joins after them. Every idle connection must be closed
+ * within the HELLO window (plus 1 s) of its opening, the two oldest within 1 s (the cap), while
+ * the ranks hold the store open far longer; and the ranks must join and meet. */
+static void rank_idle(const scenario_t *sc, int proc)
+{
+    if (proc < 2) {
+        weft_store_t *st = NULL;
+        if (proc == 1)
+            sleep_s(0.5); /* after the idle connections */
+        weft_status_t s = weft_store_open(sc->addr, sc->port, proc, 2, 6, 7.0, &st);
+        CHECK(s == WEFT_SUCCESS, "rank %d open: %s", proc, weft_status_string(s));
+        if (s != WEFT_SUCCESS)
+            return;
+        s = weft_store_barrier(st, "up");
+        CHECK(s == WEFT_SUCCESS, "barrier up: %s", weft_status_string(s));
+        sleep_s(HELLO_WINDOW_S + 2.0); /* the server runs on while the idle ones are checked */
+        s = weft_store_barrier(st, "down");
+        CHECK(s == WEFT_SUCCESS, "barrier down: %s", weft_status_string(s));
+        weft_store_close(st);
+        return;
+    }
+    int fds[IDLE_CONNS];
+    double closed_s[IDLE_CONNS];
+    int n = 0;
+    for (; n < IDLE_CONNS; n++) {
+        fds[n] = connect_loopback(sc->port);
+        closed_s[n] = -1;
+        if (fds[n] < 0)
+            break;
+    }
+    CHECK(n == IDLE_CONNS, "connection %d of %d to rank 0's server failed", n, IDLE_CONNS);
+    uint64_t t0 = weft_now_ns(); /* every connection is open */
+    uint8_t part[STORE_HDR_BYTES + 8];
+    store_put_u32(part, STORE_HELLO_BYTES);
+    part[STORE_HDR_BYTES] = STORE_MSG_HELLO;
+    store_put_u32(part + STORE_HDR_BYTES + 1, STORE_MAGIC);
+    if (n == IDLE_CONNS) {
+        CHECK(send_all(fds[n - 2], part, 2) == 0, "part of a header not sent");
+        CHECK(send_all(fds[n - 1], part, sizeof part) == 0, "part of a HELLO not sent");
+    }
+    int open = n;
+    while (open > 0 && elapsed_s(t0) < HELLO_WINDOW_S + 1.0) {
+        struct pollfd p[IDLE_CONNS];
+        for (int i = 0; i < n; i++)
+            p[i] = (struct pollfd){.fd = closed_s[i] < 0 ? fds[i] : -1, .events = POLLIN};
+        if (poll(p, (nfds_t)n, 20) <= 0)
+            continue;
+        for (int i = 0; i < n; i++) {
+            if (p[i].revents == 0)
+                continue;
+            uint8_t b;
+            ssize_t got = recv(fds[i], &b, 1, MSG_DONTWAIT);
+            CHECK(got <= 0, "the server wrote to connection %d, which sent no HELLO", i);
+            if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
+                closed_s[i] = elapsed_s(t0);
+                open--;
+            }
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        CHECK(closed_s[i] >= 0, "idle connection %d of %d still open after %.1f s (window %.1f s)",
+              i, n, elapsed_s(t0), HELLO_WINDOW_S);
+        if (i < 2)
+            CHECK(closed_s[i] >= 0 && closed_s[i] < 1.0,
+                  "connection %d, one of the two oldest past the cap of %d, closed after %.3f s", i,
+                  STORE_PENDING_MAX(2), closed_s[i]);
+        close(fds[i]);
+    }
+}
+
+/* Rank 0 has descriptors for its store and for rank 1's connection, and two more. Process 2
+ * opens many connections that never speak before rank 1 joins: they fill rank 0's descriptors,
+ * so accept fails (EMFILE). The server must shed them and keep accepting, and rank 1 must join
+ * and meet rank 0. */
+static void rank_idle_no_fds(const scenario_t *sc, int proc)
+{
+    if (proc == 2) {
+        sleep_s(0.2); /* rank 0 has joined its own server */
+        int fds[16];
+        int n = 0;
+        for (; n < 16; n++)
+            if ((fds[n] = connect_loopback(sc->port)) < 0)
+                break;
+        CHECK(n == 16, "connection %d of 16 to rank 0's server failed", n);
+        sleep_s(3.0); /* until after rank 1 joined (or gave up) */
+        for (int i = 0; i < n; i++)
+            close(fds[i]);
+        return;
+    }
+    struct rlimit old;
+    if (proc == 0) {
+        /* The numbers store_open takes: listener, eventfd, rank 0's socket and the server's end
+         * of it, rank 1's; and two more. */
+        int taken[7];
+        int k = 0;
+        while (k < 7 && (taken[k] = dup(0)) >= 0)
+            k++;
+        int top = k > 0 ? taken[k - 1] : -1;
+        while (k > 0)
+            close(taken[--k]);
+        getrlimit(RLIMIT_NOFILE, &old);
+        struct rlimit rl = old;
+        rl.rlim_cur = (rlim_t)top + 1;
+        if (top < 0 || setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+            printf("     skip: setrlimit(RLIMIT_NOFILE, %d): %s\n", top + 1, strerror(errno));
+            return;
+        }
+    } else {
+        sleep_s(0.6); /* after the idle connections */
+    }
+    weft_store_t *st = NULL;
+    weft_status_t s = weft_store_open(sc->addr, sc->port, proc, 2, 8, 5.0, &st);
+    CHECK(s == WEFT_SUCCESS, "rank %d open: %s", proc, weft_status_string(s));
+    if (s == WEFT_SUCCESS) {
+        s = weft_store_barrier(st, "joined");
+        CHECK(s == WEFT_SUCCESS, "rank %d barrier: %s", proc, weft_status_string(s));
+        weft_store_close(st);
+    }
+    if (proc == 0)
+        setrlimit(RLIMIT_NOFILE, &old); /* room for what the exit needs (LeakSanitizer) */
+}
+
 static void check_open_arguments(void)
 {
     weft_store_t *st = (weft_store_t *)&st;
@@ -632,6 +786,12 @@ int main(int argc, char **argv)
 
     scenario_t nofd = {"rank 0 out of descriptors", "127.0.0.1", free_port(AF_INET), 2, 1};
     bad += run_clean(&nofd, rank_no_fds);
+
+    scenario_t idle = {"connections without a HELLO", "127.0.0.1", free_port(AF_INET), 2, 3};
+    bad += run_clean(&idle, rank_idle);
+    scenario_t idle_nofd = {"idle connections fill rank 0's descriptors", "127.0.0.1",
+                            free_port(AF_INET), 2, 3};
+    bad += run_clean(&idle_nofd, rank_idle_no_fds);
 
     int st[MAX_PROCS];
     /* Rank 0 dies of SIGKILL on purpose; the others must pass. */
