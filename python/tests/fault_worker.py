@@ -20,7 +20,10 @@ Scenarios:
   init_fails  rank 0's Comm constructor raises after the C communicator exists: init() aborts
               and frees it, so rank 1's barrier on it fails at once (WEFT_ERR_PEER_LOST).
   config      weft.init() keyword overrides reach the library (registration="staged": no
-              zero-copy operation); bad values raise ValueError before any C call.
+              zero-copy operation); bad values raise ValueError without making a communicator.
+  init_retry  rank 1's init() raises ValueError (a bad backend) while rank 0's times out (1 s)
+              waiting for it; then both init() again and all-reduce: the failed calls took one
+              rendezvous number each on both ranks, so the retries meet.
 """
 
 import argparse
@@ -318,6 +321,24 @@ def scenario_init_fails(c):
         return comm.rank
 
 
+def scenario_init_retry(c):
+    rank = int(os.environ.get("WEFT_RANK", os.environ.get("RANK", "0")))
+    if rank == 1:
+        try:
+            weft.init(backend="gpu")
+            c.expect(False, "init(backend='gpu') raised nothing")
+        except ValueError as exc:
+            c.expect("backend" in str(exc), f"init(backend='gpu'): {exc}")
+    else:
+        c.expect_error(lambda: weft.init(timeout_s=1), ("WEFT_ERR_TIMEOUT",),
+                       "init while rank 1's call was refused")
+    with weft.init(timeout_s=20) as comm:
+        a = np.full(4, comm.rank + 1.0)
+        comm.all_reduce(a)
+        c.expect(np.all(a == 3.0), f"all_reduce after the retry gave {a}")
+        return comm.rank
+
+
 SCENARIOS = {
     "abort": scenario_abort,
     "raise": scenario_raise,
@@ -326,6 +347,7 @@ SCENARIOS = {
     "abort_race": scenario_abort_race,
     "config": scenario_config,
     "init_fails": scenario_init_fails,
+    "init_retry": scenario_init_retry,
     "abort_during_destroy": scenario_abort_during_destroy,
 }
 

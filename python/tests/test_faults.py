@@ -60,6 +60,12 @@ def test_init_fails_after_the_c_communicator():
     check_case(job, "init_fails")
 
 
+def test_init_retry_after_a_refused_call():
+    job = fault_job(2, "init_retry")
+    assert job.returncode == 0, job.describe()
+    check_case(job, "init_retry")
+
+
 def test_abort_during_destroy():
     job = fault_job(2, "abort_during_destroy")
     assert job.returncode == 0, job.describe()

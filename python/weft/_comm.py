@@ -903,6 +903,33 @@ def default_comm(comm=None):
     return _default
 
 
+def _init_config(lib, backend, timeout_s, registration, host_workers):
+    """init's keyword overrides over the defaults, as a _Config; None when there are none.
+    Raises ValueError for a bad value."""
+    if (backend, timeout_s, registration, host_workers) == (None, None, None, None):
+        return None
+    cfg = _Config()
+    lib.weft_config_default(ctypes.byref(cfg))
+    if backend is not None:
+        if backend not in _BACKENDS:
+            raise ValueError(f"init: backend {backend!r} is not 'auto', 'host' or 'cuda'")
+        cfg.backend = _BACKENDS[backend]
+    if registration is not None:
+        if registration not in _REGISTRATIONS:
+            raise ValueError(f"init: registration {registration!r} is not 'roa', 'jit' or 'staged'")
+        cfg.registration = _REGISTRATIONS[registration]
+    if timeout_s is not None:
+        lo, hi = _TIMEOUT_S_RANGE
+        if not lo <= timeout_s <= hi:
+            raise ValueError(f"init: timeout_s {timeout_s!r} is not in [{lo:g}, {hi:g}] s")
+        cfg.timeout_s = float(timeout_s)
+    if host_workers is not None:
+        if int(host_workers) < 1:
+            raise ValueError(f"init: host_workers {host_workers!r} must be at least 1")
+        cfg.host_workers = _c_int("init", "host_workers", int(host_workers))
+    return cfg
+
+
 def init(backend=None, timeout_s=None, registration=None, host_workers=None):
     """Create a communicator over every rank of the job (collective). The rank, the rank count
     and the rendezvous come from the environment that weftrun or torchrun sets (WEFT_RANK or
@@ -913,32 +940,17 @@ def init(backend=None, timeout_s=None, registration=None, host_workers=None):
     backend, comm.device is the device the library chose; make it torch's current device
     (torch.cuda.set_device(comm.device)) as with torchrun."""
     lib = library()
-    cfg_ptr = None
-    if (backend, timeout_s, registration, host_workers) != (None, None, None, None):
-        cfg = _Config()
-        lib.weft_config_default(ctypes.byref(cfg))
-        if backend is not None:
-            if backend not in _BACKENDS:
-                raise ValueError(f"init: backend {backend!r} is not 'auto', 'host' or 'cuda'")
-            cfg.backend = _BACKENDS[backend]
-        if registration is not None:
-            if registration not in _REGISTRATIONS:
-                raise ValueError(
-                    f"init: registration {registration!r} is not 'roa', 'jit' or 'staged'"
-                )
-            cfg.registration = _REGISTRATIONS[registration]
-        if timeout_s is not None:
-            lo, hi = _TIMEOUT_S_RANGE
-            if not lo <= timeout_s <= hi:
-                raise ValueError(f"init: timeout_s {timeout_s!r} is not in [{lo:g}, {hi:g}] s")
-            cfg.timeout_s = float(timeout_s)
-        if host_workers is not None:
-            if int(host_workers) < 1:
-                raise ValueError(f"init: host_workers {host_workers!r} must be at least 1")
-            cfg.host_workers = _c_int("init", "host_workers", int(host_workers))
-        cfg_ptr = ctypes.byref(cfg)
+    try:
+        cfg = _init_config(lib, backend, timeout_s, registration, host_workers)
+    except ValueError:
+        # A call the C library refuses still takes its rendezvous number (weft.h: the k-th
+        # weft_comm_init of each rank meets the k-th of the others), so that a rank whose
+        # arguments were wrong does not fall one behind peers whose calls went ahead: take it
+        # the same way (a NULL comm is refused after the number is taken).
+        lib.weft_comm_init(None, None)
+        raise
     handle = ctypes.c_void_p()
-    check(lib.weft_comm_init(ctypes.byref(handle), cfg_ptr))
+    check(lib.weft_comm_init(ctypes.byref(handle), None if cfg is None else ctypes.byref(cfg)))
     try:
         comm = Comm(handle)
     except BaseException:
