@@ -66,7 +66,6 @@
 #include "../mp/moe_ref.h"
 #include "gpu_harness.h"
 
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -959,21 +958,6 @@ static void run_stale_handle(gpu_ctx_t *g, weft_registration_t reg)
  * device memory through the communicator (after a device synchronisation) unless its destruction
  * detached them first. Every destroy must succeed whichever comes first, the last pair must be
  * exact, and the next communicator of the mode must work (the final barrier of run_mode). */
-enum { RACE_HANDLES = 16 };
-
-typedef struct race {
-    weft_moe_handle_t h[RACE_HANDLES];
-    weft_status_t st[RACE_HANDLES];
-} race_t;
-
-static void *race_destroyer(void *arg)
-{
-    race_t *r = arg;
-    for (int i = 0; i < RACE_HANDLES; i++)
-        r->st[i] = weft_moe_handle_destroy(r->h[i]);
-    return NULL;
-}
-
 static void run_destroy_race(gpu_ctx_t *g, weft_registration_t reg)
 {
     mp_ctx_t *ctx = &g->mp;
@@ -990,22 +974,16 @@ static void run_destroy_race(gpu_ctx_t *g, weft_registration_t reg)
     moe_bufs_t mb;
     bufs_get(g, NULL, GPU_BUF_CUDA, &ref, cap, cap, &mb);
     push_inputs(g, &ref, &mb);
-    race_t r;
+    moe_race_t r;
     int ok = 1;
-    for (int i = 0; i < RACE_HANDLES; i++) {
+    for (int i = 0; i < MOE_RACE_HANDLES; i++) {
         r.h[i] = NULL;
-        r.st[i] = WEFT_SUCCESS;
         ok = ok && enqueue_pair(g, &ref, &mb, cap, &r.h[i]);
     }
     bufs_pull(g, &mb); /* still queued when the destroys start */
-    pthread_t thread;
-    if (pthread_create(&thread, NULL, race_destroyer, &r) != 0)
-        mp_fatal(ctx, "pthread_create failed");
+    moe_race_start(ctx, &r);
     mp_comm_close(ctx);
-    pthread_join(thread, NULL);
-    for (int i = 0; i < RACE_HANDLES; i++)
-        mp_check(ctx, r.st[i] == WEFT_SUCCESS, "weft_moe_handle_destroy %d on the thread: %s", i,
-                 weft_status_string(r.st[i]));
+    moe_race_join(ctx, &r);
     gpu_sync(g, "the pairs before the destroys");
     if (ok)
         check_results(g, &ref, &mb, cap);

@@ -394,3 +394,27 @@ void moe_ref_check_combine(mp_ctx_t *ctx, const moe_ref_t *ref, const void *out)
     }
     mp_check(ctx, bad == 0, "%zu wrong combined values", bad);
 }
+
+/* ---- handles destroyed on another thread ----------------------------------------------------- */
+
+static void *race_destroyer(void *arg)
+{
+    moe_race_t *race = arg;
+    for (int i = 0; i < MOE_RACE_HANDLES; i++)
+        race->st[i] = weft_moe_handle_destroy(race->h[i]);
+    return NULL;
+}
+
+void moe_race_start(mp_ctx_t *ctx, moe_race_t *race)
+{
+    if (pthread_create(&race->thread, NULL, race_destroyer, race) != 0)
+        mp_fatal(ctx, "pthread_create failed");
+}
+
+void moe_race_join(mp_ctx_t *ctx, moe_race_t *race)
+{
+    pthread_join(race->thread, NULL);
+    for (int i = 0; i < MOE_RACE_HANDLES; i++)
+        mp_check(ctx, race->st[i] == WEFT_SUCCESS, "weft_moe_handle_destroy %d on the thread: %s",
+                 i, weft_status_string(race->st[i]));
+}

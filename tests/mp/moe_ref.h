@@ -41,6 +41,7 @@
 #ifndef WEFT_TESTS_MP_MOE_REF_H
 #define WEFT_TESTS_MP_MOE_REF_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -141,5 +142,20 @@ void moe_ref_check_dispatch(mp_ctx_t *ctx, const moe_ref_t *ref, int64_t num_rec
 /* Check this rank's combine output (tokens x hidden elements) against the sum of the y rows
  * (moe_ref_fill_y) of the ranks that received each token. */
 void moe_ref_check_combine(mp_ctx_t *ctx, const moe_ref_t *ref, const void *out);
+
+/* Handles destroyed on another thread while the test's thread destroys their communicator (a
+ * garbage collector's finalizer, say): fill h[] (NULL entries are no-ops), moe_race_start,
+ * close the communicator, moe_race_join, which checks that every destroy succeeded. */
+enum { MOE_RACE_HANDLES = 16 };
+
+typedef struct moe_race {
+    weft_moe_handle_t h[MOE_RACE_HANDLES];
+    weft_status_t st[MOE_RACE_HANDLES];
+    pthread_t thread;
+} moe_race_t;
+
+/* Start the thread, which destroys h[0], h[1], ... in order (mp_fatal if it cannot start). */
+void moe_race_start(mp_ctx_t *ctx, moe_race_t *race);
+void moe_race_join(mp_ctx_t *ctx, moe_race_t *race);
 
 #endif /* WEFT_TESTS_MP_MOE_REF_H */

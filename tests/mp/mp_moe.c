@@ -33,7 +33,6 @@
  * (WEFT_ERR_INVALID_ARGUMENT naming the handle's destroyed communicator), even where that one
  * reuses the old one's address; and handles destroyed on a thread while the communicator is.
  */
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -634,24 +633,9 @@ static void run_stale_handle(mp_ctx_t *ctx, weft_registration_t reg)
     mp_ok(ctx, weft_barrier(ctx->comm, NULL), "weft_barrier after the refusals");
 }
 
-/* Handles destroyed on another thread while this one destroys their communicator (a garbage
- * collector's finalizer, say): every destroy must succeed, whichever comes first, and nothing
- * may touch freed memory (the sanitizer builds run this). */
-enum { RACE_HANDLES = 16 };
-
-typedef struct race {
-    weft_moe_handle_t h[RACE_HANDLES];
-    weft_status_t st[RACE_HANDLES];
-} race_t;
-
-static void *race_destroyer(void *arg)
-{
-    race_t *r = arg;
-    for (int i = 0; i < RACE_HANDLES; i++)
-        r->st[i] = weft_moe_handle_destroy(r->h[i]);
-    return NULL;
-}
-
+/* Handles destroyed on another thread while this one destroys their communicator: every
+ * destroy must succeed, whichever comes first, and nothing may touch freed memory (the sanitizer
+ * builds run this). */
 static void run_destroy_race(mp_ctx_t *ctx, weft_registration_t reg)
 {
     int n = ctx->nranks;
@@ -660,20 +644,15 @@ static void run_destroy_race(mp_ctx_t *ctx, weft_registration_t reg)
     enum { T = 2, H = 2 };
     float x[T * H] = {1, 2, 3, 4}, w[T] = {1, 1}, rx[64 * T * H], rw[64 * T];
     int64_t to_first[T] = {0, 0}, ridx[64 * T], rcnt[1], num = -5;
-    race_t r = {{NULL}, {WEFT_SUCCESS}};
-    for (int i = 0; i < RACE_HANDLES; i++)
+    moe_race_t r = {.h = {NULL}};
+    for (int i = 0; i < MOE_RACE_HANDLES; i++)
         mp_ok(ctx,
               weft_moe_dispatch(ctx->comm, x, T, H, WEFT_FLOAT32, to_first, w, 1, n, rx, ridx, rw,
                                 rcnt, (size_t)n * T, &num, &r.h[i], NULL),
               "weft_moe_dispatch");
-    pthread_t thread;
-    if (pthread_create(&thread, NULL, race_destroyer, &r) != 0)
-        mp_fatal(ctx, "pthread_create failed");
+    moe_race_start(ctx, &r);
     mp_comm_close(ctx);
-    pthread_join(thread, NULL);
-    for (int i = 0; i < RACE_HANDLES; i++)
-        mp_check(ctx, r.st[i] == WEFT_SUCCESS, "weft_moe_handle_destroy %d on the thread: %s", i,
-                 weft_status_string(r.st[i]));
+    moe_race_join(ctx, &r);
     mp_comm_open(ctx, reg);
 }
 
