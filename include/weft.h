@@ -183,12 +183,13 @@ WEFT_API int weft_comm_device(weft_comm_t comm);
  * Memory: registration-on-allocation
  * ------------------------------------------------------------------------------------------- */
 
-/* Local, returns at once, except near out of memory on the CUDA backend: memory freed earlier
- * is only reusable once every peer unmapped it, so an allocation that fits only with it waits
- * for that (each peer's background thread answers within milliseconds), WEFT_TIMEOUT_S at most,
- * instead of failing with WEFT_ERR_NO_MEMORY; WEFT_ERR_TIMEOUT, WEFT_ERR_PEER_LOST or
- * WEFT_ERR_ABORTED when that wait fails. Host memory on the host backend, device memory on the
- * CUDA backend. The pointer is usable locally at once and, after background registration, at
+/* Local, returns at once, except near out of memory: memory freed earlier (or, on the CUDA
+ * backend, kept as a spare chunk) is reusable only once every peer unmapped it, so an allocation
+ * that fits only with it waits for that (each peer's background thread answers within
+ * milliseconds), within the communicator's timeout, instead of failing with WEFT_ERR_NO_MEMORY.
+ * When that wait fails (WEFT_ERR_TIMEOUT, WEFT_ERR_PEER_LOST, WEFT_ERR_ABORTED) the communicator
+ * is unusable, as after a failed collective. Host memory on the host backend, device memory on
+ * the CUDA backend. The pointer is usable locally at once and, after background registration, at
  * the same address on every peer. bytes == 0 sets *ptr to NULL and succeeds. */
 WEFT_API weft_status_t weft_malloc(weft_comm_t comm, void **ptr, size_t bytes);
 

@@ -56,7 +56,7 @@
  *   and the job queue between them (push_job on one side, drain_jobs on the other); the
  *   bookkeeping that needs neither lives in heap.c and ctrl.c already. Splitting the rest in two
  *   would publish that struct and its invariants to a second file (and to test_registry, which
- *   includes this one to reach them), so it stays one unit of about 1060 lines.
+ *   includes this one to reach them), so it stays one unit of about 1100 lines.
  */
 #include "core/registry.h"
 
@@ -960,34 +960,37 @@ static uint64_t pending_ticket(const weft_registry_t *reg)
  * for that, of the allocation's own size after the spare chunks were given back, so that an
  * allocation that would fit does not fail.
  *
- * A registered spare gives nothing back at once: its address range waits in `pending` until
- * every peer acknowledged its UNREG, and on the GPU its physical memory lives on in the peers'
- * mappings until they unmap it. So when the allocation's own size fails too while released
- * chunks wait for that, wait (mu dropped) until every peer acknowledged the last of their
- * UNREGs, then reclaim their ranges and try once more. The communicator's timeout, peer loss
- * and abort bound the wait (weft_comm_check), and end the call with their status. Acknowledgements
- * come from the peers' registrars, not from their callers, so a live peer answers within
- * milliseconds. */
+ * Released memory does not come back at once: a registered chunk's address range waits in
+ * `pending` until every peer acknowledged its UNREG, and on the GPU its physical memory lives on
+ * in the peers' mappings until they unmap it. That holds for the spares released here and for
+ * chunks freed earlier alike. So when the allocation's own size fails too while released chunks
+ * wait for that, wait (mu dropped) until every peer acknowledged the last of their UNREGs, then
+ * reclaim their ranges and try once more. The communicator's timeout, peer loss and abort bound
+ * the wait (weft_comm_check); a failed wait fails the communicator, as a failed wait of an
+ * operation does. Acknowledgements come from the peers' registrars, not from their callers, so
+ * a live peer answers within milliseconds. */
 static weft_status_t new_chunk(weft_registry_t *reg, size_t size, int internal,
                                weft_chunk_t **chunk_out)
 {
     size_t grown = weft_heap_chunk_bytes(&reg->heap, size, 0);
     size_t smallest = weft_heap_chunk_bytes(&reg->heap, size, 1);
-    int fallback = grown > smallest || weft_heap_empty_chunk(&reg->heap) != NULL;
-    if (fallback)
-        weft_error_quiet_begin(); /* the fallback reports what still fails */
+    int more = grown > smallest || weft_heap_empty_chunk(&reg->heap) != NULL ||
+               reg->pending.n > 0; /* something to try after a failure */
+    if (more)
+        weft_error_quiet_begin(); /* the last attempt reports what still fails */
     weft_status_t st = add_chunk(reg, grown, internal, chunk_out);
-    if (fallback)
+    if (more)
         weft_error_quiet_end();
     if (st == WEFT_SUCCESS)
         weft_heap_grow(&reg->heap);
-    if (st != WEFT_ERR_NO_MEMORY || !fallback)
+    if (st != WEFT_ERR_NO_MEMORY || !more)
         return st;
     size_t released = release_empty_chunks(reg);
+    reclaim_pending(reg); /* what the peers acknowledged already (with one rank: everything) */
+    uint64_t unmapping = pending_ticket(reg);
     WEFT_LOG_DEBUG("weft_malloc: no chunk of %zu bytes (%s); %zu spare chunk(s) released, trying "
                    "%zu bytes",
                    grown, weft_last_error(), released, smallest);
-    uint64_t unmapping = pending_ticket(reg);
     if (unmapping != 0)
         weft_error_quiet_begin(); /* the attempt after the wait reports what still fails */
     st = add_chunk(reg, smallest, internal, chunk_out);
@@ -999,10 +1002,11 @@ static weft_status_t new_chunk(weft_registry_t *reg, size_t size, int internal,
                    "acknowledged ticket %llu, the unmapping of the released chunks",
                    smallest, weft_last_error(), (unsigned long long)unmapping);
     pthread_mutex_unlock(&reg->mu);
-    weft_wait_ctx_t ctx =
-        weft_comm_wait_ctx(reg->comm, "weft_malloc: waiting for the peers to unmap the spare "
-                                      "chunks released for room");
+    weft_wait_ctx_t ctx = weft_comm_wait_ctx(
+        reg->comm, "weft_malloc: waiting for the peers to unmap memory released for room");
     st = wait_acked(reg, unmapping, &reg->comm->wait_policy, weft_comm_check, &ctx);
+    if (st != WEFT_SUCCESS)
+        fail_comm(reg, st);
     pthread_mutex_lock(&reg->mu);
     if (st != WEFT_SUCCESS)
         return st;

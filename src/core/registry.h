@@ -76,12 +76,12 @@ void weft_registry_shutdown_sockets(weft_registry_t *reg);
 /* Allocate bytes in this rank's slice, mapped locally at once. internal != 0 (staging scratch,
  * control blocks): always registered at once, whatever the mode. Otherwise the mode decides:
  * roa registers now (in the background), jit at first use, staged never. Returns at once,
- * waiting for neither the registrar nor a peer, except near out of memory with chunks: when no
- * new chunk can be made until the spare chunks it released for room are unmapped by every peer
- * (their address ranges, and a GPU chunk's memory, come back only then), it waits for the
- * peers' acknowledgements, without the registry's mutex, bounded by comm's timeout
- * (WEFT_TIMEOUT_S) and health: WEFT_ERR_TIMEOUT, WEFT_ERR_PEER_LOST (or the communicator's
- * stored error) or WEFT_ERR_ABORTED when the wait fails. WEFT_ERR_NO_MEMORY when the slice is
+ * waiting for neither the registrar nor a peer, except near out of memory: when no new chunk can
+ * be made until released memory (freed earlier, or spare chunks it released for room) is
+ * unmapped by every peer (address ranges, and a GPU chunk's memory, come back only then), it
+ * waits for the peers' acknowledgements, without the registry's mutex, bounded by comm's
+ * timeout and health: WEFT_ERR_TIMEOUT, WEFT_ERR_PEER_LOST (or the communicator's stored error)
+ * or WEFT_ERR_ABORTED when the wait fails, which fails the communicator. WEFT_ERR_NO_MEMORY when the slice is
  * full, the provider fails, or a sparse provider's memfd has no unused offsets left
  * (registry.c). WEFT_ERR_INVALID_ARGUMENT for 0 bytes (weft_malloc answers those itself). */
 weft_status_t weft_registry_alloc(weft_registry_t *reg, size_t bytes, int internal, void **ptr_out);

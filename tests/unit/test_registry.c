@@ -739,11 +739,13 @@ static void test_chunk_fallback(void)
 }
 
 /* The fake peer on a thread of its own, for calls that wait for it: it receives every message
- * and, with ack set, acknowledges every REG and UNREG at once, until stop is set. Only the main
- * thread may CHECK: the thread counts what it saw, and its failures, for the main thread. */
+ * and, with ack set, acknowledges every REG and UNREG (delay_ms after receiving it), until stop
+ * is set. Only the main thread may CHECK: the thread counts what it saw, and its failures, for
+ * the main thread. */
 typedef struct peer_thread {
     fixture_t *f;
     int ack;
+    int delay_ms;
     pthread_t th;
     _Atomic int stop;
     _Atomic int unregs;    /* UNREGs received */
@@ -767,6 +769,8 @@ static void *peer_thread_main(void *arg)
             atomic_fetch_add(&pt->unregs, 1);
         if (!pt->ack || (msg.type != WEFT_CTRL_REG && msg.type != WEFT_CTRL_UNREG))
             continue;
+        if (pt->delay_ms > 0)
+            usleep((useconds_t)pt->delay_ms * 1000);
         weft_ctrl_msg_t ack = {.type = msg.type == WEFT_CTRL_REG ? WEFT_CTRL_REG_ACK
                                                                  : WEFT_CTRL_UNREG_ACK,
                                .ticket = msg.ticket};
@@ -777,11 +781,12 @@ static void *peer_thread_main(void *arg)
 }
 
 /* Start the peer thread over f; 0, or -1 after a failed check. */
-static int peer_thread_start(peer_thread_t *pt, fixture_t *f, int ack)
+static int peer_thread_start(peer_thread_t *pt, fixture_t *f, int ack, int delay_ms)
 {
     memset(pt, 0, sizeof *pt);
     pt->f = f;
     pt->ack = ack;
+    pt->delay_ms = delay_ms;
     int err = pthread_create(&pt->th, NULL, peer_thread_main, pt);
     CHECK(err == 0, "pthread_create: %s", strerror(err));
     return err == 0 ? 0 : -1;
@@ -814,7 +819,7 @@ static void test_chunk_fallback_registered(weft_registration_t mode)
         fixture_close(&f);
         return;
     }
-    if (peer_thread_start(&pt, &f, 1) != 0) {
+    if (peer_thread_start(&pt, &f, 1, 0) != 0) {
         fixture_close(&f);
         return;
     }
@@ -839,6 +844,42 @@ static void test_chunk_fallback_registered(weft_registration_t mode)
     peer_thread_stop(&pt);
     CHECK(atomic_load(&pt.unregs) == 1, "%s: the peer received %d UNREG(s), expected the spare's",
           name, atomic_load(&pt.unregs));
+    fixture_close(&f);
+}
+
+/* Memory freed earlier, with no spare chunk (a chunk per allocation, as on the host backend):
+ * 1 MiB, then 2 MiB, freed, then 2.5 MiB at once, which fits only once the peer acknowledged the
+ * unmapping of the freed range; the peer acknowledges 200 ms after receiving. The allocation
+ * waits for that (before, it failed with WEFT_ERR_NO_MEMORY: only spares released by the call
+ * itself were waited for). */
+static void test_freed_range_wait(void)
+{
+    const size_t mib = (size_t)1 << 20;
+    fixture_t f;
+    peer_thread_t pt;
+    if (SLICE_PAGES * weft_mem_host_ops.granularity() != 4 * mib) {
+        printf("test_freed_range_wait: skipped (a page is not 4 KiB)\n");
+        return;
+    }
+    if (fixture_open(&f, WEFT_REGISTRATION_ROA, BACKLOG) != 0) {
+        fixture_close(&f);
+        return;
+    }
+    if (peer_thread_start(&pt, &f, 1, 200) != 0) {
+        fixture_close(&f);
+        return;
+    }
+    void *a = NULL, *b = NULL, *c = NULL;
+    CHECK(weft_registry_alloc(f.reg, mib, 0, &a) == WEFT_SUCCESS, "1 MiB: %s", weft_last_error());
+    CHECK(weft_registry_alloc(f.reg, 2 * mib, 0, &b) == WEFT_SUCCESS, "2 MiB: %s",
+          weft_last_error());
+    CHECK(b && weft_registry_free(f.reg, b) == WEFT_SUCCESS, "free 2 MiB");
+    weft_status_t st = weft_registry_alloc(f.reg, 5 * mib / 2, 0, &c);
+    CHECK(st == WEFT_SUCCESS, "2.5 MiB right after freeing 2 MiB: %s (%s)", weft_status_string(st),
+          weft_last_error());
+    if (c)
+        memset(c, 0x3c, 5 * mib / 2); /* mapped */
+    peer_thread_stop(&pt);
     fixture_close(&f);
 }
 
@@ -868,7 +909,7 @@ static void test_chunk_fallback_unacknowledged(void)
             fixture_close(&f);
             return;
         }
-        if (peer_thread_start(&pt, &f, 0) != 0) {
+        if (peer_thread_start(&pt, &f, 0, 0) != 0) {
             fixture_close(&f);
             return;
         }
@@ -1087,6 +1128,7 @@ int main(void)
     test_chunk_fallback_registered(WEFT_REGISTRATION_ROA);
     test_chunk_fallback_registered(WEFT_REGISTRATION_JIT);
     test_chunk_fallback_unacknowledged();
+    test_freed_range_wait();
     test_alloc_zero();
     test_inflight_no_memory();
     test_map_unlocked();
