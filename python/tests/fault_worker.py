@@ -21,9 +21,10 @@ Scenarios:
               and frees it, so rank 1's barrier on it fails at once (WEFT_ERR_PEER_LOST).
   config      weft.init() keyword overrides reach the library (registration="staged": no
               zero-copy operation); bad values raise ValueError without making a communicator.
-  init_retry  rank 1's init() raises ValueError (a bad backend) while rank 0's times out (1 s)
-              waiting for it; then both init() again and all-reduce: the failed calls took one
-              rendezvous number each on both ranks, so the retries meet.
+  init_retry  rank 1's init() raises ValueError (a bad backend), then TypeError (timeout_s a
+              string), while rank 0's calls time out (1 s) waiting for it; then both init()
+              again and all-reduce: each failed call took one rendezvous number on both ranks,
+              so the retries meet.
 """
 
 import argparse
@@ -323,15 +324,18 @@ def scenario_init_fails(c):
 
 def scenario_init_retry(c):
     rank = int(os.environ.get("WEFT_RANK", os.environ.get("RANK", "0")))
-    if rank == 1:
-        try:
-            weft.init(backend="gpu")
-            c.expect(False, "init(backend='gpu') raised nothing")
-        except ValueError as exc:
-            c.expect("backend" in str(exc), f"init(backend='gpu'): {exc}")
-    else:
-        c.expect_error(lambda: weft.init(timeout_s=1), ("WEFT_ERR_TIMEOUT",),
-                       "init while rank 1's call was refused")
+    for kwargs, error in (({"backend": "gpu"}, ValueError), ({"timeout_s": "1"}, TypeError)):
+        if rank == 1:
+            try:
+                weft.init(**kwargs)
+                c.expect(False, f"init({kwargs}) raised nothing")
+            except error:
+                pass
+            except Exception as exc:  # noqa: BLE001 - the wrong exception is the failure
+                c.expect(False, f"init({kwargs}) raised {type(exc).__name__}: {exc}")
+        else:
+            c.expect_error(lambda: weft.init(timeout_s=1), ("WEFT_ERR_TIMEOUT",),
+                           f"init while rank 1's init({kwargs}) was refused")
     with weft.init(timeout_s=20) as comm:
         a = np.full(4, comm.rank + 1.0)
         comm.all_reduce(a)

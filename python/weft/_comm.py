@@ -942,7 +942,7 @@ def init(backend=None, timeout_s=None, registration=None, host_workers=None):
     lib = library()
     try:
         cfg = _init_config(lib, backend, timeout_s, registration, host_workers)
-    except ValueError:
+    except Exception:  # ValueError, or TypeError from a value of the wrong type
         # A call the C library refuses still takes its rendezvous number (weft.h: the k-th
         # weft_comm_init of each rank meets the k-th of the others), so that a rank whose
         # arguments were wrong does not fall one behind peers whose calls went ahead: take it
