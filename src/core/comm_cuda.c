@@ -99,8 +99,10 @@ weft_status_t weft_cuda_select_device(int local_rank, int *device_out)
         err = cudaFree(NULL); /* create the primary context now, not inside a later call */
     if (err != cudaSuccess)
         return cuda_error(err, "weft_comm_init: cudaSetDevice");
-    *device_out = device;
-    return weft_cuda_device_check(); /* VMM and POSIX handles, which the provider needs */
+    weft_status_t st = weft_cuda_device_check(); /* VMM and POSIX handles, the provider's needs */
+    if (st == WEFT_SUCCESS)
+        *device_out = device;
+    return st;
 }
 
 typedef struct cuda_rank_info {

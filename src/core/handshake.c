@@ -137,8 +137,9 @@ weft_status_t weft_hs_check_match(struct weft_comm *comm, uint64_t seq, const we
     }
     if (total != 0)
         return weft_error(WEFT_ERR_MISMATCH,
-                          "%s: two other ranks disagree on the counts between them (what one "
-                          "sends against what the other expects): the ranks of that pair name it",
+                          "%s: the counts of another rank disagree (what a rank sends against "
+                          "what its receiver expects, itself as a pair included): the ranks "
+                          "concerned name them",
                           call);
     return WEFT_SUCCESS;
 }

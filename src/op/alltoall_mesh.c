@@ -18,7 +18,9 @@
  * p), and every rank adds up the pair digest (handshake.c), so every rank sees a mismatch
  * there and returns before anything moves; the pair's two ranks name it. Should the digest
  * miss one (a 2^-64 chance), only the pair sees it: the operation then still completes, without
- * moving data on those ranks, and the closing signal carries the verdict to everyone.
+ * moving data on those ranks, and the closing signal carries the verdict to everyone (on the CUDA
+ * backend the others may have taken the push path, which the pair skips: they end at the
+ * timeout).
  *
  * An all_to_allv whose blocks are all within the CUDA push path's limit takes that path
  * instead (coll_push.c; an all_to_all chose it before calling here). Only the handshake tells a

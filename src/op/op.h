@@ -87,7 +87,9 @@ weft_status_t weft_op_source(weft_op_t *op, const void *ptr, size_t bytes, int f
  * inline), wait for every peer's descriptor and compare. A pair-count mismatch is seen by every
  * rank (the pair digest: weft_hs_check_match) and returned like any other; should the digest miss
  * it (a 2^-64 chance) only the pair's ranks see it: *pair_only_out (may be NULL) is then set to
- * 1 and the operation must still complete (weft_op_complete) so that every rank reports it. */
+ * 1 and the operation must still complete (weft_op_complete) so that every rank reports it (on
+ * the CUDA backend the other ranks may then have chosen another path than the pair's, and end
+ * at the timeout instead). */
 weft_status_t weft_op_exchange(weft_op_t *op, const weft_op_desc_t *desc,
                                const uint64_t *src_per_peer, const uint64_t *pair_send,
                                const uint64_t *pair_recv, const void *data, size_t data_stride,

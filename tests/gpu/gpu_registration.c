@@ -666,10 +666,15 @@ static void other_device(gpu_ctx_t *g)
     int ngpu = 0;
     gpu_cuda_ok(g, cudaGetDeviceCount(&ngpu), "cudaGetDeviceCount");
     int n = ctx->nranks, mirror = n - 1 - ctx->rank;
-    if (ngpu < 2 || mirror % ngpu == ctx->rank % ngpu) {
+    /* Every rank decides alike: only if every rank's mirror is on another GPU than its own (an
+     * odd n keeps the middle rank on its GPU), else the others would wait for it in init. */
+    int every = ngpu >= 2;
+    for (int r = 0; every && r < n; r++)
+        every = (n - 1 - r) % ngpu != r % ngpu;
+    if (!every) {
         printf("gpu_registration: rank %d: the communicator on another GPU skipped (%d GPU(s) "
-               "visible, rank %d of %d)\n",
-               ctx->rank, ngpu, ctx->rank, n);
+               "visible, %d ranks: some rank's mirror shares its GPU)\n",
+               ctx->rank, ngpu, n);
         return;
     }
     mp_case(ctx, "a communicator on another GPU than the first (rank %d as %d)", ctx->rank, mirror);

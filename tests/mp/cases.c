@@ -551,7 +551,7 @@ static int expected_message(const mp_ctx_t *ctx, case_t c, char *buf, size_t cap
         return 1;
     }
     if (c == CASE_ALL_TO_ALLV_COUNTS || c == CASE_ALL_TO_ALLV_SELF) {
-        snprintf(buf, cap, "two other ranks disagree on the counts between them");
+        snprintf(buf, cap, "the counts of another rank disagree");
         return 1;
     }
     return 0;
