@@ -267,8 +267,9 @@ static weft_status_t client_join(weft_store_t *st, const struct addrinfo *list, 
     if (rejected)
         return weft_error(WEFT_ERR_TIMEOUT,
                           "weft_store_open: rank %d of %d could not join the store at %s port "
-                          "%d within %.3g s: the server refused the handshake (another job, "
-                          "nranks or generation %u mismatched, or rank already connected)",
+                          "%d within %.3g s: the server closed the connection before welcoming it "
+                          "(another job, nranks or generation %u mismatched, the rank already "
+                          "connected, or connections that send nothing crowding the server)",
                           st->rank, st->nranks, addr, port, timeout_s, generation);
     return weft_error_errno(WEFT_ERR_TIMEOUT, last_err,
                             "weft_store_open: rank %d of %d could not reach the store at %s port "

@@ -40,12 +40,15 @@
 /* A client sends its HELLO as soon as it is connected. The server closes a connection that has
  * not completed its HELLO within STORE_HELLO_WINDOW_NS of being accepted, and keeps at most
  * STORE_PENDING_MAX(nranks) such connections: past that, each one it accepts costs the oldest
- * (one that had a chance to send its HELLO and has not) its connection. A client closed that way
+ * its connection, provided that one was accepted STORE_EVICT_AGE_NS ago or more (a client sends
+ * its HELLO right after connecting: one that has been silent that long is not a rank; younger
+ * ones wait for their turn in the listen backlog). A client closed that way
  * sees the close before a WELCOME and retries, so neither bound can fail a real rank; they keep
  * connections that never speak (port scanners, stray clients) from holding the server's
  * descriptors and memory, and from keeping ranks out. */
 #define STORE_HELLO_WINDOW_NS 2000000000ull
 #define STORE_PENDING_MAX(nranks) (4 * (nranks) + 8)
+#define STORE_EVICT_AGE_NS 100000000ull
 
 /* Message types: the first byte of a body. */
 enum {

@@ -66,7 +66,7 @@ typedef struct conn {
     int fd;
     int rank;
     int dead;
-    int polled;                 /* a poll round has reported on it: it had a chance to speak */
+    uint64_t accepted_ns;       /* when it was accepted */
     uint64_t hello_deadline_ns; /* while rank is -1: closed when this passes */
     uint8_t hdr[STORE_HDR_BYTES];
     size_t hdr_got;
@@ -449,7 +449,8 @@ static int conn_add(weft_store_server_t *s, int fd)
         goto err_no_memory;
     c->fd = fd;
     c->rank = -1;
-    c->hello_deadline_ns = weft_now_ns() + STORE_HELLO_WINDOW_NS;
+    c->accepted_ns = weft_now_ns();
+    c->hello_deadline_ns = c->accepted_ns + STORE_HELLO_WINDOW_NS;
     s->conns[s->nconns++] = c;
     return 0;
 
@@ -467,15 +468,25 @@ static size_t count_pending(const weft_store_server_t *s)
     return n;
 }
 
-/* Mark for closing (reap_dead) the oldest connection without a HELLO that had a poll round to
- * send it, after reading what it may have sent since. Connections are kept in the order they
- * were accepted. Returns 1, or 0 when there is none. */
-static int evict_oldest_pending(weft_store_server_t *s, const char *why)
+/* Mark for closing (reap_dead) the oldest connection without a HELLO that was accepted
+ * STORE_EVICT_AGE_NS ago or more, after reading what it may have sent since the last poll.
+ * Connections are kept in the order they were accepted. Returns 1, or 0 when there is none; then
+ * *ripe_ns (may be NULL) gets when the oldest one without a HELLO will be old enough (0 if there
+ * is none). */
+static int evict_oldest_pending(weft_store_server_t *s, const char *why, uint64_t *ripe_ns)
 {
+    uint64_t now = weft_now_ns();
+    if (ripe_ns)
+        *ripe_ns = 0;
     for (size_t i = 0; i < s->nconns; i++) {
         conn_t *c = s->conns[i];
-        if (c->rank >= 0 || c->dead || !c->polled)
+        if (c->rank >= 0 || c->dead)
             continue;
+        if (now - c->accepted_ns < STORE_EVICT_AGE_NS) {
+            if (ripe_ns)
+                *ripe_ns = c->accepted_ns + STORE_EVICT_AGE_NS;
+            return 0; /* the oldest is too young to be judged, and so are the rest */
+        }
         conn_read(s, c); /* its HELLO may have come after the last poll */
         if (c->rank >= 0 || c->dead)
             continue;
@@ -514,9 +525,13 @@ static void accept_all(weft_store_server_t *s)
     for (;;) {
         if (pending >= (size_t)STORE_PENDING_MAX(s->nranks)) {
             /* The rest wait in the listen backlog. Room is made one connection per round, from
-             * the oldest idle one once the newest have been polled, so that a burst of idle
-             * connections cannot push out a rank's that came among them before it spoke. */
-            (void)evict_oldest_pending(s, "too many connections without one");
+             * the oldest idle one that has been silent long enough, so that a burst of idle
+             * connections cannot push out a rank's that came among them before it spoke; while
+             * none is, the listener rests until the oldest is (no busy poll on it meanwhile). */
+            uint64_t ripe_ns;
+            if (!evict_oldest_pending(s, "too many connections without one", &ripe_ns) &&
+                ripe_ns != 0)
+                s->accept_resume_ns = ripe_ns;
             return;
         }
         int fd = weft_forksafe_accept(s->listen_fd, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -529,7 +544,7 @@ static void accept_all(weft_store_server_t *s)
             /* Out of descriptors: free one (reap_dead closes it before the next poll, which
              * finds the listener ready again). */
             if ((err == EMFILE || err == ENFILE) &&
-                evict_oldest_pending(s, "out of descriptors to accept another"))
+                evict_oldest_pending(s, "out of descriptors to accept another", NULL))
                 return;
             /* Nothing to free, or out of memory: rest the listener rather than spin on it, then
              * try again; the connections wait in the listen backlog. Recorded once per cause. */
@@ -558,6 +573,10 @@ static uint64_t expire_pending(weft_store_server_t *s, uint64_t now)
     uint64_t next = UINT64_MAX;
     for (size_t i = 0; i < s->nconns; i++) {
         conn_t *c = s->conns[i];
+        if (c->rank >= 0 || c->dead)
+            continue;
+        if (now >= c->hello_deadline_ns)
+            conn_read(s, c); /* its HELLO may have come after the last poll */
         if (c->rank >= 0 || c->dead)
             continue;
         if (now >= c->hello_deadline_ns) {
@@ -671,7 +690,6 @@ static void *server_main(void *arg)
                 conn_read(s, c);
             if ((re & (POLLOUT | POLLHUP | POLLERR)) || c->out_head != NULL)
                 conn_flush(c);
-            c->polled = 1;
         }
         if (s->pfds[1].revents & POLLIN)
             accept_all(s);
