@@ -9,7 +9,7 @@ export NCCL_NVLS_ENABLE=0
 snap() { tar czf $OUT/results.tgz -C /tmp res 2>/dev/null; }
 t0=$(date +%s); el() { echo "$(( $(date +%s) - t0 )) s"; }
 nvidia-smi -L > $R/machine.txt 2>&1
-(cmake -S . -B build-gpu -DWEFT_CUDA=ON -DWEFT_WERROR=ON > $R/cmake.log 2>&1 && cmake --build build-gpu -j32 > $R/build.log 2>&1) || { tail -30 $R/build.log; snap; exit 1; }
+(cmake -S . -B build-gpu -DWEFT_CUDA=ON -DWEFT_WERROR=ON > $R/cmake.log 2>&1 && cmake --build build-gpu -j16 > $R/build.log 2>&1) || { tail -30 $R/build.log; snap; exit 1; }
 echo "== build ok ($(el))"
 (cd build-gpu && timeout 100 ctest -j16 -L unit --output-on-failure > $R/ctest_unit.log 2>&1; echo "ctest unit rc=$?"; grep -E "tests passed|Failed" $R/ctest_unit.log | head -5)
 GPU_TEST_RANKS="2 4" GPU_TEST_BUDGET_S=200 timeout 215 bash tests/gpu/run.sh build-gpu $R/suite2 > $R/suite2.log 2>&1
