@@ -69,8 +69,10 @@ int main(int argc, char **argv)
     }
     for (size_t k = 0; k < nsizes; k++) {
         uint64_t v;
-        if (weft_parse_bytes(argv[optind + (int)k], &v) != 0 || v > SIZE_MAX) {
-            fprintf(stderr, "mpi_allreduce: bad size '%s'\n", argv[optind + (int)k]);
+        /* MPI_Allreduce takes an int count of floats */
+        if (weft_parse_bytes(argv[optind + (int)k], &v) != 0 || v / sizeof(float) > INT_MAX) {
+            fprintf(stderr, "mpi_allreduce: bad size '%s' (at most %zu bytes)\n",
+                    argv[optind + (int)k], (size_t)INT_MAX * sizeof(float));
             usage();
             return 2;
         }

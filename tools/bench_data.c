@@ -42,8 +42,6 @@
 #define REDUCE_MODULUS 64
 /* Bases of integer AVG inputs when n * base must wrap (more ranks than the limit allows). */
 #define AVG_WRAP_BASES 8
-/* Byte written over outputs before a verified call. */
-#define POISON_BYTE 0xA5
 
 const dtype_info_t dtypes[WEFT_NUM_DTYPES] = {
     [WEFT_INT8] = {"int8", "int8", 1, true, 127},
@@ -337,13 +335,18 @@ void a2av_setup(const data_spec_t *spec, size_t per, a2av_layout_t *layout)
  * Inputs and verification of one call
  * ------------------------------------------------------------------------------------------- */
 
+int verify_passes(weft_dtype_t dtype)
+{
+    return dtypes[dtype].size == 1 ? 2 : 1;
+}
+
 void fill_inputs(const data_spec_t *spec, coll_t coll, size_t total, bool inplace, char *sendbuf,
-                 char *recvbuf)
+                 char *recvbuf, unsigned char poison)
 {
     size_t es = dtypes[spec->dtype].size, per = total / (size_t)spec->nranks;
     weft_dtype_t dt = spec->dtype;
     int me = spec->rank;
-    memset(recvbuf, POISON_BYTE, total * es);
+    memset(recvbuf, poison, total * es);
     switch (coll) {
     case COLL_ALL_REDUCE: {
         char *in = inplace ? recvbuf : sendbuf;

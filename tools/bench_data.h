@@ -74,14 +74,24 @@ int64_t copy_value(const data_spec_t *spec, int r, size_t i);
  * packed in rank order. */
 void a2av_setup(const data_spec_t *spec, size_t per, a2av_layout_t *layout);
 
+/* Poison bytes of the outputs, one per verified call of a size. An element of one byte can hold
+ * the first as its exact result (a uint8 sum, say): an output left unwritten would then pass, so
+ * those dtypes are verified twice, with each poison (verify_passes). */
+#define BENCH_POISON_A 0xA5
+#define BENCH_POISON_B 0x5A
+
+/* Verified calls per size for dtype: 2 for one-byte dtypes, else 1 (no exact result of a wider
+ * element this module makes repeats the poison byte). */
+int verify_passes(weft_dtype_t dtype);
+
 /* Write spec's rank's inputs for one verified call of coll (a collective that moves data, not
  * COLL_BARRIER) over a full buffer of total elements (a multiple of nranks for the per-rank
  * collectives; for all-to-allv, the layout a2av_setup made for total / nranks) into the host
- * buffers sendbuf and recvbuf, each of at least total elements, after poisoning the first total
- * elements of recvbuf. The in-place forms read their inputs where the API says, in recvbuf
- * (reduce-scatter reads sendbuf in both forms). */
+ * buffers sendbuf and recvbuf, each of at least total elements, after filling the first total
+ * elements of recvbuf with the byte poison. The in-place forms read their inputs where the API
+ * says, in recvbuf (reduce-scatter reads sendbuf in both forms). */
 void fill_inputs(const data_spec_t *spec, coll_t coll, size_t total, bool inplace, char *sendbuf,
-                 char *recvbuf);
+                 char *recvbuf, unsigned char poison);
 
 /* Count the output elements of spec's rank that differ, bit for bit, from the exact result of
  * coll (not COLL_BARRIER) over total elements on the inputs fill_inputs writes. The outputs are

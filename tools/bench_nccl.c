@@ -22,11 +22,13 @@ struct bench_nccl {
     cudaStream_t stream;
     int rank, nranks;
     char version[32];
+    size_t *uniform; /* 2 * nranks: an all-to-all's counts and displacements, made at init so
+                        that no allocation lands in a timed call */
 };
 
 static const ncclDataType_t nccl_dtypes[WEFT_NUM_DTYPES] = {
-    [WEFT_INT8] = ncclInt8,       [WEFT_UINT8] = ncclUint8,     [WEFT_INT32] = ncclInt32,
-    [WEFT_UINT32] = ncclUint32,   [WEFT_INT64] = ncclInt64,     [WEFT_UINT64] = ncclUint64,
+    [WEFT_INT8] = ncclInt8,       [WEFT_UINT8] = ncclUint8,       [WEFT_INT32] = ncclInt32,
+    [WEFT_UINT32] = ncclUint32,   [WEFT_INT64] = ncclInt64,       [WEFT_UINT64] = ncclUint64,
     [WEFT_FLOAT16] = ncclFloat16, [WEFT_BFLOAT16] = ncclBfloat16, [WEFT_FLOAT32] = ncclFloat32,
     [WEFT_FLOAT64] = ncclFloat64,
 };
@@ -74,9 +76,11 @@ static int share_unique_id(weft_comm_t comm, cudaStream_t stream, ncclUniqueId *
 bench_nccl_t *bench_nccl_init(weft_comm_t comm, void *stream)
 {
     bench_nccl_t *n = calloc(1, sizeof *n);
-    if (!n) {
+    if (n)
+        n->uniform = calloc(2 * (size_t)weft_comm_size(comm), sizeof *n->uniform);
+    if (!n || !n->uniform) {
         fprintf(stderr, "weft-bench-nccl: out of memory\n");
-        return NULL;
+        goto err_free;
     }
     n->rank = weft_comm_rank(comm);
     n->nranks = weft_comm_size(comm);
@@ -87,8 +91,8 @@ bench_nccl_t *bench_nccl_init(weft_comm_t comm, void *stream)
         nccl_failed(n->rank, "ncclGetVersion", r);
         goto err_free;
     }
-    snprintf(n->version, sizeof n->version, "NCCL %d.%d.%d", version / 10000,
-             version / 100 % 100, version % 100);
+    snprintf(n->version, sizeof n->version, "NCCL %d.%d.%d", version / 10000, version / 100 % 100,
+             version % 100);
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
     if (n->rank == 0 && (r = ncclGetUniqueId(&id)) != ncclSuccess) {
@@ -105,6 +109,8 @@ bench_nccl_t *bench_nccl_init(weft_comm_t comm, void *stream)
     return n;
 
 err_free:
+    if (n)
+        free(n->uniform);
     free(n);
     return NULL;
 }
@@ -129,8 +135,8 @@ static ncclResult_t all_to_allv(bench_nccl_t *n, const char *in, char *out, size
     return r != ncclSuccess ? r : end;
 }
 
-weft_status_t bench_nccl_call(bench_nccl_t *n, coll_t coll, const void *in, void *out,
-                              size_t count, weft_dtype_t dtype, weft_redop_t op, int root,
+weft_status_t bench_nccl_call(bench_nccl_t *n, coll_t coll, const void *in, void *out, size_t count,
+                              weft_dtype_t dtype, weft_redop_t op, int root,
                               const a2av_layout_t *a2av)
 {
     ncclDataType_t dt = nccl_dtypes[dtype];
@@ -151,18 +157,13 @@ weft_status_t bench_nccl_call(bench_nccl_t *n, coll_t coll, const void *in, void
         r = ncclBroadcast(in, out, count, dt, root, n->comm, n->stream);
         break;
     case COLL_ALL_TO_ALL: {
-        size_t *uniform = malloc(2 * (size_t)n->nranks * sizeof *uniform);
-        if (!uniform) {
-            fprintf(stderr, "weft-bench-nccl: rank %d: out of memory\n", n->rank);
-            return WEFT_ERR_NO_MEMORY;
-        }
+        size_t *uniform = n->uniform;
         for (int p = 0; p < n->nranks; p++) {
             uniform[p] = count;
             uniform[n->nranks + p] = (size_t)p * count;
         }
         r = all_to_allv(n, in, out, es, dt, uniform, uniform + n->nranks, uniform,
                         uniform + n->nranks);
-        free(uniform);
         break;
     }
     case COLL_ALL_TO_ALLV:
@@ -184,5 +185,6 @@ void bench_nccl_destroy(bench_nccl_t *n, bool abort)
         ncclCommAbort(n->comm);
     else
         ncclCommDestroy(n->comm);
+    free(n->uniform);
     free(n);
 }

@@ -18,7 +18,7 @@ const coll_info_t colls[NUM_COLLS] = {
     [COLL_REDUCE_SCATTER] = {"reduce_scatter", true, false, true, true, 1},
     [COLL_BROADCAST] = {"broadcast", false, true, true, false, 0},
     [COLL_ALL_TO_ALL] = {"all_to_all", false, false, false, true, 1},
-    [COLL_ALL_TO_ALLV] = {"all_to_allv", false, false, false, true, 1},
+    [COLL_ALL_TO_ALLV] = {"all_to_allv", false, false, false, true, 3},
     [COLL_BARRIER] = {"barrier", false, false, false, false, -1},
 };
 
@@ -39,27 +39,28 @@ const char *const backend_names[3] = {
  * ------------------------------------------------------------------------------------------- */
 void bench_usage(FILE *out)
 {
-    fprintf(out,
-            "usage: weftrun -n N weft-bench [options]\n"
-            "  -t, --coll NAME        all_reduce|all_gather|reduce_scatter|broadcast|all_to_all|\n"
-            "                         all_to_allv|barrier|all (default all)\n"
-            "  -b, --minbytes SIZE    smallest size, e.g. 8, 1K, 64M (default 8)\n"
-            "  -e, --maxbytes SIZE    largest size (default 64M)\n"
-            "  -f, --stepfactor F     multiply the size by F each step, F >= 2 (default 2)\n"
-            "  -o, --op NAME          sum|prod|max|min|avg (default sum)\n"
-            "  -d, --datatype NAME    int8 uint8 int32 uint32 int64 uint64 half bfloat16 float\n"
-            "                         double (also float16 bf16 float32 float64; default float)\n"
-            "  -r, --root R           broadcast root (default 0)\n"
-            "  -n, --iters N          timed calls per size (default 20)\n"
-            "  -w, --warmup N         untimed calls per size first (default 5)\n"
-            "  -c, --check 0|1        verify one call per size exactly (default 1)\n"
-            "      --registration M   roa|jit|staged (default: WEFT_REGISTRATION)\n"
-            "      --buffers B        weft (weft_malloc) | malloc (plain memory) (default weft)\n"
-            "      --inplace 0|1|2    out of place, in place, or both (default 2)\n"
-            "      --json FILE        append one JSON object per size and placement\n"
-            "      --backend B        auto|host|cuda (default: WEFT_BACKEND, else auto)\n"
-            "  -h, --help             this text\n"
-            "Exit status: 0 success, 1 failure or wrong results, 2 bad arguments.\n");
+    fprintf(
+        out,
+        "usage: weftrun -n N weft-bench [options]\n"
+        "  -t, --coll NAME        all_reduce|all_gather|reduce_scatter|broadcast|all_to_all|\n"
+        "                         all_to_allv|barrier|all (default all; repeat -t for several)\n"
+        "  -b, --minbytes SIZE    smallest size, e.g. 8, 1K, 64M (default 8)\n"
+        "  -e, --maxbytes SIZE    largest size (default 64M)\n"
+        "  -f, --stepfactor F     multiply the size by F each step, F >= 2 (default 2)\n"
+        "  -o, --op NAME          sum|prod|max|min|avg (default sum)\n"
+        "  -d, --datatype NAME    int8 uint8 int32 uint32 int64 uint64 half bfloat16 float\n"
+        "                         double (also float16 bf16 float32 float64; default float)\n"
+        "  -r, --root R           broadcast root (default 0)\n"
+        "  -n, --iters N          timed calls per size (default 20)\n"
+        "  -w, --warmup N         untimed calls per size first (default 5)\n"
+        "  -c, --check 0|1        verify one call per size exactly (default 1)\n"
+        "      --registration M   roa|jit|staged (default: WEFT_REGISTRATION)\n"
+        "      --buffers B        weft (weft_malloc) | malloc (plain memory) (default weft)\n"
+        "      --inplace 0|1|2    out of place, in place, or both (default 2)\n"
+        "      --json FILE        append one JSON object per size and placement\n"
+        "      --backend B        auto|host|cuda (default: WEFT_BACKEND, else auto)\n"
+        "  -h, --help             this text\n"
+        "Exit status: 0 success, 1 failure or wrong results, 2 bad arguments.\n");
 }
 
 /* A byte size (util/parse_bytes.h) into a size_t. Returns 0 on success. */
@@ -81,6 +82,7 @@ static int lookup(const char *name, const char *const *names, int n)
     return -1;
 }
 
+#ifdef WEFT_BENCH_NCCL
 /* Whether some collective is selected. */
 static bool parse_coll_any(const bench_opts_t *opt)
 {
@@ -89,12 +91,18 @@ static bool parse_coll_any(const bench_opts_t *opt)
             return true;
     return false;
 }
+#endif
 
-static int parse_coll(const char *s, bench_opts_t *opt)
+/* One -t: the first replaces the default selection (all), later ones add to it. */
+static int parse_coll(const char *s, bench_opts_t *opt, bool first)
 {
-    for (int c = 0; c < NUM_COLLS; c++)
-        opt->coll_selected[c] = strcmp(s, "all") == 0 || strcmp(s, colls[c].name) == 0;
-    return parse_coll_any(opt) ? 0 : -1;
+    bool known = strcmp(s, "all") == 0;
+    for (int c = 0; c < NUM_COLLS; c++) {
+        bool match = strcmp(s, "all") == 0 || strcmp(s, colls[c].name) == 0;
+        known = known || match;
+        opt->coll_selected[c] = match || (!first && opt->coll_selected[c]);
+    }
+    return known ? 0 : -1;
 }
 
 static int parse_dtype(const char *s, weft_dtype_t *out)
@@ -144,7 +152,7 @@ int bench_parse_args(int argc, char **argv, bench_opts_t *opt)
         .run_outofplace = true,
         .run_inplace = true,
     };
-    (void)parse_coll("all", opt);
+    (void)parse_coll("all", opt, true);
 #ifdef WEFT_BENCH_NCCL
     opt->weft_buffers = false;
     opt->backend = WEFT_BACKEND_CUDA;
@@ -152,12 +160,14 @@ int bench_parse_args(int argc, char **argv, bench_opts_t *opt)
 #endif
 
     int c, v = 0;
+    bool coll_given = false;
     while ((c = getopt_long(argc, argv, "t:b:e:f:o:d:r:n:w:c:h", longopts, NULL)) != -1) {
         const char *a = optarg;
         int bad = 0;
         switch (c) {
         case 't':
-            bad = parse_coll(a, opt);
+            bad = parse_coll(a, opt, !coll_given);
+            coll_given = true;
             break;
         case 'b':
             bad = parse_size(a, &opt->min_bytes);
@@ -241,7 +251,32 @@ int bench_parse_args(int argc, char **argv, bench_opts_t *opt)
         fprintf(stderr, "weft-bench-nccl: NCCL has no barrier to measure\n");
         return -1;
     }
+    /* The checks expect weft's results: 16-bit floats summed in float32, AVG a sum then a
+     * division. NCCL adds 16-bit floats in 16 bits and averages floats by scaling each input
+     * first, so its exact-by-design results differ from these there. */
+    bool half = opt->dtype == WEFT_FLOAT16 || opt->dtype == WEFT_BFLOAT16;
+    bool floating = half || opt->dtype == WEFT_FLOAT32 || opt->dtype == WEFT_FLOAT64;
+    bool rounds =
+        (half && opt->op != WEFT_MAX && opt->op != WEFT_MIN) || (floating && opt->op == WEFT_AVG);
+    if (opt->check && rounds &&
+        (opt->coll_selected[COLL_ALL_REDUCE] || opt->coll_selected[COLL_REDUCE_SCATTER])) {
+        fprintf(stderr,
+                "weft-bench-nccl: NCCL's %s %s rounds differently from the exact result "
+                "weft-bench checks; time it with -c 0\n",
+                dtypes[opt->dtype].name, redop_names[opt->op]);
+        return -1;
+    }
 #endif
+    bool measurable = false; /* some selected collective in some selected placement */
+    for (int k = 0; k < NUM_COLLS; k++)
+        measurable =
+            measurable || (opt->coll_selected[k] &&
+                           (opt->run_outofplace || (opt->run_inplace && colls[k].has_inplace)));
+    if (!measurable) {
+        fprintf(stderr, "weft-bench: --inplace 1 and none of the selected collectives has an "
+                        "in-place form: nothing to measure\n");
+        return -1;
+    }
     if (opt->min_bytes == 0 && opt->max_bytes > 0) { /* 0 times the factor stays 0 */
         fprintf(stderr, "weft-bench: -b 0 sweeps nothing past 0; give -b a positive size, or "
                         "-b 0 -e 0 for the empty call alone\n");

@@ -24,7 +24,9 @@ typedef struct coll_info {
     bool rooted;      /* takes a root */
     bool has_inplace; /* the API defines an in-place form */
     bool per_rank;    /* size rounded to a multiple of nranks elements */
-    int busbw_kind;   /* 2: 2(n-1)/n, 1: (n-1)/n, 0: 1 (broadcast), -1: no bandwidth */
+    /* 2: 2(n-1)/n, 1: (n-1)/n, 0: 1 (broadcast), 3: the share of the buffer that leaves the
+     * rank (all-to-allv, whose block to itself is the smallest), -1: no bandwidth */
+    int busbw_kind;
 } coll_info_t;
 
 extern const coll_info_t colls[NUM_COLLS];

@@ -7,7 +7,9 @@
  * by weft_reduce_host (the semantics weft.h gives), and rank 0's verify must find 0 wrong
  * elements; one element changed by one must then be found. The results of every reduction but
  * PROD (+-1 and 2 by design) must take several values: a check whose expected results are all
- * equal verifies little.
+ * equal verifies little. An output never written (all poison) must fail verification in at
+ * least one of the passes weft-bench makes (verify_passes, one poison byte each) in every
+ * element: a one-byte sum can equal the first poison.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -45,7 +47,8 @@ static void check_case(weft_dtype_t dtype, weft_redop_t op, int nranks)
     }
     for (int r = 0; r < nranks; r++) {
         data_spec_t spec = {.dtype = dtype, .op = op, .rank = r, .nranks = nranks};
-        fill_inputs(&spec, COLL_ALL_REDUCE, TOTAL, false, send + (size_t)r * TOTAL * es, scratch);
+        fill_inputs(&spec, COLL_ALL_REDUCE, TOTAL, false, send + (size_t)r * TOTAL * es, scratch,
+                    BENCH_POISON_A);
         srcs[r] = send + (size_t)r * TOTAL * es;
     }
     weft_reduce_host(result, srcs, nranks, TOTAL, dtype, op, nranks);
@@ -67,6 +70,38 @@ static void check_case(weft_dtype_t dtype, weft_redop_t op, int nranks)
     wrong = verify(&spec0, COLL_ALL_REDUCE, TOTAL, false, send, recv, NULL);
     CHECK(wrong == 1, "%s op %d, %d ranks: a changed element counted %llu times",
           dtypes[dtype].alias, (int)op, nranks, (unsigned long long)wrong);
+    /* An output left as poisoned: verify counts exactly the elements whose result differs from
+     * the pass's poison, and every element differs in some pass. */
+    static const unsigned char poisons[2] = {BENCH_POISON_A, BENCH_POISON_B};
+    char *left = malloc(TOTAL * es);
+    if (!left) {
+        CHECK(0, "out of memory");
+        goto out;
+    }
+    size_t escaped = TOTAL; /* elements equal to the poison in every pass so far */
+    char *escapes = calloc(TOTAL, 1);
+    for (int pass = 0; escapes && pass < verify_passes(dtype); pass++) {
+        memset(left, poisons[pass], TOTAL * es);
+        uint64_t differ = 0;
+        escaped = 0;
+        for (size_t i = 0; i < TOTAL; i++) {
+            int same = memcmp(left + i * es, result + i * es, es) == 0;
+            differ += !same;
+            escapes[i] = (pass == 0 || escapes[i]) && same;
+            escaped += escapes[i];
+        }
+        wrong = verify(&spec0, COLL_ALL_REDUCE, TOTAL, false, send, left, NULL);
+        CHECK(wrong == differ,
+              "%s op %d, %d ranks: an unwritten output (poison 0x%02x) counted "
+              "%llu wrong, %llu differ",
+              dtypes[dtype].alias, (int)op, nranks, poisons[pass], (unsigned long long)wrong,
+              (unsigned long long)differ);
+    }
+    CHECK(escapes && escaped == 0,
+          "%s op %d, %d ranks: %zu element(s) of an unwritten output pass every verified call",
+          dtypes[dtype].alias, (int)op, nranks, escaped);
+    free(escapes);
+    free(left);
 out:
     free(send);
     free(recv);
