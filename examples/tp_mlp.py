@@ -160,8 +160,8 @@ def time_steps(model, x, dy, iters, sync):
 def init_torch_distributed(comm, device):
     """(torch.distributed, its backend's name) with a process group beside weft's communicator,
     or (None, why not)."""
-    # The rendezvous is a FileStore named after weftrun's per-job secret: it needs no port
-    # (weftrun's MASTER_PORT belongs to weft's bootstrap).
+    # The rendezvous is a FileStore named after weftrun's per-job secret: it needs no port, and
+    # runs alike under weftrun (whose MASTER_PORT is another port than weft's store) and torchrun.
     import torch.distributed as dist
 
     if device.type == "cuda":

@@ -71,6 +71,7 @@
 #define WEFTRUN_EXIT_PARTIAL_SKIP 1
 #define WEFTRUN_EXIT_UNREAPED 1  /* a left-behind process could not be reaped */
 #define WEFTRUN_KILL_WAIT_S 10.0 /* default of --kill-wait */
+#define WEFTRUN_MAX_WAIT_S 1e7   /* --grace and --kill-wait at most (WEFT_RUN_GRACE_S too) */
 /* 10 ms: how often waitpid is polled where no wait on the signalfd is possible. */
 #define WEFTRUN_REAP_POLL_NS 10000000
 /* A signal repeated this soon by the same sender is the same one: `timeout`, Slurm and
@@ -188,9 +189,9 @@ static int parse_args(int argc, char **argv, run_opts_t *o)
         case 'g':
         case 'k': {
             double v = parse_seconds(optarg);
-            if (v < 0) {
-                fprintf(stderr, "weftrun: --%s %s: expected seconds >= 0\n",
-                        opt == 'g' ? "grace" : "kill-wait", optarg);
+            if (v < 0 || v > WEFTRUN_MAX_WAIT_S) {
+                fprintf(stderr, "weftrun: --%s %s: expected seconds in [0, %g]\n",
+                        opt == 'g' ? "grace" : "kill-wait", optarg, WEFTRUN_MAX_WAIT_S);
                 return WEFTRUN_EXIT_USAGE;
             }
             *(opt == 'g' ? &o->grace_s : &o->kill_wait_s) = v;
@@ -212,25 +213,30 @@ static int parse_args(int argc, char **argv, run_opts_t *o)
     return 0;
 }
 
-/* A TCP port on 127.0.0.1 that was free a moment ago (bound with port 0, then released). Another
- * process may take it before rank 0 binds it; the window is short. Returns -1 on failure. */
-static int find_free_port(void)
+/* Two distinct TCP ports on 127.0.0.1 that were free a moment ago (each bound with port 0 while
+ * the other was held, then both released): one for weft's store, one for MASTER_PORT, which a
+ * program may also give torch.distributed (env://), whose store must not meet weft's. Another
+ * process may take one before a rank binds it; the window is short. Returns 0, or -1 after
+ * printing why. */
+static int find_free_ports(int ports[2])
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        fprintf(stderr, "weftrun: socket: %s\n", strerror(errno));
-        return -1;
+    int fds[2] = {-1, -1}, rc = 0;
+    for (int i = 0; i < 2 && rc == 0; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t len = sizeof sa;
+        if (fds[i] < 0 || bind(fds[i], (struct sockaddr *)&sa, sizeof sa) != 0 ||
+            getsockname(fds[i], (struct sockaddr *)&sa, &len) != 0) {
+            fprintf(stderr, "weftrun: finding a free port on 127.0.0.1: %s\n", strerror(errno));
+            rc = -1;
+        } else {
+            ports[i] = ntohs(sa.sin_port);
+        }
     }
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof sa;
-    int port = -1;
-    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
-        getsockname(fd, (struct sockaddr *)&sa, &len) != 0)
-        fprintf(stderr, "weftrun: finding a free port on 127.0.0.1: %s\n", strerror(errno));
-    else
-        port = ntohs(sa.sin_port);
-    close(fd);
-    return port;
+    for (int i = 0; i < 2; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    return rc;
 }
 
 /* Fill hex (2 * WEFTRUN_SECRET_BYTES + 1 bytes) with a random secret. Returns 0 on success. */
@@ -260,8 +266,9 @@ static int set_int(const char *name, int v)
     return setenv(name, buf, 1);
 }
 
-/* Set the variables every rank shares. Returns 0 on success. */
-static int set_job_env(int nranks, int port, const char *secret)
+/* Set the variables every rank shares: ports[0] is weft's store, ports[1] MASTER_PORT. Returns
+ * 0 on success. */
+static int set_job_env(int nranks, const int ports[2], const char *secret)
 {
     int rc = 0;
     rc |= set_int("WEFT_NRANKS", nranks);
@@ -269,8 +276,8 @@ static int set_job_env(int nranks, int port, const char *secret)
     rc |= set_int("LOCAL_WORLD_SIZE", nranks);
     rc |= setenv("MASTER_ADDR", "127.0.0.1", 1);
     rc |= setenv("WEFT_MASTER_ADDR", "127.0.0.1", 1);
-    rc |= set_int("MASTER_PORT", port);
-    rc |= set_int("WEFT_MASTER_PORT", port);
+    rc |= set_int("MASTER_PORT", ports[1]);
+    rc |= set_int("WEFT_MASTER_PORT", ports[0]);
     rc |= setenv("WEFT_JOB_SECRET", secret, 1);
     if (rc != 0)
         fprintf(stderr, "weftrun: setenv: %s\n", strerror(errno));
@@ -557,8 +564,9 @@ int main(int argc, char **argv)
     }
 
     char secret[2 * WEFTRUN_SECRET_BYTES + 1];
-    int port = find_free_port();
-    if (port < 0 || make_secret(secret) != 0 || set_job_env(o.nranks, port, secret) != 0)
+    int ports[2];
+    if (find_free_ports(ports) != 0 || make_secret(secret) != 0 ||
+        set_job_env(o.nranks, ports, secret) != 0)
         return WEFTRUN_EXIT_START;
 
     job_t job = {.nranks = o.nranks,

@@ -369,7 +369,7 @@ static void test_env(const char *name, char secret_out[80])
     const char *args[] = {"-n", "3", "sh", "-c", script, NULL};
     int rc = run(args, NULL);
     CHECK(rc == 0, "env: weftrun exit %d", rc);
-    char port0[80] = "", secret0[80] = "";
+    char port0[80] = "", weft_port0[80] = "", secret0[80] = "";
     for (int r = 0; r < NR; r++) {
         char path[256], lines[NVARS][80];
         snprintf(path, sizeof path, "%s/env.%d", dir, r);
@@ -385,17 +385,21 @@ static void test_env(const char *name, char secret_out[80])
             CHECK(strcmp(lines[v], "3") == 0, "rank %d: %s=%s", r, vars[v], lines[v]);
         for (int v = 7; v < 9; v++)
             CHECK(strcmp(lines[v], "127.0.0.1") == 0, "rank %d: %s=%s", r, vars[v], lines[v]);
-        int port = atoi(lines[9]);
-        CHECK(port > 2 && port <= 65535 && strcmp(lines[9], lines[10]) == 0,
+        /* Two ports: weft's store must not meet torch.distributed's (env:// reads MASTER_PORT). */
+        int port = atoi(lines[9]), weft_port = atoi(lines[10]);
+        CHECK(port > 2 && port <= 65535 && weft_port > 2 && weft_port <= 65535 && port != weft_port,
               "rank %d: MASTER_PORT=%s WEFT_MASTER_PORT=%s", r, lines[9], lines[10]);
         const char *sec = lines[11];
         CHECK(strlen(sec) == 32 && strspn(sec, "0123456789abcdef") == 32,
               "rank %d: WEFT_JOB_SECRET=%s", r, sec);
         if (r == 0) {
             snprintf(port0, sizeof port0, "%s", lines[9]);
+            snprintf(weft_port0, sizeof weft_port0, "%s", lines[10]);
             snprintf(secret0, sizeof secret0, "%s", sec);
         } else {
             CHECK(strcmp(lines[9], port0) == 0, "rank %d: port %s, rank 0 %s", r, lines[9], port0);
+            CHECK(strcmp(lines[10], weft_port0) == 0, "rank %d: weft's port %s, rank 0 %s", r,
+                  lines[10], weft_port0);
             CHECK(strcmp(sec, secret0) == 0, "rank %d: secret differs from rank 0's", r);
         }
     }
@@ -679,6 +683,8 @@ static void test_usage(void)
         {{"--grace", "0x10", "-n", "1", "true", NULL}, 2},
         {{"--grace", "+1", "-n", "1", "true", NULL}, 2},
         {{"--kill-wait", " 1", "-n", "1", "true", NULL}, 2},
+        {{"--grace", "1e300", "-n", "1", "true", NULL}, 2}, /* a deadline past 2^64 ns */
+        {{"--kill-wait", "10000001", "-n", "1", "true", NULL}, 2},
         {{"--grace", ".5", "--kill-wait", "2e-1", "-n", "1", "true", NULL}, 0},
         {{"-n", NULL}, 2},
         {{"--help", NULL}, 0},
