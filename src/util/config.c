@@ -101,9 +101,10 @@ static const cfg_row_t rows[] = {
      "memory (for all-gather and all-to-all: and no input is staged): 0 never, 1 always, auto on "
      "the CUDA backend (on the host, reading measured faster)", NO_RANGE},
     {"WEFT_WAIT_SPIN_NS", NULL, "20000", "ns", CFG_U64, OFF(wait_spin_ns), NULL,
-     "a wait polls this long before it yields the CPU (0 when threads outnumber cores)", NO_RANGE},
+     "a wait polls this long before it yields the CPU (0 when threads outnumber cores)",
+     RANGE(0, 1e12)},
     {"WEFT_WAIT_YIELD_NS", NULL, "200000", "ns", CFG_U64, OFF(wait_yield_ns), NULL,
-     "a wait yields this long before it sleeps on a futex", NO_RANGE},
+     "a wait yields this long before it sleeps on a futex", RANGE(0, 1e12)},
     {"WEFT_TIER_SELF_LAT_US", NULL, "0.2", "us", CFG_DOUBLE, OFF(tier_self_lat_us), NULL,
      "cost model: latency of a local copy unit", RANGE(0, 1e9)},
     {"WEFT_TIER_SELF_BW_GBPS", NULL, "10", "GB/s", CFG_DOUBLE, OFF(tier_self_bw_gbps), NULL,
@@ -132,10 +133,10 @@ static const cfg_row_t rows[] = {
      "CUDA: partitioner unit size (smaller so every block gets work, larger past the launch's "
      "unit capacity)", NO_RANGE},
     {"WEFT_CUDA_FANOUT", NULL, "0", "blocks", CFG_INT, OFF(cuda_fanout), NULL,
-     "CUDA: at most this many blocks read one peer at once (0: no cap)", NO_RANGE},
+     "CUDA: at most this many blocks read one peer at once (0: no cap)", RANGE(0, 65536)},
     {"WEFT_CUDA_MOE_BLOCKS", NULL, "0", "blocks", CFG_INT, OFF(cuda_moe_blocks), NULL,
      "CUDA: thread blocks of the MoE gather and combine kernels, which never wait for a peer "
-     "(0: two per SM of this rank's share of the GPU)", NO_RANGE},
+     "(0: two per SM of this rank's share of the GPU)", RANGE(0, 65536)},
     {"WEFT_CUDA_COPY_ENGINE", NULL, "auto", "", CFG_ENUM, OFF(cuda_copy_engine), switch_names,
      "CUDA: pure copies (all-gather, all-to-all(v), broadcast, the second step of a two-shot "
      "all-reduce) on the copy engines, holding no SM: 0 never, 1 always, auto when the "
@@ -287,13 +288,30 @@ static int is_set(const char *name)
     return v && *v;
 }
 
+/* text without the blanks around it (a value pasted from an env file keeps a trailing one), in
+ * buf; text itself when it does not fit, and then fails to parse as it would have. */
+static const char *trimmed(const char *text, char *buf, size_t cap)
+{
+    static const char blanks[] = " \t\r\n";
+    text += strspn(text, blanks);
+    size_t len = strlen(text);
+    while (len > 0 && strchr(blanks, text[len - 1]) != NULL)
+        len--;
+    if (len >= cap)
+        return text;
+    memcpy(buf, text, len);
+    buf[len] = '\0';
+    return buf;
+}
+
 static void parse_all(void)
 {
     for (size_t i = 0; i < NROWS; i++)
         (void)parse_row(&rows[i], rows[i].def); /* defaults are valid by construction */
     for (size_t i = 0; i < NROWS; i++) {
+        char buf[512];
         const char *v = row_env(&rows[i]);
-        int parsed = v ? parse_row(&rows[i], v) : PARSE_OK;
+        int parsed = v ? parse_row(&rows[i], trimmed(v, buf, sizeof buf)) : PARSE_OK;
         if (parsed == PARSE_MALFORMED)
             fprintf(stderr, "weft WARN: %s=\"%s\" is malformed; using the default \"%s\"\n",
                     rows[i].name, v, rows[i].def);
@@ -307,9 +325,13 @@ static void parse_all(void)
     }
     /* torchrun (it sets TORCHELASTIC_RUN_ID) keeps its own store listening on MASTER_PORT for
      * the whole job: weft's store takes the next port, the same on every rank. */
-    if (!is_set("WEFT_MASTER_PORT") && is_set("MASTER_PORT") && is_set("TORCHELASTIC_RUN_ID") &&
-        env.master_port < 65535)
-        env.master_port++;
+    if (!is_set("WEFT_MASTER_PORT") && is_set("MASTER_PORT") && is_set("TORCHELASTIC_RUN_ID")) {
+        if (env.master_port < 65535)
+            env.master_port++;
+        else
+            fprintf(stderr, "weft WARN: MASTER_PORT=65535 under torchrun: weft's store cannot "
+                            "take the next port and meets torchrun's; set WEFT_MASTER_PORT\n");
+    }
 }
 
 const weft_env_t *weft_config_get(void)

@@ -4,8 +4,8 @@
  * latency, too many workers, a push limit above 16M, a zero partition unit, a first operation
  * number past 2^62 (by one: counts are compared exactly, not as doubles); values inside the
  * range still parse. Durations in ns are plain counts: a byte unit ("20K", once read as 20480 ns)
- * is malformed there. The configuration is read once per process, so this case has a process of
- * its own.
+ * is malformed there. Blanks around a value are ignored; a negative block count is out of range.
+ * The configuration is read once per process, so this case has a process of its own.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,7 +45,10 @@ int main(void)
     setenv("WEFT_PLAN_CACHE_ENTRIES", "256", 1);       /* the upper end, in range */
     setenv("WEFT_STAGING_BYTES", "4096", 1);           /* the lower end, in range */
     setenv("WEFT_WAIT_SPIN_NS", "20K", 1);             /* a byte unit: default 20000 */
-    setenv("WEFT_WAIT_YIELD_NS", "150000", 1);         /* a count: parsed */
+    setenv("WEFT_WAIT_YIELD_NS", "150000 ", 1);        /* a count, a blank after it: parsed */
+    setenv("WEFT_CUDA_FANOUT", "-3", 1);               /* negative: default 0 */
+    setenv("WEFT_CUDA_MOE_BLOCKS", "\t7", 1);          /* a blank before it: parsed */
+    setenv("WEFT_CUDA_UNIT_BYTES", " 2M\n", 1);        /* blanks around it: parsed */
     /* 2^62 + 1: above 2^62, compared exactly (as a double it rounds to 2^62): default 0 */
     setenv("WEFT_SEQ_START", "4611686018427387905", 1);
     const weft_env_t *env = weft_config_get();
@@ -62,6 +65,9 @@ int main(void)
     expect_u64("staging_bytes (4096)", env->staging_bytes, 4096);
     expect_u64("wait_spin_ns (20K)", env->wait_spin_ns, 20000);
     expect_u64("wait_yield_ns (150000)", env->wait_yield_ns, 150000);
+    expect_u64("cuda_fanout (-3)", (uint64_t)env->cuda_fanout, 0);
+    expect_u64("cuda_moe_blocks (\\t7)", (uint64_t)env->cuda_moe_blocks, 7);
+    expect_u64("cuda_unit_bytes ( 2M\\n)", env->cuda_unit_bytes, 2u << 20);
     expect_u64("seq_start (2^62 + 1)", env->seq_start, 0);
     if (failures) {
         printf("test_config_range: %d checks failed\n", failures);
