@@ -37,11 +37,6 @@ typedef struct helper_arg {
     int worker;
 } helper_arg_t;
 
-static weft_status_t never_stop(void *arg)
-{
-    return WEFT_SUCCESS;
-}
-
 static void *helper_main(void *p)
 {
     helper_arg_t arg = *(helper_arg_t *)p;
@@ -53,7 +48,8 @@ static void *helper_main(void *p)
     uint64_t gen = 0;
     for (;;) {
         gen++;
-        (void)weft_flag_wait(&exec->generation, gen, &exec->policy, never_stop, NULL);
+        /* Idle until the next operation (or the stop), however long: no deadline, no slices. */
+        (void)weft_flag_wait(&exec->generation, gen, &exec->policy, NULL, NULL);
         if (atomic_load_explicit(&exec->stopping, memory_order_acquire))
             return NULL;
         exec->fn(exec->ctx, arg.worker);
@@ -123,7 +119,7 @@ static void host_run(weft_exec_t *exec, weft_work_fn fn, void *ctx)
     uint64_t gen = atomic_load_explicit(&exec->generation.value, memory_order_relaxed) + 1;
     weft_flag_set(&exec->generation, gen);
     fn(ctx, 0);
-    (void)weft_flag_wait(&exec->completed, gen, &exec->policy, never_stop, NULL);
+    (void)weft_flag_wait(&exec->completed, gen, &exec->policy, NULL, NULL); /* its own workers */
 }
 
 static int host_nworkers(const weft_exec_t *exec)

@@ -37,12 +37,13 @@ static uint32_t *futex_word(weft_flag_t *flag)
     return word;
 }
 
+/* ns 0: until woken. */
 static void futex_wait(weft_flag_t *flag, uint32_t expected, uint64_t ns)
 {
     struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull),
                           .tv_nsec = (long)(ns % 1000000000ull)};
     /* Shared futex (no FUTEX_PRIVATE_FLAG): the word may live in another process's mapping. */
-    (void)syscall(SYS_futex, futex_word(flag), FUTEX_WAIT, expected, &ts, NULL, 0);
+    (void)syscall(SYS_futex, futex_word(flag), FUTEX_WAIT, expected, ns ? &ts : NULL, NULL, 0);
 }
 
 static void futex_wake_all(weft_flag_t *flag)
@@ -57,13 +58,14 @@ void weft_flag_set(weft_flag_t *flag, uint64_t v)
         futex_wake_all(flag);
 }
 
-/* Sleep on flag for at most one slice unless it has reached target meanwhile. */
-static void sleep_on(weft_flag_t *flag, uint64_t target)
+/* Sleep on flag for at most one slice (sliced) or until woken, unless it has reached target
+ * meanwhile. */
+static void sleep_on(weft_flag_t *flag, uint64_t target, int sliced)
 {
     atomic_fetch_add_explicit(&flag->sleepers, 1, memory_order_seq_cst);
     uint64_t v = atomic_load_explicit(&flag->value, memory_order_seq_cst);
     if (v < target)
-        futex_wait(flag, (uint32_t)v, SLEEP_SLICE_NS);
+        futex_wait(flag, (uint32_t)v, sliced ? SLEEP_SLICE_NS : 0);
     atomic_fetch_sub_explicit(&flag->sleepers, 1, memory_order_seq_cst);
 }
 
@@ -85,7 +87,7 @@ weft_status_t weft_flag_wait_all(weft_flag_t *first, size_t stride_bytes, int co
             uint64_t now = weft_now_ns();
             if (start == 0)
                 start = now;
-            weft_status_t st = check(arg);
+            weft_status_t st = check ? check(arg) : WEFT_SUCCESS;
             if (st != WEFT_SUCCESS)
                 return st;
             uint64_t waited = now - start;
@@ -96,7 +98,7 @@ weft_status_t weft_flag_wait_all(weft_flag_t *first, size_t stride_bytes, int co
                 polls = SPIN_CHECK_EVERY - 8; /* check again after a few polls */
                 continue;
             }
-            sleep_on(flag, target);
+            sleep_on(flag, target, check != NULL);
             polls = SPIN_CHECK_EVERY - 1;
         }
     }

@@ -49,7 +49,9 @@ typedef weft_status_t (*weft_wait_check_fn)(void *arg);
 void weft_flag_set(weft_flag_t *flag, uint64_t v);
 
 /* Wait until flag reaches target. check is called every few microseconds once spinning is over
- * (and at least every 10 ms while sleeping). Returns WEFT_SUCCESS or the status check returned. */
+ * (and at least every 10 ms while sleeping). Returns WEFT_SUCCESS or the status check returned.
+ * check NULL: no deadline, and the sleep has no slices (an idle thread waiting for work of its
+ * own process, which wakes it; never a wait for a peer, which may die). */
 weft_status_t weft_flag_wait(weft_flag_t *flag, uint64_t target, const weft_wait_policy_t *policy,
                              weft_wait_check_fn check, void *arg);
 
