@@ -103,9 +103,9 @@ typedef struct bench {
     const dtype_info_t *dt;
     size_t buf_bytes;
     char *sendbuf, *recvbuf; /* host memory: the buffers, or the CUDA backend's mirrors */
-    char *before; /* opt.check: sendbuf and recvbuf as a verified call got them (2 * buf_bytes) */
-    double *meta; /* bookkeeping reductions (host) */
-    char *dsend, *drecv; /* what the collectives get: the same, or device buffers */
+    char *before;            /* opt.check: sendbuf as a verified call got it (buf_bytes) */
+    double *meta;            /* bookkeeping reductions (host) */
+    char *dsend, *drecv;     /* what the collectives get: the same, or device buffers */
     double *dmeta;
     bool cuda;          /* the communicator uses the CUDA backend */
     void *stream;       /* cudaStream_t on the CUDA backend, NULL on the host */
@@ -265,12 +265,14 @@ static int report_failure(const bench_t *b, const char *what, coll_t coll, size_
     return -1;
 }
 
-/* Elements a verified call changed that are not its output (b->before holds both buffers as the
- * call got them): any of the send buffer's (the inputs, and what no call reads), except an
- * in-place reduce-scatter's own block, which is its output; and an out-of-place reduce-scatter's
- * receive elements past its block. The other collectives' outputs fill the receive buffer's
- * total elements, which verify checks. */
-static uint64_t changed_outside(const bench_t *b, coll_t coll, size_t total, bool inplace)
+/* Elements a verified call changed that are not its output (b->before holds the send buffer as
+ * the call got it, fill_inputs poisoned the receive buffer with poison): any of the send
+ * buffer's (the inputs, and what no call reads), except an in-place reduce-scatter's own block,
+ * which is its output; and an out-of-place reduce-scatter's receive elements past its block,
+ * which must keep the poison. The other collectives' outputs fill the receive buffer's total
+ * elements, which verify checks. */
+static uint64_t changed_outside(const bench_t *b, coll_t coll, size_t total, bool inplace,
+                                unsigned char poison)
 {
     size_t es = b->dt->size, per = total / (size_t)b->nranks;
     size_t mine = coll == COLL_REDUCE_SCATTER && inplace ? (size_t)b->rank * per : total;
@@ -278,8 +280,13 @@ static uint64_t changed_outside(const bench_t *b, coll_t coll, size_t total, boo
     for (size_t i = 0; i < total; i++)
         if (i < mine || i >= mine + per)
             changed += memcmp(b->sendbuf + i * es, b->before + i * es, es) != 0;
-    for (size_t i = per; coll == COLL_REDUCE_SCATTER && !inplace && i < total; i++)
-        changed += memcmp(b->recvbuf + i * es, b->before + b->buf_bytes + i * es, es) != 0;
+    for (size_t i = per; coll == COLL_REDUCE_SCATTER && !inplace && i < total; i++) {
+        const unsigned char *e = (const unsigned char *)b->recvbuf + i * es;
+        bool kept = true;
+        for (size_t k = 0; k < es; k++)
+            kept = kept && e[k] == poison;
+        changed += !kept;
+    }
     return changed;
 }
 
@@ -361,7 +368,6 @@ static int measure(bench_t *b, coll_t coll, size_t total, bool inplace, result_t
         for (int pass = 0; pass < verify_passes(spec.dtype); pass++) {
             fill_inputs(&spec, coll, total, inplace, b->sendbuf, b->recvbuf, poisons[pass]);
             memcpy(b->before, b->sendbuf, bytes);
-            memcpy(b->before + b->buf_bytes, b->recvbuf, bytes);
             if (dev_copy(b, b->dsend, b->sendbuf, bytes) != 0 ||
                 dev_copy(b, b->drecv, b->recvbuf, bytes) != 0)
                 return report_failure(b, "copying the inputs to the device", coll, total,
@@ -376,7 +382,7 @@ static int measure(bench_t *b, coll_t coll, size_t total, bool inplace, result_t
                                       WEFT_ERR_CUDA);
             /* Host buffers: the results were copied back from the device above. */
             uint64_t w = verify(&spec, coll, total, inplace, b->sendbuf, b->recvbuf, &b->a2av) +
-                         changed_outside(b, coll, total, inplace);
+                         changed_outside(b, coll, total, inplace, poisons[pass]);
             wrong = w > wrong ? w : wrong;
         }
         b->wrong_here += wrong; /* the exit status does not rest on the library's reduction alone */
@@ -636,7 +642,7 @@ static int bench_setup(bench_t *b)
         b->sendbuf = b->dsend;
         b->recvbuf = b->drecv;
     }
-    if (b->opt.check && !(b->before = malloc(2 * b->buf_bytes))) {
+    if (b->opt.check && !(b->before = malloc(b->buf_bytes))) {
         fprintf(stderr, "weft-bench: rank %d: out of memory\n", b->rank);
         return -1;
     }

@@ -266,12 +266,20 @@ static int parse_row(const cfg_row_t *row, const char *text)
 }
 
 /* The environment's text for a row (its own name first, then its fallback), or NULL. */
+#define BLANKS " \t\r\n"
+
+/* Whether an environment value counts as set: present and more than blanks. */
+static int has_value(const char *v)
+{
+    return v && v[strspn(v, BLANKS)] != '\0';
+}
+
 static const char *row_env(const cfg_row_t *row)
 {
     const char *v = getenv(row->name);
-    if ((v == NULL || *v == '\0') && row->fallback)
+    if (!has_value(v) && row->fallback)
         v = getenv(row->fallback);
-    return (v && *v) ? v : NULL;
+    return has_value(v) ? v : NULL;
 }
 
 /* A bound of the row's range, as its values are written: counts in full (2^62 has 19 digits,
@@ -284,18 +292,16 @@ static void format_bound(const cfg_row_t *row, double v, char *buf, size_t len)
 /* Whether name is set to a non-empty value. */
 static int is_set(const char *name)
 {
-    const char *v = getenv(name);
-    return v && *v;
+    return has_value(getenv(name));
 }
 
 /* text without the blanks around it (a value pasted from an env file keeps a trailing one), in
  * buf; text itself when it does not fit, and then fails to parse as it would have. */
 static const char *trimmed(const char *text, char *buf, size_t cap)
 {
-    static const char blanks[] = " \t\r\n";
-    text += strspn(text, blanks);
+    text += strspn(text, BLANKS);
     size_t len = strlen(text);
-    while (len > 0 && strchr(blanks, text[len - 1]) != NULL)
+    while (len > 0 && strchr(BLANKS, text[len - 1]) != NULL)
         len--;
     if (len >= cap)
         return text;

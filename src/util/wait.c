@@ -27,7 +27,8 @@ static inline void cpu_relax(void)
 
 /* The futex word of a flag: the low half of its value (futexes are 32 bits wide). A store
  * changes it unless the value moves by a multiple of 2^32 at once; a sleeper would then sleep
- * through that one store until its slice ends, and check again. */
+ * through that one store until its slice ends, and check again, or, in a wait without a check
+ * (no slices), until the next store: such flags (the host executor's) move by 1 at a time. */
 static uint32_t *futex_word(weft_flag_t *flag)
 {
     uint32_t *word = (uint32_t *)&flag->value;

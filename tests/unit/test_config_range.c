@@ -4,11 +4,13 @@
  * latency, too many workers, a push limit above 16M, a zero partition unit, a first operation
  * number past 2^62 (by one: counts are compared exactly, not as doubles); values inside the
  * range still parse. Durations in ns are plain counts: a byte unit ("20K", once read as 20480 ns)
- * is malformed there. Blanks around a value are ignored; a negative block count is out of range.
+ * is malformed there. Blanks around a value are ignored, and a value of blanks only counts as
+ * unset (the fallback variable is read); a negative block count is out of range.
  * The configuration is read once per process, so this case has a process of its own.
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "util/config.h"
 
@@ -49,6 +51,8 @@ int main(void)
     setenv("WEFT_CUDA_FANOUT", "-3", 1);               /* negative: default 0 */
     setenv("WEFT_CUDA_MOE_BLOCKS", "\t7", 1);          /* a blank before it: parsed */
     setenv("WEFT_CUDA_UNIT_BYTES", " 2M\n", 1);        /* blanks around it: parsed */
+    setenv("WEFT_MASTER_ADDR", " ", 1);                /* blanks only: unset, so the fallback */
+    setenv("MASTER_ADDR", "10.0.0.5", 1);
     /* 2^62 + 1: above 2^62, compared exactly (as a double it rounds to 2^62): default 0 */
     setenv("WEFT_SEQ_START", "4611686018427387905", 1);
     const weft_env_t *env = weft_config_get();
@@ -68,6 +72,10 @@ int main(void)
     expect_u64("cuda_fanout (-3)", (uint64_t)env->cuda_fanout, 0);
     expect_u64("cuda_moe_blocks (\\t7)", (uint64_t)env->cuda_moe_blocks, 7);
     expect_u64("cuda_unit_bytes ( 2M\\n)", env->cuda_unit_bytes, 2u << 20);
+    if (strcmp(env->master_addr, "10.0.0.5") != 0) {
+        printf("FAIL: master_addr = \"%s\", expected MASTER_ADDR's 10.0.0.5\n", env->master_addr);
+        failures++;
+    }
     expect_u64("seq_start (2^62 + 1)", env->seq_start, 0);
     if (failures) {
         printf("test_config_range: %d checks failed\n", failures);
