@@ -14,7 +14,12 @@
  *   are ranges of one huge memfd (`file`, made at creation), a VMM handle's (cuda) descriptor
  *   is made by the export. So a burst of allocations holds no descriptors; the registrar holds
  *   one per registration being sent, and sends at most `backlog` registrations that not every
- *   peer acknowledged yet (later jobs wait in its `queue`, in ticket order).
+ *   peer acknowledged yet (later jobs wait in its `queue`, in ticket order). The exception: under
+ *   a file size limit (ulimit -f) the host provider is not sparse and every segment is a memfd
+ *   of its own, which a queued job (or a jit chunk not yet used) keeps open until it is sent: a
+ *   burst of allocations then holds a descriptor each, and one past RLIMIT_NOFILE fails
+ *   (memfd_create: WEFT_ERR_SYSTEM); allocations never wait for the registrar, so nothing else
+ *   can bound it.
  *
  *   Ranges of `file` are handed out at offsets that only grow (`file_next`) and are never
  *   reused, though addresses are: a process that still maps a freed chunk (a forked child, or

@@ -55,8 +55,9 @@ typedef struct weft_registry_stats {
  * backlog (WEFT_REGISTRATION_BACKLOG; 0 counts as 1): how many registrations the registrar
  * sends before every peer acknowledged them; later jobs wait in its queue, in ticket order.
  * Each holds an exported descriptor here until sent, and one in flight to each peer until
- * received, so this bounds the descriptors a burst of allocations costs; allocations never
- * wait for it. */
+ * received, so this bounds the descriptors a burst of allocations costs (not under a file size
+ * limit, where the host provider gives each segment a memfd of its own: registry.c); allocations
+ * never wait for it. */
 weft_status_t weft_registry_create(struct weft_comm *comm, const weft_window_t *win, int rank,
                                    int nranks, weft_registration_t mode, size_t chunk_min_bytes,
                                    unsigned backlog, int *ctrl_fds, weft_registry_t **reg_out);
@@ -81,8 +82,8 @@ void weft_registry_shutdown_sockets(weft_registry_t *reg);
  * unmapped by every peer (address ranges, and a GPU chunk's memory, come back only then), it
  * waits for the peers' acknowledgements, without the registry's mutex, bounded by comm's
  * timeout and health: WEFT_ERR_TIMEOUT, WEFT_ERR_PEER_LOST (or the communicator's stored error)
- * or WEFT_ERR_ABORTED when the wait fails, which fails the communicator. WEFT_ERR_NO_MEMORY when the slice is
- * full, the provider fails, or a sparse provider's memfd has no unused offsets left
+ * or WEFT_ERR_ABORTED when the wait fails, which fails the communicator. WEFT_ERR_NO_MEMORY when
+ * the slice is full, the provider fails, or a sparse provider's memfd has no unused offsets left
  * (registry.c). WEFT_ERR_INVALID_ARGUMENT for 0 bytes (weft_malloc answers those itself). */
 weft_status_t weft_registry_alloc(weft_registry_t *reg, size_t bytes, int internal, void **ptr_out);
 
