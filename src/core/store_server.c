@@ -66,8 +66,7 @@ typedef struct conn {
     int fd;
     int rank;
     int dead;
-    uint64_t accepted_ns;       /* when it was accepted */
-    uint64_t hello_deadline_ns; /* while rank is -1: closed when this passes */
+    uint64_t accepted_ns; /* when it was accepted (its HELLO is due STORE_HELLO_WINDOW_NS later) */
     uint8_t hdr[STORE_HDR_BYTES];
     size_t hdr_got;
     uint8_t *body; /* allocated once the header is complete */
@@ -450,7 +449,6 @@ static int conn_add(weft_store_server_t *s, int fd)
     c->fd = fd;
     c->rank = -1;
     c->accepted_ns = weft_now_ns();
-    c->hello_deadline_ns = c->accepted_ns + STORE_HELLO_WINDOW_NS;
     s->conns[s->nconns++] = c;
     return 0;
 
@@ -466,6 +464,14 @@ static size_t count_pending(const weft_store_server_t *s)
     for (size_t i = 0; i < s->nconns; i++)
         n += s->conns[i]->rank < 0 && !s->conns[i]->dead;
     return n;
+}
+
+/* Whether c, alive and without a HELLO, still has none after reading what it may have sent since
+ * the last poll. */
+static int still_silent(weft_store_server_t *s, conn_t *c)
+{
+    conn_read(s, c);
+    return c->rank < 0 && !c->dead;
 }
 
 /* Mark for closing (reap_dead) the oldest connection without a HELLO that was accepted
@@ -487,8 +493,7 @@ static int evict_oldest_pending(weft_store_server_t *s, const char *why, uint64_
                 *ripe_ns = c->accepted_ns + STORE_EVICT_AGE_NS;
             return 0; /* the oldest is too young to be judged, and so are the rest */
         }
-        conn_read(s, c); /* its HELLO may have come after the last poll */
-        if (c->rank >= 0 || c->dead)
+        if (!still_silent(s, c))
             continue;
         WEFT_LOG_DEBUG("weft-store: closing a connection that sent no handshake: %s", why);
         c->dead = 1;
@@ -575,16 +580,13 @@ static uint64_t expire_pending(weft_store_server_t *s, uint64_t now)
         conn_t *c = s->conns[i];
         if (c->rank >= 0 || c->dead)
             continue;
-        if (now >= c->hello_deadline_ns)
-            conn_read(s, c); /* its HELLO may have come after the last poll */
-        if (c->rank >= 0 || c->dead)
-            continue;
-        if (now >= c->hello_deadline_ns) {
+        uint64_t due = c->accepted_ns + STORE_HELLO_WINDOW_NS;
+        if (now < due) {
+            next = due < next ? due : next;
+        } else if (still_silent(s, c)) {
             WEFT_LOG_DEBUG("weft-store: closing a connection that sent no handshake within %llu ms",
                            (unsigned long long)(STORE_HELLO_WINDOW_NS / 1000000));
             c->dead = 1;
-        } else if (c->hello_deadline_ns < next) {
-            next = c->hello_deadline_ns;
         }
     }
     return next;
