@@ -304,7 +304,7 @@ uint64_t weft_hs_pair_digest(int rank, int nranks, const uint64_t *send, const u
  * descriptor for seq disagrees with mine: the common fields (WEFT_DESC_TWOSHOT among them), and
  * for all_to_allv the pair counts (pair_send/pair_recv of the peer against
  * my_pair_recv[p]/my_pair_send[p], which may be NULL for other collectives, and the pair digest
- * over every rank). *common_out (may be NULL) is set to 1 when every rank sees the mismatch: a
+ * over every rank, mine->pair_digest being this rank's term). *common_out (may be NULL) is set to 1 when every rank sees the mismatch: a
  * common field differs, or the pair digest (the rank of a differing pair names the pair, the
  * others say that some pair differs); 0 when only the pair's two ranks see it (pair counts that
  * differ while the digest sums to 0, a 2^-64 chance). Call after weft_hs_wait_posted. `call`

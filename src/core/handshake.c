@@ -117,7 +117,7 @@ weft_status_t weft_hs_check_match(struct weft_comm *comm, uint64_t seq, const we
      * it fails like any other pair). The message names the direction that differs, as sender
      * and receiver, so both ranks of the pair word it alike; when both directions differ, each
      * names the one it sends in. */
-    uint64_t total = weft_hs_pair_digest(comm->rank, comm->nranks, my_pair_send, my_pair_recv);
+    uint64_t total = mine->pair_digest;
     for (int p = 0; p < comm->nranks; p++)
         if (p != comm->rank)
             total += weft_slot(comm, comm->rank, p, seq)->u.desc.pair_digest;

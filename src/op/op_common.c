@@ -165,7 +165,8 @@ weft_status_t weft_op_exchange(weft_op_t *op, const weft_op_desc_t *desc,
         return st;
     weft_registry_observe_mappings(comm->registry);
     int common;
-    st = weft_hs_check_match(comm, op->seq, desc, pair_send, pair_recv, op->call, &common);
+    /* d: the common fields as posted, and this rank's digest term */
+    st = weft_hs_check_match(comm, op->seq, &d, pair_send, pair_recv, op->call, &common);
     if (st == WEFT_ERR_MISMATCH && !common && pair_only_out)
         *pair_only_out = 1;
     return st;
