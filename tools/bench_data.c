@@ -340,6 +340,11 @@ int verify_passes(weft_dtype_t dtype)
     return dtypes[dtype].size == 1 ? 2 : 1;
 }
 
+unsigned char verify_poison(int pass)
+{
+    return pass == 0 ? 0xA5 : 0x5A;
+}
+
 void fill_inputs(const data_spec_t *spec, coll_t coll, size_t total, bool inplace, char *sendbuf,
                  char *recvbuf, unsigned char poison)
 {

@@ -74,15 +74,14 @@ int64_t copy_value(const data_spec_t *spec, int r, size_t i);
  * packed in rank order. */
 void a2av_setup(const data_spec_t *spec, size_t per, a2av_layout_t *layout);
 
-/* Poison bytes of the outputs, one per verified call of a size. An element of one byte can hold
- * the first as its exact result (a uint8 sum, say): an output left unwritten would then pass, so
- * those dtypes are verified twice, with each poison (verify_passes). */
-#define BENCH_POISON_A 0xA5
-#define BENCH_POISON_B 0x5A
-
-/* Verified calls per size for dtype: 2 for one-byte dtypes, else 1 (no exact result of a wider
- * element this module makes repeats the poison byte). */
+/* Verified calls per size for dtype: 2 for one-byte dtypes, whose exact result can be the first
+ * poison byte (a uint8 sum, say: an output left unwritten would then pass), else 1 (no exact
+ * result of a wider element this module makes repeats a poison byte). */
 int verify_passes(weft_dtype_t dtype);
+
+/* The byte fill_inputs writes over the outputs for verified call `pass` of a size (0xA5, then
+ * 0x5A). */
+unsigned char verify_poison(int pass);
 
 /* Write spec's rank's inputs for one verified call of coll (a collective that moves data, not
  * COLL_BARRIER) over a full buffer of total elements (a multiple of nranks for the per-rank

@@ -363,10 +363,9 @@ static int measure(bench_t *b, coll_t coll, size_t total, bool inplace, result_t
     if (b->opt.check && coll != COLL_BARRIER) {
         size_t bytes = total * b->dt->size;
         data_spec_t spec = data_spec(b);
-        static const unsigned char poisons[2] = {BENCH_POISON_A, BENCH_POISON_B};
         uint64_t wrong = 0; /* the most elements any pass found wrong */
         for (int pass = 0; pass < verify_passes(spec.dtype); pass++) {
-            fill_inputs(&spec, coll, total, inplace, b->sendbuf, b->recvbuf, poisons[pass]);
+            fill_inputs(&spec, coll, total, inplace, b->sendbuf, b->recvbuf, verify_poison(pass));
             memcpy(b->before, b->sendbuf, bytes);
             if (dev_copy(b, b->dsend, b->sendbuf, bytes) != 0 ||
                 dev_copy(b, b->drecv, b->recvbuf, bytes) != 0)
@@ -382,7 +381,7 @@ static int measure(bench_t *b, coll_t coll, size_t total, bool inplace, result_t
                                       WEFT_ERR_CUDA);
             /* Host buffers: the results were copied back from the device above. */
             uint64_t w = verify(&spec, coll, total, inplace, b->sendbuf, b->recvbuf, &b->a2av) +
-                         changed_outside(b, coll, total, inplace, poisons[pass]);
+                         changed_outside(b, coll, total, inplace, verify_poison(pass));
             wrong = w > wrong ? w : wrong;
         }
         b->wrong_here += wrong; /* the exit status does not rest on the library's reduction alone */

@@ -48,7 +48,7 @@ static void check_case(weft_dtype_t dtype, weft_redop_t op, int nranks)
     for (int r = 0; r < nranks; r++) {
         data_spec_t spec = {.dtype = dtype, .op = op, .rank = r, .nranks = nranks};
         fill_inputs(&spec, COLL_ALL_REDUCE, TOTAL, false, send + (size_t)r * TOTAL * es, scratch,
-                    BENCH_POISON_A);
+                    verify_poison(0));
         srcs[r] = send + (size_t)r * TOTAL * es;
     }
     weft_reduce_host(result, srcs, nranks, TOTAL, dtype, op, nranks);
@@ -72,7 +72,6 @@ static void check_case(weft_dtype_t dtype, weft_redop_t op, int nranks)
           dtypes[dtype].alias, (int)op, nranks, (unsigned long long)wrong);
     /* An output left as poisoned: verify counts exactly the elements whose result differs from
      * the pass's poison, and every element differs in some pass. */
-    static const unsigned char poisons[2] = {BENCH_POISON_A, BENCH_POISON_B};
     char *left = malloc(TOTAL * es);
     if (!left) {
         CHECK(0, "out of memory");
@@ -81,7 +80,7 @@ static void check_case(weft_dtype_t dtype, weft_redop_t op, int nranks)
     size_t escaped = TOTAL; /* elements equal to the poison in every pass so far */
     char *escapes = calloc(TOTAL, 1);
     for (int pass = 0; escapes && pass < verify_passes(dtype); pass++) {
-        memset(left, poisons[pass], TOTAL * es);
+        memset(left, verify_poison(pass), TOTAL * es);
         uint64_t differ = 0;
         escaped = 0;
         for (size_t i = 0; i < TOTAL; i++) {
@@ -94,7 +93,7 @@ static void check_case(weft_dtype_t dtype, weft_redop_t op, int nranks)
         CHECK(wrong == differ,
               "%s op %d, %d ranks: an unwritten output (poison 0x%02x) counted "
               "%llu wrong, %llu differ",
-              dtypes[dtype].alias, (int)op, nranks, poisons[pass], (unsigned long long)wrong,
+              dtypes[dtype].alias, (int)op, nranks, verify_poison(pass), (unsigned long long)wrong,
               (unsigned long long)differ);
     }
     CHECK(escapes && escaped == 0,
