@@ -222,12 +222,11 @@ static int parse_row(const cfg_row_t *row, const char *text)
         return PARSE_OK;
     }
     case CFG_U64: {
-        /* strtoull would take a '-' and negate; only digits (after optional blanks) pass */
-        const char *p = text + strspn(text, " \t");
-        if (*p < '0' || *p > '9')
+        /* strtoull would take a '-' and negate; only digits pass (parse_all trimmed blanks) */
+        if (*text < '0' || *text > '9')
             return PARSE_MALFORMED;
         errno = 0;
-        unsigned long long v = strtoull(p, &end, 10);
+        unsigned long long v = strtoull(text, &end, 10);
         if (*end != '\0' || errno != 0)
             return PARSE_MALFORMED;
         if (!in_range_u64(row, v))
