@@ -549,8 +549,8 @@ static int copy_is_remote(const struct weft_comm *comm, const void *dst, const v
     return (to >= 0 && to != comm->rank) || (from >= 0 && from != comm->rank);
 }
 
-/* Copies on the copy engines: a one-block kernel waits for the peers' ready flags, the
- * engines copy every slice (a fan-out: the whole range to every destination), a second
+/* Copies on the copy engines (a COPY's slices into this rank's memory: use_copy_engine): a
+ * one-block kernel waits for the peers' ready flags, the engines copy every slice, a second
  * one-block kernel runs the closing signal (a continued step has no entry kernel: its copies
  * follow the first step's). The first copy runs on the caller's stream, every other one on a
  * side stream of its own, forked from the caller's stream before the first copy and joined
@@ -574,12 +574,9 @@ static weft_status_t execute_copy_engine(struct weft_comm *comm, const weft_work
     }
     usage->copy_engine = 1;
     cudaStream_t caller = (cudaStream_t)stream;
-    int fanout = work->kind == WEFT_WORK_FANOUT;
-    int ncopies = fanout ? work->ndsts : work->nslices;
-    uint64_t fanout_bytes = fanout ? work_bytes(work) : 0;
     int nonempty = 0;
-    for (int i = 0; i < ncopies; i++)
-        nonempty += (fanout ? fanout_bytes : work->slices[i].bytes) > 0;
+    for (int i = 0; i < work->nslices; i++)
+        nonempty += work->slices[i].bytes > 0;
     cudaError_t err = cudaSuccess;
     if (nonempty > 1 && cs->nside > 0) { /* before any copy: the side streams start here */
         err = cudaEventRecord(cs->fork, caller);
@@ -590,9 +587,9 @@ static weft_status_t execute_copy_engine(struct weft_comm *comm, const weft_work
     const char *what = "cudaMemcpyAsync (copy engine)";
     /* Pass 0 issues the copies to or from peers, pass 1 the local ones. */
     for (int local = 0; local < 2 && err == cudaSuccess; local++) {
-        for (int i = 0; i < ncopies && err == cudaSuccess; i++) {
-            const void *src = work->src[fanout ? 0 : i];
-            uint64_t bytes = fanout ? fanout_bytes : work->slices[i].bytes;
+        for (int i = 0; i < work->nslices && err == cudaSuccess; i++) {
+            const void *src = work->src[i];
+            uint64_t bytes = work->slices[i].bytes;
             if (bytes == 0 || copy_is_remote(comm, work->dst[i], src) == local)
                 continue;
             cudaStream_t s = caller;
@@ -625,26 +622,31 @@ static weft_status_t execute_copy_engine(struct weft_comm *comm, const weft_work
     return launch_leave(comm, sync, stream);
 }
 
-/* Whether a work item runs on the copy engines (WEFT_CUDA_COPY_ENGINE): pure copies only; with
- * "auto", when the communicator spans GPUs and this rank copies at least
- * WEFT_CUDA_COPY_ENGINE_BYTES. Counting the rank's own block too makes the ranks of one call
- * agree (a broadcast's root copies only its own block while the peers read it over NVLink); the
- * paths may differ between ranks all the same, as both post the same signals. Two H200s over
- * NVLink, the engines' copies on side streams against the SM kernel, per call: all-gather out of
- * place 2-4% slower at 64 MiB, 11-12% faster at 256 MiB and 14-15% at 1 GiB; all-to-all 8%, 22%
- * and 26% faster; broadcast within 3% at 64 MiB, 1-6% faster from 256 MiB; 12-30% slower at
- * 16 MiB (docs/results/2026-11-30-h200-s14.md). */
-static int use_copy_engine(const struct weft_comm *comm, const weft_work_t *work)
+/* Two H200s over NVLink, the engines' copies on side streams against the SM kernel, per call:
+ * all-gather out of place 2-4% slower at 64 MiB, 11-12% faster at 256 MiB and 14-15% at 1 GiB;
+ * all-to-all 8%, 22% and 26% faster; broadcast within 3% at 64 MiB, 1-6% faster from 256 MiB;
+ * 12-30% slower at 16 MiB (docs/results/2026-11-30-h200-s14.md, store forms where they apply).
+ * Counting the rank's own block too makes the ranks of one call agree (a broadcast's root copies
+ * only its own block while the peers read it over NVLink); the paths may differ between ranks
+ * all the same, as both post the same signals. */
+int weft_cuda_copy_engine_takes(const struct weft_comm *comm, uint64_t bytes)
 {
     const struct weft_cuda_state *cs = comm->cuda;
-    if (!work || work->kind == WEFT_WORK_REDUCE || cs->copy_engine == WEFT_COPY_ENGINE_NEVER)
+    if (!cs || cs->copy_engine == WEFT_COPY_ENGINE_NEVER)
         return 0;
     if (cs->copy_engine == WEFT_COPY_ENGINE_ALWAYS)
         return 1;
-    if (!cs->spans_gpus)
+    return cs->spans_gpus && bytes >= cs->copy_engine_bytes;
+}
+
+/* Whether a work item runs on the copy engines: a COPY that writes only this rank's memory (not
+ * a store form: sync without WEFT_SYNC_STORES; a FANOUT is all-gather's store form), by
+ * weft_cuda_copy_engine_takes on the bytes it copies. */
+static int use_copy_engine(const struct weft_comm *comm, const weft_work_t *work, unsigned sync)
+{
+    if (!work || work->kind != WEFT_WORK_COPY || (sync & WEFT_SYNC_STORES))
         return 0;
-    uint64_t copies = work->kind == WEFT_WORK_FANOUT ? (uint64_t)work->ndsts : 1;
-    return work_bytes(work) * copies >= cs->copy_engine_bytes;
+    return weft_cuda_copy_engine_takes(comm, work_bytes(work));
 }
 
 /* A push-path operation (exec_cuda.h): one launch, no units (every block takes its share of
@@ -692,7 +694,7 @@ weft_status_t weft_cuda_execute(struct weft_comm *comm, const weft_work_t *work,
                               push->bytes, (unsigned long long)cs->push_bytes);
         return execute_push(comm, work, push, stream, usage);
     }
-    if (use_copy_engine(comm, work))
+    if (use_copy_engine(comm, work, sync))
         return execute_copy_engine(comm, work, sync, pending, stream, usage);
     weft_cuda_params_t *p = &cs->params;
     fill_common(comm, p, sync);

@@ -152,6 +152,16 @@ int weft_cuda_blocks(const struct weft_comm *comm);
  * GPUs are told apart by UUID), 0 if all share this rank's GPU or without the CUDA backend. */
 int weft_cuda_spans_gpus(const struct weft_comm *comm);
 
+/* 1 if a pure copy (all-gather, all-to-all(v), broadcast, a two-shot all-reduce's gather) of
+ * bytes in all, counting a fan-out's range once per destination, runs on the copy engines
+ * (WEFT_CUDA_COPY_ENGINE: never, always, or "auto" when the communicator spans GPUs and bytes
+ * reaches WEFT_CUDA_COPY_ENGINE_BYTES); 0 without the CUDA backend. A store form's work never
+ * runs there, whatever this says: copies queued behind an entry kernel run even when its wait
+ * gave up (exec_cuda.h), so the engines write only this rank's memory. An algorithm whose
+ * store-form copies would take the engines therefore does not offer its output for stores, and
+ * every rank takes the loads. */
+int weft_cuda_copy_engine_takes(const struct weft_comm *comm, uint64_t bytes);
+
 /* Blocks of the MoE gather and combine kernels: they run between weft_cuda_enter and
  * weft_cuda_leave and never wait for a peer, so they need not be co-resident with the other
  * ranks' kernels and may fill this rank's share of the GPU (WEFT_CUDA_MOE_BLOCKS). */

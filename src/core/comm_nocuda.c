@@ -107,6 +107,11 @@ int weft_cuda_spans_gpus(const struct weft_comm *comm)
     return 0;
 }
 
+int weft_cuda_copy_engine_takes(const struct weft_comm *comm, uint64_t bytes)
+{
+    return 0;
+}
+
 int weft_cuda_moe_blocks(const struct weft_comm *comm)
 {
     return 1;

@@ -53,17 +53,15 @@
  * ctl->failed set and posts and moves nothing. What else is already queued still runs: the MoE
  * data kernels (they read peers and write only this rank's outputs, which the failure makes
  * wrong anyway) and copy-engine copies queued between an entry kernel and its closing kernel,
- * which cannot be cancelled (a store form's copies may then write into a peer that never
- * signalled ready; that peer's operation fails too, as no closing signal comes). So all ranks'
+ * which cannot be cancelled (they too read peers and write only this rank's memory: no store
+ * form runs on the copy engines, weft_cuda_copy_engine_takes in core/comm_cuda.h). So all ranks'
  * kernels must be co-resident: blocks per launch are bounded (WEFT_CUDA_MAX_BLOCKS).
  *
- * Copies on the copy engines (cudaMemcpyAsync into peers' memory between an entry and a closing
- * launch of one operation) are ordered before the closing launch's flags by the stream: the
- * closing kernel starts only after the copies completed, and its system-scope fence and release
- * store follow. The CUDA memory model does not spell out that a completed copy's writes into a
- * peer GPU are visible at system scope to an acquire of that flag; weft relies on the driver
- * and the hardware behaving so, and gpu_collectives (copy engine) checks every byte peers' copy
- * engines wrote once the closing flags let the stream go on.
+ * Copies on the copy engines (cudaMemcpyAsync from peers' memory into this rank's, between an
+ * entry and a closing launch of one operation) are ordered before the closing launch's flags by
+ * the stream: the closing kernel starts only after the copies completed, so a peer that sees
+ * this rank's closing flag may reuse its input. gpu_collectives (copy engine) checks every byte
+ * the engines copied once the closing flags let the stream go on.
  */
 #ifndef WEFT_EXEC_EXEC_CUDA_H
 #define WEFT_EXEC_EXEC_CUDA_H

@@ -3,8 +3,9 @@
  * the workers. Two forms; every rank takes the same one, decided from every rank's descriptor:
  *
  * - stores, when every rank allows it (WEFT_REMOTE_STORES; by default on the CUDA backend),
- *   every rank's output is registered and no rank's input went through the staging scratch (a
- *   rank stages before it knows which form the others can take): each rank reads its input once
+ *   every rank's output is registered, no rank's input went through the staging scratch (a
+ *   rank stages before it knows which form the others can take) and no rank's copies would run
+ *   on the copy engines (which write only their own rank's memory): each rank reads its input once
  *   and writes it into every rank's output (a FANOUT work item). A rank moves n + 1 blocks'
  *   worth of bytes instead of 2n, and on NVLink the writes are posted stores with no round trip.
  * - loads, otherwise: each rank copies every peer's input block into its own output. Only the
@@ -28,8 +29,12 @@ weft_status_t weft_allgather_mesh(struct weft_comm *comm, const void *sendbuf, v
     size_t bytes = count * weft_dtype_size(dtype);
     const void *src;
     st = weft_op_source(&op, sendbuf, bytes, 0, &src);
+    /* The store form's copies: our block into every output but ours in place. */
+    int in_place = (const uint8_t *)recvbuf + (size_t)me * bytes == (const uint8_t *)sendbuf;
+    uint64_t copied = (uint64_t)(in_place ? n - 1 : n) * bytes;
     int out_ready = 0;
-    if (st == WEFT_SUCCESS && comm->remote_stores && !op.staged && bytes > 0)
+    if (st == WEFT_SUCCESS && comm->remote_stores && !op.staged && bytes > 0 &&
+        !weft_cuda_copy_engine_takes(comm, copied))
         st = weft_op_acquire(&op, recvbuf, (size_t)n * bytes, &out_ready);
     if (st != WEFT_SUCCESS)
         return weft_op_end(&op, st, 0);
@@ -47,9 +52,10 @@ weft_status_t weft_allgather_mesh(struct weft_comm *comm, const void *sendbuf, v
         void *dsts[WEFT_MAX_RANKS];
         int ndsts = 0;
         for (int r = 0; r < n; r++) {
+            if (r == me && in_place)
+                continue;
             uint8_t *out = r == me ? recvbuf : (uint8_t *)(uintptr_t)weft_op_peer(&op, r)->dst;
-            if (out + (size_t)me * bytes != (const uint8_t *)sendbuf)
-                dsts[ndsts++] = out + (size_t)me * bytes;
+            dsts[ndsts++] = out + (size_t)me * bytes;
         }
         weft_work_fanout(&work, dsts, ndsts, sendbuf, bytes, n);
     } else {

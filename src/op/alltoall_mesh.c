@@ -6,7 +6,8 @@
  * - loads: rank r copies, from every rank p, the block p addressed to r straight into its own
  *   output. Only the inputs are read remotely (an unregistered input is staged first).
  * - stores, for all_to_all when every rank allows it (WEFT_REMOTE_STORES; by default on the
- *   CUDA backend), every rank's output is registered and no rank's input was staged: rank r
+ *   CUDA backend), every rank's output is registered, no rank's input was staged and no rank's
+ *   copies would run on the copy engines (which write only their own rank's memory): rank r
  *   writes its block for p into block r of p's output. All reads are local, and on NVLink the
  *   writes are posted stores with no round trip. An all_to_allv keeps the loads: its peers'
  *   displacements are not in the descriptors.
@@ -55,9 +56,10 @@ weft_status_t weft_alltoallv_mesh(struct weft_comm *comm, const void *sendbuf,
     if (extent > 0)
         st = weft_op_source(&op, sendbuf, extent, 0, &src);
     int out_ready = 0;
+    size_t out_bytes = (size_t)n * count * esize; /* all_to_all: what either form copies */
     if (st == WEFT_SUCCESS && coll == WEFT_COLL_ALL_TO_ALL && comm->remote_stores && !op.staged &&
-        count > 0)
-        st = weft_op_acquire(&op, recvbuf, (size_t)n * count * esize, &out_ready);
+        count > 0 && !weft_cuda_copy_engine_takes(comm, out_bytes))
+        st = weft_op_acquire(&op, recvbuf, out_bytes, &out_ready);
     if (st != WEFT_SUCCESS)
         return weft_op_end(&op, st, 0);
     uint64_t block_src[WEFT_MAX_RANKS], pair_send[WEFT_MAX_RANKS], pair_recv[WEFT_MAX_RANKS];

@@ -211,7 +211,9 @@ static void gather(gpu_ctx_t *g, const pool_t *pool, gpu_buf_kind_t send_kind,
             mp_raw_check(ctx, "sendbuf", send.host, dt, ctx->rank, 0, count);
         if (count > 0) {
             gpu_check_path(g, &s0, &s1, inplace ? recv_kind : send_kind, bytes, 1);
-            gpu_check_stores(g, &s0, &s1, bytes, all_registered);
+            gpu_check_stores(g, &s0, &s1, bytes,
+                             all_registered &&
+                                 !gpu_copy_engine_takes(g, (inplace ? n - 1 : n) * bytes));
         }
     }
     put_all(g, &send, &recv);
@@ -305,7 +307,8 @@ static void a2a(gpu_ctx_t *g, const pool_t *pool, gpu_buf_kind_t send_kind,
         mp_a2a_check(ctx, dt, count, send.host, recv.host);
         if (count > 0) {
             gpu_check_path(g, &s0, &s1, send_kind, bytes, 1);
-            gpu_check_stores(g, &s0, &s1, bytes, all_registered);
+            gpu_check_stores(g, &s0, &s1, bytes,
+                             all_registered && !gpu_copy_engine_takes(g, n * bytes));
         }
     }
     put_all(g, &send, &recv);

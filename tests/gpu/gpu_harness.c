@@ -482,6 +482,17 @@ int gpu_block_limit(gpu_ctx_t *g)
     return v < 1 ? 1 : v > WEFT_MAX_BLOCKS ? WEFT_MAX_BLOCKS : v;
 }
 
+#define WEFT_DEFAULT_COPY_ENGINE_BYTES ((size_t)64 << 20) /* WEFT_CUDA_COPY_ENGINE_BYTES */
+
+int gpu_copy_engine_takes(gpu_ctx_t *g, size_t bytes)
+{
+    const char *ce = getenv("WEFT_CUDA_COPY_ENGINE");
+    if (ce != NULL && (strcmp(ce, "0") == 0 || strcmp(ce, "1") == 0))
+        return ce[0] == '1';
+    return g->mp.spans_gpus && bytes >= mp_env_bytes(&g->mp, "WEFT_CUDA_COPY_ENGINE_BYTES",
+                                                     WEFT_DEFAULT_COPY_ENGINE_BYTES);
+}
+
 void gpu_check_path(gpu_ctx_t *g, const weft_stats_t *before, const weft_stats_t *after,
                     gpu_buf_kind_t kind, size_t pair_bytes, int peers_read)
 {

@@ -191,11 +191,16 @@ int gpu_block_limit(gpu_ctx_t *g);
 void gpu_check_path(gpu_ctx_t *g, const weft_stats_t *before, const weft_stats_t *after,
                     gpu_buf_kind_t kind, size_t pair_bytes, int peers_read);
 
+/* Whether weft runs a pure copy of bytes in all on the copy engines (WEFT_CUDA_COPY_ENGINE: 1
+ * always, 0 never, auto across GPUs from WEFT_CUDA_COPY_ENGINE_BYTES, default 64 MiB). An
+ * all-gather or all-to-all whose store form would copy that much there takes the loads. */
+int gpu_copy_engine_takes(gpu_ctx_t *g, size_t bytes);
+
 /* Check that an all-gather, all-to-all or all-reduce of pair_bytes per pair counted in
  * remote_store_ops exactly when it should: eligible (the caller's verdict: every rank's output
- * weft memory, and no input staged for an all-gather or all-to-all, the two-shot form for an
- * all-reduce), 2+ ranks, past gpu_push_limit(), and WEFT_REMOTE_STORES not 0 (its default,
- * auto, stores on the CUDA backend). */
+ * weft memory, and for an all-gather or all-to-all no input staged and its copies not on the
+ * copy engines, the two-shot form for an all-reduce), 2+ ranks, past gpu_push_limit(), and
+ * WEFT_REMOTE_STORES not 0 (its default, auto, stores on the CUDA backend). */
 void gpu_check_stores(gpu_ctx_t *g, const weft_stats_t *before, const weft_stats_t *after,
                       size_t pair_bytes, int eligible);
 

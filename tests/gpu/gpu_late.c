@@ -9,6 +9,9 @@
  * path; all_gather, run with WEFT_CUDA_COPY_ENGINE=1: copies on the copy engines between an
  * entry and a closing kernel, the closing kernel a second launch of the operation). Expected:
  *   - every host call returns success: the host handshakes complete, only the late kernel waits;
+ *   - nothing is written into the late rank's output while its stream has not reached the
+ *     operation (poisoned before the call, read through another stream just before the gate
+ *     opens): the other ranks' kernels and copies gave up or write only their own memory;
  *   - every stream becomes idle without error (kernels give up, they do not trap);
  *   - no rank takes the operation for done: a launch whose entry wait gave up posts no closing
  *     signal (nor does a later launch of the same operation), so the late rank's kernel does not
@@ -28,6 +31,31 @@
 #define COUNT 262147
 #define LATE_EXTRA_S 1.5 /* the late rank's hold beyond the timeout */
 #define DESTROY_LIMIT_S 20.0
+#define POISON 0xA5 /* the late rank's output before the late call */
+
+/* The late rank's output holds POISON in every byte before the call; the peers, whose kernels
+ * gave up, must not have written into it. Read on a stream of its own: the test's stream is
+ * held by the gate. */
+static void check_untouched(gpu_ctx_t *g, const gpu_buf_t *recv, size_t bytes)
+{
+    cudaStream_t side;
+    gpu_cuda_ok(g, cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking),
+                "cudaStreamCreateWithFlags");
+    gpu_cuda_ok(g, cudaMemcpyAsync(recv->host, recv->ptr, bytes, cudaMemcpyDeviceToHost, side),
+                "cudaMemcpyAsync (the late rank's output)");
+    gpu_cuda_ok(g, cudaStreamSynchronize(side), "cudaStreamSynchronize (side stream)");
+    gpu_cuda_ok(g, cudaStreamDestroy(side), "cudaStreamDestroy");
+    size_t written = 0, first = bytes;
+    for (size_t i = 0; i < bytes; i++)
+        if (recv->host[i] != POISON) {
+            written++;
+            first = first < i ? first : i;
+        }
+    mp_check(&g->mp, written == 0,
+             "%zu of %zu bytes of the late rank's output were written (the first at byte %zu) "
+             "before its stream reached the operation",
+             written, bytes, first);
+}
 
 /* The collective under test, from send (COUNT elements) into recv. */
 static weft_status_t call(gpu_ctx_t *g, int gather, const gpu_buf_t *send, const gpu_buf_t *recv)
@@ -82,6 +110,11 @@ int main(int argc, char **argv)
     mp_case(ctx, "%s with rank %d's kernel %.1f s late", argv[1], late, timeout_s + LATE_EXTRA_S);
     gpu_gate_t gate;
     gpu_gate_init(&gate, timeout_s + LATE_EXTRA_S + 10);
+    size_t recv_bytes = recv_count * 4;
+    if (ctx->rank == late) {
+        gpu_cuda_ok(&g, cudaMemset(recv.ptr, POISON, recv_bytes), "cudaMemset (poison)");
+        gpu_cuda_ok(&g, cudaDeviceSynchronize(), "cudaDeviceSynchronize after the poison");
+    }
     if (ctx->rank == late)
         gpu_cuda_ok(&g, cudaLaunchHostFunc(g.stream, gpu_gate_hold, &gate), "cudaLaunchHostFunc");
     double t0 = mp_now_s();
@@ -92,6 +125,7 @@ int main(int argc, char **argv)
              argv[1], weft_status_string(st), weft_last_error());
     if (ctx->rank == late) {
         mp_sleep_ms((timeout_s + LATE_EXTRA_S) * 1000);
+        check_untouched(&g, &recv, recv_bytes);
         gpu_gate_open(&gate);
     }
     cudaError_t err = gpu_stream_wait(g.stream, 3 * timeout_s + LATE_EXTRA_S + 10);
