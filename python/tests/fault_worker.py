@@ -17,6 +17,9 @@ Scenarios:
   abort_during_destroy
               rank 0's destroy() waits for rank 1, which does not come; abort() on another
               thread ends it at once with WEFT_ERR_ABORTED.
+  destroy_interrupted
+              rank 1 destroys with a MoE handle alive, its free interrupted: destroy() raises
+              that exception after destroying the communicator and freeing the handle.
   init_fails  rank 0's Comm constructor raises after the C communicator exists: init() aborts
               and frees it, so rank 1's barrier on it fails at once (WEFT_ERR_PEER_LOST).
   config      weft.init() keyword overrides reach the library (registration="staged": no
@@ -38,6 +41,7 @@ import warnings
 import numpy as np
 
 import weft
+import weft._comm
 import weft._lib
 
 ABORT_RACES = 20  # fresh communicators in scenario_abort_race
@@ -226,7 +230,8 @@ def _wait_for_file(path, timeout_s):
 def scenario_abort_during_destroy(c):
     """Rank 0's destroy() waits for rank 1, which does not come; a watchdog thread's abort()
     ends that wait at once (weft.h allows abort during weft_comm_destroy): destroy() raises
-    WEFT_ERR_ABORTED and the communicator is gone. Rank 1 waits (for a file rank 0 writes
+    WEFT_ERR_ABORTED with the library's message (read before a later weft call clears it) and
+    the communicator is gone. Rank 1 waits (for a file rank 0 writes
     after its destroy() returned), then sees rank 0 lost."""
     comm = weft.init()
     flag = os.path.join(OUT, "rank0-destroyed")
@@ -243,7 +248,11 @@ def scenario_abort_during_destroy(c):
 
     def destroy_hook(handle):
         in_destroy.set()
-        return real(handle)
+        status = real(handle)
+        # A MoE handle garbage-collected during the teardown, freed after weft_comm_destroy
+        # (NULL stands in for it: freeing any handle clears this thread's error message).
+        comm._doomed.append(None)
+        return status
 
     def watchdog():
         if not in_destroy.wait(PROMPT_S):
@@ -266,6 +275,8 @@ def scenario_abort_during_destroy(c):
     except weft.WeftError as exc:
         c.expect(exc.status == "WEFT_ERR_ABORTED", f"destroy() raised {exc.status}: "
                                                    f"{exc.message}")
+        c.expect("weft_comm_destroy" in exc.message,
+                 f"destroy() raised without the library's message: {exc.message}")
     finally:
         lib.weft_comm_destroy = real
         ended = time.monotonic()
@@ -285,6 +296,45 @@ def scenario_abort_during_destroy(c):
         c.expect("was destroyed" in str(exc), f"abort() after destroy(): {exc}")
     with open(flag, "w"):
         pass
+    return comm.rank
+
+
+class Interrupted(Exception):
+    """Raised into destroy() by scenario_destroy_interrupted."""
+
+
+def scenario_destroy_interrupted(c):
+    """Rank 1 destroys with a MoE handle alive, its free interrupted: destroy() raises that
+    exception and still destroys the communicator, freeing the handle after
+    weft_comm_destroy."""
+    comm = weft.init()
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    routed = comm.moe_dispatch(x, np.array([[0], [1]], dtype=np.int64),
+                               np.ones((2, 1), dtype=np.float32), comm.size)
+    if comm.rank == 0:
+        comm.destroy()
+        return comm.rank
+    real = weft._comm._destroy_moe_handle
+    calls = []
+
+    def interrupted(handle):
+        calls.append(handle)
+        if len(calls) == 1:
+            raise Interrupted("the first free")
+        real(handle)
+
+    weft._comm._destroy_moe_handle = interrupted
+    try:
+        comm.destroy()
+        c.expect(False, "destroy() raised nothing")
+    except Interrupted as exc:
+        c.expect(not hasattr(exc, "weft_destroy_error"), "weft_comm_destroy failed: "
+                                                         f"{getattr(exc, 'weft_destroy_error', '')}")
+    finally:
+        weft._comm._destroy_moe_handle = real
+    c.expect(len(calls) == 2, f"the handle was freed {len(calls) - 1} times after the failure")
+    c.expect(repr(comm).endswith(", destroyed>"), f"after destroy: {comm!r}")
+    del routed
     return comm.rank
 
 
@@ -353,6 +403,7 @@ SCENARIOS = {
     "init_fails": scenario_init_fails,
     "init_retry": scenario_init_retry,
     "abort_during_destroy": scenario_abort_during_destroy,
+    "destroy_interrupted": scenario_destroy_interrupted,
 }
 
 

@@ -29,9 +29,10 @@ def test_abort(nranks):
 # raise: an exception inside `with` aborts; destroyed: calls on a destroyed communicator;
 # abort_race: abort racing destroy; config: init's keyword overrides; init_fails: the
 # constructor failing after the C communicator exists; init_retry: a retry after a refused call;
-# abort_during_destroy (fault_worker.py describes each).
+# abort_during_destroy; destroy_interrupted (fault_worker.py describes each).
 @pytest.mark.parametrize("scenario", ("raise", "destroyed", "abort_race", "config", "init_fails",
-                                      "init_retry", "abort_during_destroy"))
+                                      "init_retry", "abort_during_destroy",
+                                      "destroy_interrupted"))
 def test_scenario(scenario):
     run_scenario(2, scenario)
 

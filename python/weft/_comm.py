@@ -21,7 +21,7 @@ import weakref
 import numpy as np
 
 from . import _buffers as B
-from ._lib import STATS_FIELDS, WeftError, _Config, _Stats, check, library
+from ._lib import STATS_FIELDS, WeftError, _Config, _Stats, check, library, status_error
 
 MOE_REUSE = 0  # WEFT_MOE_REUSE (weft.h): the topk of a dispatch reusing a handle's layout
 
@@ -372,7 +372,8 @@ class Comm:
             failure = None
             try:
                 while detached:  # outside _state_lock: on CUDA each waits for the device
-                    _destroy_moe_handle(detached.pop())
+                    _destroy_moe_handle(detached[-1])  # popped once freed: an exception
+                    detached.pop()                      # leaves it to the loop below
                 self._drain_doomed()
                 if live:
                     # A later communicator may map the same addresses: a stale array would then
@@ -385,7 +386,8 @@ class Comm:
                 failure = exc             # the same, and exc is raised after
             _forget_default(self)
             try:
-                status = library().weft_comm_destroy(handle)
+                # The error now: freeing MoE handles below clears this thread's message.
+                error = status_error(library().weft_comm_destroy(handle))
             finally:
                 # It returned: the communicator is gone, and abort() must not reach it.
                 with self._state_lock:
@@ -397,15 +399,13 @@ class Comm:
                 _destroy_moe_handle(detached.pop())
             self._drain_doomed()
             if failure is not None:
-                if status != 0:
-                    try:
-                        check(status)
-                    except WeftError as err:  # keep the library's failure with the exception
-                        failure.weft_destroy_error = err
-                        if hasattr(failure, "add_note"):  # Python 3.11+
-                            failure.add_note(f"weft_comm_destroy also failed: {err}")
+                if error is not None:  # keep the library's failure with the exception
+                    failure.weft_destroy_error = error
+                    if hasattr(failure, "add_note"):  # Python 3.11+
+                        failure.add_note(f"weft_comm_destroy also failed: {error}")
                 raise failure
-            check(status)
+            if error is not None:
+                raise error
 
     def abort(self):
         """Local, never blocks: pending and future operations fail with WEFT_ERR_ABORTED and

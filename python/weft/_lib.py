@@ -234,11 +234,20 @@ def last_error():
     return text.decode("utf-8", "replace") if text else ""
 
 
+def status_error(status):
+    """The WeftError for a non-zero weft_status_t, with this thread's weft_last_error() (read
+    now: a later weft call may clear it); None for 0."""
+    if status == 0:
+        return None
+    message = last_error()
+    if not message:
+        text = library().weft_status_string(status)
+        message = text.decode("utf-8", "replace") if text else "unknown status"
+    return WeftError(status_name(status), message)
+
+
 def check(status):
     """Raise WeftError for a non-zero weft_status_t, with this thread's weft_last_error()."""
-    if status != 0:
-        message = last_error()
-        if not message:
-            text = library().weft_status_string(status)
-            message = text.decode("utf-8", "replace") if text else "unknown status"
-        raise WeftError(status_name(status), message)
+    error = status_error(status)
+    if error is not None:
+        raise error
