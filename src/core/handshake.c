@@ -87,8 +87,10 @@ weft_status_t weft_hs_check_match(struct weft_comm *comm, uint64_t seq, const we
         }
         if (d->dtype != mine->dtype)
             field = "dtype";
-        else if (d->redop != mine->redop)
-            field = "op";
+        else if (d->redop != mine->redop) /* MoE dispatch: the reuse flag (op/moe.h) */
+            field = mine->coll == WEFT_COLL_MOE_DISPATCH
+                        ? "WEFT_MOE_REUSE (a layout reused on some ranks only)"
+                        : "op";
         else if (d->root != mine->root)
             field = "root";
         else if (d->count != mine->count)

@@ -574,7 +574,8 @@ static void run_reuse_errors(mp_ctx_t *ctx)
                                      NULL, NULL, NULL, cap, &num, &h, NULL)
                  : weft_moe_dispatch(cm, x, T, H, WEFT_FLOAT32, to_first, w, 1, n, rx, ridx, rw,
                                      rcnt, cap, &num, &none, NULL);
-        mp_expect_status(ctx, st, WEFT_ERR_MISMATCH, "weft_moe_dispatch", "reuse on one rank only");
+        mp_expect_status(ctx, st, WEFT_ERR_MISMATCH, "disagree on WEFT_MOE_REUSE",
+                         "reuse on one rank only");
         mp_check(ctx, none == NULL, "a mismatched dispatch set a handle");
     }
     mp_check(ctx, h == keep, "a failed reuse changed *handle");
