@@ -14,7 +14,8 @@
  * statistics) so that a minority of outliers moves neither the estimate nor its spread much. The
  * knee fit is a continuous two-segment (hinge) least-squares fit: for a fixed knee the model is
  * linear in its three coefficients (the intercept and the two segments' slopes, solved by QR,
- * volumes scaled into (0, 1]: accurate on sweeps whose volumes span many orders of magnitude);
+ * volumes scaled into (0, 1]: accurate on sweeps whose volumes span many orders of magnitude),
+ * the lower slope constrained to be >= 0 (refitted level where it would be negative);
  * the knee is searched on a grid of KNEE_GRID candidates per interval between adjacent volumes,
  * then refined by golden-section search between the best candidate's neighbours, so it is not
  * pinned to a measured volume; the best hinge is a knee only if it beats a straight line by more
@@ -484,28 +485,32 @@ static double hinge_value(const bg_hinge_t *h, double x)
     return h->a + h->below * fmin(x, h->knee) + h->above * fmax(0.0, x - h->knee);
 }
 
-/* Fit the hinge at a fixed knee in the per-segment basis, whose two slope columns are nonzero on
- * opposite sides of the knee: they stay far from parallel however small the knee is next to the
- * largest volume (in the basis (1, x, [x - knee]+) the last two columns differ only below the
- * knee, and the normal equations square that ill-conditioning). The n x 3 least-squares problem
- * is solved by QR, the rows folded one at a time into the triangular factor by Givens rotations
- * (no scratch, backward stable), then back substitution. False if the design is numerically
- * rank-deficient (the caller's knees leave two distinct volumes on each side, so this does not
- * happen with real data). */
-static bool fit_hinge(const bg_xy_t *pts, size_t n, double knee, bg_hinge_t *out)
+/* Least squares over pts of y on the hinge's basis at a fixed knee, (1, min(x, knee),
+ * [x - knee]+), or without the middle column when flat (the lower segment held level), into
+ * sol = (a, below, above) (below = 0 when flat). The per-segment basis has its two slope columns
+ * nonzero on opposite sides of the knee: they stay far from parallel however small the knee is
+ * next to the largest volume (in the basis (1, x, [x - knee]+) the last two columns differ only
+ * below the knee, and the normal equations square that ill-conditioning). Solved by QR, the rows
+ * folded one at a time into the triangular factor by Givens rotations (no scratch, backward
+ * stable), then back substitution. False if the design is numerically rank-deficient (the
+ * caller's knees leave two distinct volumes on each side, so this does not happen with real
+ * data). */
+static bool solve_hinge(const bg_xy_t *pts, size_t n, double knee, bool flat, double sol[3])
 {
+    const int m = flat ? 2 : 3;
     /* r: upper triangle of R; z: Q^T y; norm2: squared column norms, for the rank test. */
     double r[3][3] = {{0.0}}, z[3] = {0.0}, norm2[3] = {0.0};
     for (size_t i = 0; i < n; i++) {
-        double f[3] = {1.0, fmin(pts[i].x, knee), fmax(0.0, pts[i].x - knee)}, t = pts[i].y;
-        for (int j = 0; j < 3; j++)
+        double lower = fmin(pts[i].x, knee), upper = fmax(0.0, pts[i].x - knee), t = pts[i].y;
+        double f[3] = {1.0, flat ? upper : lower, upper};
+        for (int j = 0; j < m; j++)
             norm2[j] += f[j] * f[j];
-        for (int j = 0; j < 3; j++) {
+        for (int j = 0; j < m; j++) {
             if (f[j] == 0.0)
                 continue;
             double h = hypot(r[j][j], f[j]), c = r[j][j] / h, s = f[j] / h;
             r[j][j] = h;
-            for (int k = j + 1; k < 3; k++) {
+            for (int k = j + 1; k < m; k++) {
                 double rk = r[j][k];
                 r[j][k] = c * rk + s * f[k];
                 f[k] = c * f[k] - s * rk;
@@ -515,15 +520,35 @@ static bool fit_hinge(const bg_xy_t *pts, size_t n, double knee, bg_hinge_t *out
             t = c * t - s * zj;
         }
     }
-    double sol[3];
-    for (int j = 2; j >= 0; j--) {
+    double x[3];
+    for (int j = m - 1; j >= 0; j--) {
         if (!(fabs(r[j][j]) > 1e-12 * sqrt(norm2[j])))
             return false;
         double acc = z[j];
-        for (int k = j + 1; k < 3; k++)
-            acc -= r[j][k] * sol[k];
-        sol[j] = acc / r[j][j];
+        for (int k = j + 1; k < m; k++)
+            acc -= r[j][k] * x[k];
+        x[j] = acc / r[j][j];
     }
+    sol[0] = x[0];
+    sol[1] = flat ? 0.0 : x[1];
+    sol[2] = flat ? x[1] : x[2];
+    return true;
+}
+
+/* Fit the hinge at a fixed knee by least squares with its lower slope constrained to be >= 0:
+ * the lower segment is T_iss0, which cannot fall as the volume grows. A negative lower slope
+ * (noise on a flat plateau, or a few large volumes whose line points below zero at the knee)
+ * once gave a T_iss0 below zero at the knee and a capacity above the knee volume. The problem
+ * is a convex quadratic with one linear constraint, so when the unconstrained minimum breaks it
+ * the constrained one lies on its boundary: the fit with the lower segment level. False if the
+ * design is rank-deficient (solve_hinge). */
+static bool fit_hinge(const bg_xy_t *pts, size_t n, double knee, bg_hinge_t *out)
+{
+    double sol[3];
+    if (!solve_hinge(pts, n, knee, false, sol))
+        return false;
+    if (sol[1] < 0.0 && !solve_hinge(pts, n, knee, true, sol))
+        return false;
     bg_hinge_t h = {knee, sol[0], sol[1], sol[2], 0.0};
     for (size_t i = 0; i < n; i++) {
         double e = pts[i].y - hinge_value(&h, pts[i].x);
@@ -693,6 +718,16 @@ weft_status_t weft_bg_fit_knee(const weft_bg_sample_t *samples, size_t nsamples,
                             fn, best.knee * scale, significance, KNEE_MIN_T);
         goto err_free_resid;
     }
+    /* T_iss0 at the knee is an issue time, so > 0; the lower slope >= 0 keeps it at or above
+     * the intercept, but the upper segment's samples can still pull that to 0 or below. */
+    double t_knee = best.a + best.below * best.knee;
+    if (!(t_knee > 0.0)) {
+        status = weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                            "%s: degenerate knee (the best two-segment fit, knee at %g bytes, has "
+                            "an issue time of %g us there, not > 0)",
+                            fn, best.knee * scale, t_knee);
+        goto err_free_resid;
+    }
     for (size_t i = 0; i < nsamples; i++)
         resid[i] = pts[i].y - hinge_value(&best, pts[i].x);
     double median, iqr;
@@ -700,7 +735,6 @@ weft_status_t weft_bg_fit_knee(const weft_bg_sample_t *samples, size_t nsamples,
     double r_bpus = drain_gbps * 1e3;
     double below_us_per_byte = best.below / scale, above_us_per_byte = best.above / scale;
     double knee_bytes = best.knee * scale;
-    double t_knee = best.a + best.below * best.knee;
     double knee_spread = iqr / (above_us_per_byte - below_us_per_byte);
     fit_out->knee_bytes = knee_bytes;
     fit_out->knee_spread_bytes = knee_spread;
@@ -708,7 +742,7 @@ weft_status_t weft_bg_fit_knee(const weft_bg_sample_t *samples, size_t nsamples,
     fit_out->below_us_per_byte = below_us_per_byte;
     fit_out->above_us_per_byte = above_us_per_byte;
     fit_out->residual_iqr_us = iqr;
-    fit_out->capacity_bytes = fmax(0.0, knee_bytes - r_bpus * t_knee);
+    fit_out->capacity_bytes = fmin(knee_bytes, fmax(0.0, knee_bytes - r_bpus * t_knee));
     fit_out->capacity_spread_bytes = fabs(1.0 - r_bpus * below_us_per_byte) * knee_spread;
     fit_out->nsamples = nsamples;
     status = WEFT_SUCCESS;

@@ -180,11 +180,11 @@ typedef struct weft_bg_knee_fit {
     double knee_bytes;            /* V_k: where the isolated-burst issue time leaves T_iss0 */
     double knee_spread_bytes;     /* residual_iqr_us / (above - below slope): the shift of the
                                      knee that a typical residual causes */
-    double t_knee_us;             /* T_iss0(K, V_k): the lower segment at the knee */
-    double below_us_per_byte;     /* slope of the lower segment (issue cost per byte) */
+    double t_knee_us;             /* T_iss0(K, V_k): the lower segment at the knee, > 0 */
+    double below_us_per_byte;     /* slope of the lower segment (issue cost per byte), >= 0 */
     double above_us_per_byte;     /* slope of the upper segment (stall-bound, about 1/R) */
     double residual_iqr_us;       /* interquartile range of the residuals of the two segments */
-    double capacity_bytes;        /* Q(K) = V_k - R * T_iss0(K, V_k), clamped at 0 */
+    double capacity_bytes;        /* Q(K) = V_k - R * T_iss0(K, V_k), clamped to [0, V_k] */
     double capacity_spread_bytes; /* |1 - R * below slope| * knee_spread_bytes */
     size_t nsamples;              /* samples used (all) */
 } weft_bg_knee_fit_t;
@@ -192,16 +192,19 @@ typedef struct weft_bg_knee_fit {
 /*
  * V_k and Q(K) from an isolated-burst sweep over V (each burst starts with the drain empty; the
  * gap is not read). The sweep is fitted by least squares with a continuous two-segment line
- * (a hinge): T = a + b*V + c*[V - V_k]+, the knee searched over (volume-scaled) candidates
- * between the sampled volumes and refined by golden-section search; every candidate leaves at
- * least WEFT_BG_KNEE_MIN_PER_SIDE samples and two distinct volumes on each side. The lower
- * segment is T_iss0(K, V); the upper one, where the capacity stalls the issuer, has slope about
- * 1/R. Degenerate (WEFT_ERR_INVALID_ARGUMENT): too few distinct volumes, the best hinge does
- * not get steeper (c <= 0: no knee in the sweep), or its bend is not significant: a weighted F
- * statistic of the hinge against the best straight line, with each sample's noise modelled as
- * the larger of a floor and a part proportional to its time (both estimated from the residuals),
- * must exceed 5^2. Noise makes c > 0 on about half of all straight sweeps; this rejects all but
- * about 1% of them (burst_gap.c, knee_significance, says how). drain_gbps is R.
+ * (a hinge): T = a + b*V + c*[V - V_k]+ with b >= 0 (the lower segment is an issue time, which
+ * does not fall as V grows: where the unconstrained fit has b < 0 the lower segment is fitted
+ * level), the knee searched over (volume-scaled) candidates between the sampled volumes and
+ * refined by golden-section search; every candidate leaves at least WEFT_BG_KNEE_MIN_PER_SIDE
+ * samples and two distinct volumes on each side. The lower segment is T_iss0(K, V); the upper
+ * one, where the capacity stalls the issuer, has slope about 1/R. Degenerate
+ * (WEFT_ERR_INVALID_ARGUMENT): too few distinct volumes, the best hinge does not get steeper
+ * (c <= 0: no knee in the sweep), its issue time at the knee is not > 0 (so that
+ * 0 <= Q(K) <= V_k), or its bend is not significant: a weighted F statistic of the hinge against
+ * the best straight line, with each sample's noise modelled as the larger of a floor and a part
+ * proportional to its time (both estimated from the residuals), must exceed 5^2. Noise makes
+ * c > 0 on about half of all straight sweeps; this rejects all but about 1% of them
+ * (burst_gap.c, knee_significance, says how). drain_gbps is R.
  */
 weft_status_t weft_bg_fit_knee(const weft_bg_sample_t *samples, size_t nsamples, double drain_gbps,
                                weft_bg_knee_fit_t *fit_out);

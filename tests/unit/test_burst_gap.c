@@ -490,6 +490,31 @@ static void test_fit_knee_none(uint64_t seed)
         CHECK(memcmp(&kf, &kf_before, sizeof kf) == 0, "knee fit written on failure");
 }
 
+/*
+ * The lower segment is T_iss0, which cannot fall with the volume. On this sweep (a reviewer's
+ * reproducer: five tiny volumes level at about 0.29 us, three large ones on a line that points
+ * below zero at 1.5 MB) the unconstrained hinge took a negative lower slope and was accepted
+ * with a knee at 1.55e6 bytes, T_iss0 there -7.96 us and Q = 2.92e6 bytes, above the knee. With
+ * the lower slope held >= 0 the lower segment is level at the tiny volumes' times and Q lies
+ * in [0, V_k].
+ */
+static void test_fit_knee_negative_slope(void)
+{
+    const weft_bg_sample_t s[] = {
+        {685454210, 1000.0, 8162.177}, {221, 1000.0, 0.305},  {29278353, 1000.0, 327.367},
+        {8035344, 1000.0, 65.524},     {7, 1000.0, 0.287},    {1, 1000.0, 0.291},
+        {6737, 1000.0, 0.259},         {1522, 1000.0, 0.304},
+    };
+    weft_bg_knee_fit_t kf;
+    memset(&kf, 0, sizeof kf);
+    weft_status_t st = weft_bg_fit_knee(s, sizeof s / sizeof s[0], 171.688, &kf);
+    CHECK(st == WEFT_SUCCESS, "negative-slope sweep: status %d: %s", (int)st, weft_last_error());
+    CHECK(kf.below_us_per_byte >= 0.0 && kf.t_knee_us >= 0.259 && kf.t_knee_us <= 0.305 &&
+              kf.capacity_bytes >= 0.0 && kf.capacity_bytes <= kf.knee_bytes,
+          "negative-slope sweep: lower slope %g us/byte, T_iss0(V_k) %g us, V_k %g, Q %g bytes",
+          kf.below_us_per_byte, kf.t_knee_us, kf.knee_bytes, kf.capacity_bytes);
+}
+
 static void test_invalid(void)
 {
     weft_bg_params_t good = golden_params(), p;
@@ -723,6 +748,7 @@ int main(int argc, char **argv)
     test_fit_synthetic(seed);
     test_fit_knee_wide();
     test_fit_knee_none(seed);
+    test_fit_knee_negative_slope();
     test_invalid();
     if (failures != 0)
         printf("test_burst_gap: %d checks failed\n", failures);
