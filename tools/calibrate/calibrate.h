@@ -156,8 +156,10 @@ int cal_knee_volumes(const cal_t *c, uint64_t *bytes);
 bool cal_knee_holdout(int i, int n);
 
 /* One repeat of every sweep of one pattern, measured (or synthesized); its parameters into
- * p[NPARAMS] (NAN where a fit failed, with a line on rank 0 saying why), then the check of its
- * points against them (cal_check_points). Fits see only the points not held out. */
+ * p[NPARAMS] (NAN where a fit failed or its precondition does not hold: R where the rate sweep
+ * is not shown drain-bound, and then Q too; T_iss0 where the plateau burst may stall on the
+ * capacity; each with a line on rank 0 saying why), then the check of its points against them
+ * (cal_check_points; nothing is predicted without R). Fits see only the points not held out. */
 void cal_run_pattern(cal_t *c, int repeat, int pattern, double *p);
 
 /* ---------------------------------------------------------------------------------------------

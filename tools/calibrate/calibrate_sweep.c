@@ -129,6 +129,91 @@ bool cal_knee_holdout(int i, int n)
     return i % 3 == 1 && i < n - 1;
 }
 
+/*
+ * The fits' preconditions, checked after the fits because they need the fitted numbers; each
+ * returns true, or false with the reason in why[WHY_LEN].
+ *
+ * The rate fit (weft_bg_fit_rate) needs drain-bound bursts: V/R > T_iss0(K = all, V) for the
+ * rate sweep's volumes. A smaller burst's period is its issue time, so V/period measures how
+ * fast the producers issue, not R (-V 64K gave 8.7 GB/s against 150). It is checked at the
+ * smallest fitted volume, V_min = MAX/16: beyond it T_iss0 grows more slowly than V/R when the
+ * producers issue faster than the drain, which a drain-bound V_min shows (T_iss0 = t0 + V/peak,
+ * t0 >= 0). T_iss0(all, V_min) is the lower segment of the knee fit of K = all at V_min (the
+ * T_iss0 line, extended beyond the knee as a row's table is); without that knee, the plateau
+ * fit of K = all bounds it from above when -p >= V_min (T_iss0 is nondecreasing in V, and a
+ * plateau that stalled on the capacity only measured more); with neither, R is not reported.
+ * Fitting R from the differences of periods between volumes instead would not help: where the
+ * bursts are not drain-bound the period's slope is the issue cost per byte, not 1/R.
+ */
+#define WHY_LEN 320
+
+static bool rate_drain_bound(const cal_t *c, double r_bpus, const weft_bg_knee_fit_t *knee_all,
+                             const weft_bg_plateau_fit_t *plateau_all, char *why)
+{
+    double v_min = (double)(c->s->max_bytes >> (RATE_SETTINGS - 1)), drain_us = v_min / r_bpus;
+    if (knee_all) {
+        double t_iss0 =
+            knee_all->t_knee_us + knee_all->below_us_per_byte * (v_min - knee_all->knee_bytes);
+        if (drain_us > t_iss0)
+            return true;
+        snprintf(why, WHY_LEN,
+                 "the rate sweep is not drain-bound: its smallest volume %.0f drains in V/R = "
+                 "%.3g us, not more than T_iss0 = %.3g us (the knee fit's lower segment), so its "
+                 "period is not V/R (raise -V)",
+                 v_min, drain_us, t_iss0);
+        return false;
+    }
+    if (plateau_all && (double)c->s->plateau_bytes >= v_min) {
+        if (drain_us > plateau_all->t_iss0_us)
+            return true;
+        snprintf(why, WHY_LEN,
+                 "the rate sweep is not shown drain-bound: its smallest volume %.0f drains in "
+                 "V/R = %.3g us, not more than the %.3g us that bound T_iss0 there (the plateau at "
+                 "-p, no knee fit at K = %d) (raise -V)",
+                 v_min, drain_us, plateau_all->t_iss0_us, c->k[c->nk - 1]);
+        return false;
+    }
+    snprintf(why, WHY_LEN,
+             "cannot check that the rate sweep is drain-bound: no knee fit at K = %d, and -p %llu "
+             "is below the smallest rate volume %.0f (raise -p or -V)",
+             c->k[c->nk - 1], (unsigned long long)c->s->plateau_bytes, v_min);
+    return false;
+}
+
+/*
+ * The plateau fit (weft_bg_fit_plateau) takes the issue time after a gap >= V/R for T_iss0, but
+ * that burst issues at max(T_iss0, (V - Q)/R): past the knee it stalls on the capacity (-p 32M
+ * gave 209 us for a T_iss0 of 58 us). By the model it stalls iff its excess E = V - R*T_iss0
+ * exceeds Q; a stalled plateau measures (V - Q)/R, so that E computed from it equals Q. The
+ * fitted T_iss0 is therefore accepted when E <= Q/2, Q from its K's knee fit: a stalled one
+ * passes only if the fit overstates Q twice over. Without a knee fit, or without a checked R
+ * (Q is computed from it), Q is taken as 0: the burst must be issue-bound even with no capacity
+ * (V/R <= T_iss0: the small K whose producers issue slower than the drain, which have no knee).
+ * V <= V_k would not do: V_k comes from a doubling sweep and can lie well past the true knee
+ * (13% on the synthetic alltoall at K = 8, whose -p 1M then read 13% high).
+ */
+static bool plateau_issue_bound(const cal_t *c, double r_bpus, const weft_bg_plateau_fit_t *pl,
+                                const weft_bg_knee_fit_t *knee, bool rate_ok, char *why)
+{
+    double v = (double)c->s->plateau_bytes, e = v - r_bpus * pl->t_iss0_us;
+    double q = knee && rate_ok ? knee->capacity_bytes : 0.0;
+    if (e <= 0.5 * q)
+        return true;
+    const char *q_from = !rate_ok ? ": R failed its check" : knee ? "" : ": no knee fit";
+    snprintf(why, WHY_LEN,
+             "-p %.0f is not shown issue-bound: its excess V - R*T = %.4g bytes is above half the "
+             "capacity (Q = %.4g bytes%s), so its issue time %.3g us may be a stall on the "
+             "capacity, not T_iss0 (%s)",
+             v, e, q, q_from, pl->t_iss0_us, rate_ok ? "lower -p" : "raise -V");
+    return false;
+}
+
+static void check_failed(const cal_t *c, int pattern, const char *what, int K, const char *why)
+{
+    if (c->rank == 0)
+        printf("# %s: %s fit failed (K = %d): %s\n", pattern_names[pattern], what, K, why);
+}
+
 void cal_run_pattern(cal_t *c, int repeat, int pattern, double *p)
 {
     uint64_t bytes[MAX_SETTINGS];
@@ -159,10 +244,13 @@ void cal_run_pattern(cal_t *c, int repeat, int pattern, double *p)
         free(smp);
         return;
     }
-    p[0] = rate.drain_gbps;
     params->drain_gbps = rate.drain_gbps;
     double r_bpus = rate.drain_gbps * 1e3; /* bytes per us */
 
+    /* Per K, the fits that succeeded; their preconditions are checked after the loop. */
+    weft_bg_plateau_fit_t pl[MAX_K];
+    weft_bg_knee_fit_t kn[MAX_K];
+    bool pl_ok[MAX_K] = {false}, kn_ok[MAX_K] = {false};
     for (int ki = 0; ki < c->nk; ki++) {
         int K = c->k[ki];
         double *q = p + 1 + ki * NQ;
@@ -173,11 +261,9 @@ void cal_run_pattern(cal_t *c, int repeat, int pattern, double *p)
             hold[i] = gap_holdout[i];
         }
         first = run_sweep(c, pattern, SWEEP_PLATEAU, K, bytes, gaps, hold, NGAPS);
-        weft_bg_plateau_fit_t pl;
         int mp = samples(c, first, P_ISSUE, false, smp);
-        if (weft_bg_fit_plateau(smp, (size_t)mp, rate.drain_gbps, &pl) == WEFT_SUCCESS)
-            q[Q_TISS0] = pl.t_iss0_us;
-        else
+        pl_ok[ki] = weft_bg_fit_plateau(smp, (size_t)mp, rate.drain_gbps, &pl[ki]) == WEFT_SUCCESS;
+        if (!pl_ok[ki])
             fit_failed(c, pattern, "plateau", K);
 
         int n = cal_knee_volumes(c, bytes);
@@ -186,23 +272,47 @@ void cal_run_pattern(cal_t *c, int repeat, int pattern, double *p)
             hold[i] = cal_knee_holdout(i, n);
         }
         first = run_sweep(c, pattern, SWEEP_KNEE, K, bytes, gaps, hold, n);
-        weft_bg_knee_fit_t kn;
         int mk = samples(c, first, P_ISSUE, false, smp + mp);
-        if (weft_bg_fit_knee(smp + mp, (size_t)mk, rate.drain_gbps, &kn) != WEFT_SUCCESS) {
+        if (weft_bg_fit_knee(smp + mp, (size_t)mk, rate.drain_gbps, &kn[ki]) != WEFT_SUCCESS) {
             fit_failed(c, pattern, "knee", K);
             continue;
         }
-        q[Q_KNEE] = kn.knee_bytes;
-        q[Q_TKNEE] = kn.t_knee_us;
-        q[Q_CAP] = kn.capacity_bytes;
+        kn_ok[ki] = true;
+        q[Q_KNEE] = kn[ki].knee_bytes;
+        q[Q_TKNEE] = kn[ki].t_knee_us;
+        q[Q_CAP] = kn[ki].capacity_bytes;
         /* The row's T_iss0 table: both sweeps' points on the plateau, below the knee. */
-        if (weft_bg_fit_row(smp, (size_t)(mp + mk), rate.drain_gbps, K, &kn,
+        if (weft_bg_fit_row(smp, (size_t)(mp + mk), rate.drain_gbps, K, &kn[ki],
                             &params->row[params->nrows]) == WEFT_SUCCESS) {
             params->nrows++;
             has_row[ki] = true;
         } else {
             fit_failed(c, pattern, "row", K);
         }
+    }
+
+    /* R and what is computed from it (Q, every prediction) are reported only when the rate
+     * sweep was drain-bound. V_k and T_iss0 do not take R's value, and an R fitted from bursts
+     * that were not drain-bound is too low, which only makes their V/R tests stricter. */
+    char why[WHY_LEN];
+    int ka = c->nk - 1;
+    bool rate_ok =
+        rate_drain_bound(c, r_bpus, kn_ok[ka] ? &kn[ka] : NULL, pl_ok[ka] ? &pl[ka] : NULL, why);
+    if (rate_ok) {
+        p[0] = rate.drain_gbps;
+    } else {
+        check_failed(c, pattern, "rate", kall, why);
+        for (int ki = 0; ki < c->nk; ki++)
+            p[1 + ki * NQ + Q_CAP] = NAN;
+        params->nrows = 0;
+    }
+    for (int ki = 0; ki < c->nk; ki++) {
+        if (!pl_ok[ki])
+            continue;
+        if (plateau_issue_bound(c, r_bpus, &pl[ki], kn_ok[ki] ? &kn[ki] : NULL, rate_ok, why))
+            p[1 + ki * NQ + Q_TISS0] = pl[ki].t_iss0_us;
+        else
+            check_failed(c, pattern, "plateau", c->k[ki], why);
     }
     cal_check_points(c, repeat, pattern, params->nrows > 0 ? params : NULL, has_row);
     free(params);

@@ -32,7 +32,13 @@
  *            -> V_k, T_iss0(K, V_k), Q(K) (weft_bg_fit_knee)
  *
  * K in {1, 8, 32, all}, clipped to all. A fit that fails (no knee in the sweep, too few plateau
- * points) is reported as null with its reason. Each parameter is reported as the median and the
+ * points) is reported as null with its reason, and so is one whose precondition the fitted
+ * numbers contradict (calibrate_sweep.c, rate_drain_bound and plateau_issue_bound): R needs the
+ * rate sweep drain-bound, MAX/16 / R > T_iss0(all, MAX/16), with T_iss0 from the knee fit of
+ * K = all (or, without one, bounded by the plateau when PLATEAU_BYTES >= MAX/16; else R is not
+ * checked and not reported), and with R go Q and every prediction; T_iss0(K, PLATEAU_BYTES)
+ * needs the plateau burst not to stall on the capacity: its excess PLATEAU_BYTES - R * T_iss0
+ * at most Q(K)/2 (0 without a knee fit). Each parameter is reported as the median and the
  * spread (max - min) over the repeats. Rank 0 prints a table and writes --json FILE: machine,
  * date, options, parameters (median, spread, every repeat's value), the held-out check and the
  * points of every rank. Results are labelled "same-device" when all ranks share one GPU.
@@ -86,8 +92,10 @@ static void usage(FILE *f)
             "  -b, --bursts N      bursts per setting, the first %d not counted (%d..64,\n"
             "                      default 12)\n"
             "  -V, --max-bytes S   largest burst: rate and knee sweeps (power of two,\n"
-            "                      64K..1G, default 64M)\n"
-            "  -p, --plateau S     burst of the gap sweep (multiple of 512, default 64K)\n"
+            "                      64K..1G, default 64M); R is reported only if S/16\n"
+            "                      is drain-bound\n"
+            "  -p, --plateau S     burst of the gap sweep (multiple of 512, default 64K);\n"
+            "                      T_iss0 is reported only if it does not stall on Q\n"
             "      --json FILE     also write everything as one JSON object (rank 0)\n"
             "      --synthetic SEED  no GPU: draw three ranks' points from a built-in\n"
             "                      platform (seeded noise) to test the fits, the check and\n"
