@@ -3,8 +3,10 @@
  *
  * Pure: no I/O, no threads, no CUDA. Given the remote slices of one collective (one contiguous
  * transfer each, between this rank and one peer, in one tier), the partitioner cuts every slice
- * into units of at most the tier's unit size (cuts fall on multiples of granule_bytes, so an
- * element or a vector is never split), and assigns the units to workers to minimise the makespan:
+ * into units of the tier's cut: its unit size rounded down to a multiple of granule_bytes, or one
+ * granule where the unit size is smaller than a granule (so a unit can exceed the unit size:
+ * cuts fall on multiples of granule_bytes, and an element or a vector is never split); the last
+ * unit of a slice holds the rest. It assigns the units to workers to minimise the makespan:
  * longest-processing-time first (units sorted by cost, descending; ties broken by slice index
  * then offset, so the result is deterministic), each unit going to the least-loaded worker
  * (ties: lowest index) among those allowed by the fan-out cap: at most H_t distinct workers
