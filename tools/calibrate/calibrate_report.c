@@ -55,15 +55,22 @@ void cal_report_header(cal_t *c)
     fflush(stdout);
     if (!c->json)
         return;
+    /* Every string escaped: the device name and the driver version come from CUDA. */
+    fputs("{\n  \"tool\": \"weft-calibrate\",\n  \"label\": ", c->json);
+    bench_json_string(c->json, label);
+    fputs(",\n  \"date\": ", c->json);
+    bench_json_string(c->json, c->date);
+    fputs(",\n  \"machine\": {\"device\": ", c->json);
+    bench_json_string(c->json, c->device);
+    fprintf(c->json, ", \"sms\": %d, \"driver\": ", c->sms);
+    bench_json_string(c->json, c->driver);
     fprintf(c->json,
-            "{\n  \"tool\": \"weft-calibrate\",\n  \"label\": \"%s\",\n  \"date\": \"%s\",\n"
-            "  \"machine\": {\"device\": \"%s\", \"sms\": %d, \"driver\": \"%s\", \"ranks\": %d, "
-            "\"gpus\": %d, \"ranks_per_gpu\": %d},\n"
+            ", \"ranks\": %d, \"gpus\": %d, \"ranks_per_gpu\": %d},\n"
             "  \"options\": {\"repeats\": %d, \"bursts\": %d, \"max_bytes\": %llu, "
             "\"plateau_bytes\": %llu, \"block_threads\": %d, \"gap_iters_per_us\": ",
-            label, c->date, c->device, c->sms, c->driver, c->nranks, c->ngpus, c->ranks_per_gpu,
-            c->s->repeats, c->s->bursts, (unsigned long long)c->s->max_bytes,
-            (unsigned long long)c->s->plateau_bytes, BLOCK_THREADS);
+            c->nranks, c->ngpus, c->ranks_per_gpu, c->s->repeats, c->s->bursts,
+            (unsigned long long)c->s->max_bytes, (unsigned long long)c->s->plateau_bytes,
+            BLOCK_THREADS);
     json_num(c->json, c->iters_per_us);
     fprintf(c->json, "},\n  \"holdout\": {\"rate_bytes\": [%llu], \"plateau_gap_factors\": [",
             (unsigned long long)(c->s->max_bytes >> (RATE_SETTINGS - 1 - RATE_HOLDOUT)));

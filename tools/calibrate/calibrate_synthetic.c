@@ -9,7 +9,8 @@
  * of that model (weft_bg_stall_times) with 1% noise, uniform; period = issue time + gap. Small K
  * issues slower than the drain: no knee, so those rows do not fit and their points stay
  * unpredicted, as on a GPU whose few SMs cannot outpace the drain. The noise is splitmix64 from
- * the seed, drawn in a fixed order, so a seed gives the same points every time.
+ * the seed, drawn in a fixed order, so a seed gives the same points every time. The device name,
+ * synthetic (seed SEED, "no GPU"), has quotes in it, which the JSON must escape.
  *
  * Thread safety: single-threaded (the noise's state is in cal_t).
  */
@@ -71,7 +72,8 @@ void cal_synthetic_machine(cal_t *c)
     c->ngpus = SYN_RANKS;
     c->iters_per_us = NAN;
     c->rng = c->s->synthetic_seed;
-    snprintf(c->device, sizeof c->device, "synthetic (seed %llu, no GPU)",
+    /* Quoted words in the name, so that --synthetic runs the JSON's string escaping too. */
+    snprintf(c->device, sizeof c->device, "synthetic (seed %llu, \"no GPU\")",
              (unsigned long long)c->s->synthetic_seed);
     snprintf(c->driver, sizeof c->driver, "none");
 }
