@@ -141,13 +141,16 @@ bool cal_knee_holdout(int i, int n)
  * t0 >= 0). T_iss0(all, V_min) is the lower segment of the knee fit of K = all at V_min (the
  * T_iss0 line, extended beyond the knee as a row's table is); without that knee, the plateau
  * fit of K = all bounds it from above when -p >= V_min (T_iss0 is nondecreasing in V, and a
- * plateau that stalled on the capacity only measured more); with neither, R is not reported.
+ * plateau that stalled on the capacity only measured more); with neither, R cannot be checked
+ * and is reported as fitted, with a note saying so (a machine whose K = all shows no knee, as an
+ * H200 with its ranks on one GPU, would otherwise get no R at the default -p).
  * Fitting R from the differences of periods between volumes instead would not help: where the
  * bursts are not drain-bound the period's slope is the issue cost per byte, not 1/R.
  */
 #define WHY_LEN 320
 
-static bool rate_drain_bound(const cal_t *c, double r_bpus, const weft_bg_knee_fit_t *knee_all,
+static bool rate_drain_bound(const cal_t *c, int pattern, double r_bpus,
+                             const weft_bg_knee_fit_t *knee_all,
                              const weft_bg_plateau_fit_t *plateau_all, char *why)
 {
     double v_min = (double)(c->s->max_bytes >> (RATE_SETTINGS - 1)), drain_us = v_min / r_bpus;
@@ -173,11 +176,13 @@ static bool rate_drain_bound(const cal_t *c, double r_bpus, const weft_bg_knee_f
                  v_min, drain_us, plateau_all->t_iss0_us, c->k[c->nk - 1]);
         return false;
     }
-    snprintf(why, WHY_LEN,
-             "cannot check that the rate sweep is drain-bound: no knee fit at K = %d, and -p %llu "
-             "is below the smallest rate volume %.0f (raise -p or -V)",
-             c->k[c->nk - 1], (unsigned long long)c->s->plateau_bytes, v_min);
-    return false;
+    if (c->rank == 0)
+        printf("# %s: R not checked: no knee fit at K = %d, and -p %llu is below the smallest "
+               "rate volume %.0f, so nothing shows the rate sweep drain-bound (pass -p %.0f to "
+               "check it)\n",
+               pattern_names[pattern], c->k[c->nk - 1], (unsigned long long)c->s->plateau_bytes,
+               v_min, v_min);
+    return true;
 }
 
 /*
@@ -296,8 +301,8 @@ void cal_run_pattern(cal_t *c, int repeat, int pattern, double *p)
      * that were not drain-bound is too low, which only makes their V/R tests stricter. */
     char why[WHY_LEN];
     int ka = c->nk - 1;
-    bool rate_ok =
-        rate_drain_bound(c, r_bpus, kn_ok[ka] ? &kn[ka] : NULL, pl_ok[ka] ? &pl[ka] : NULL, why);
+    bool rate_ok = rate_drain_bound(c, pattern, r_bpus, kn_ok[ka] ? &kn[ka] : NULL,
+                                    pl_ok[ka] ? &pl[ka] : NULL, why);
     if (rate_ok) {
         p[0] = rate.drain_gbps;
     } else {

@@ -36,9 +36,9 @@
  * numbers contradict (calibrate_sweep.c, rate_drain_bound and plateau_issue_bound): R needs the
  * rate sweep drain-bound, MAX/16 / R > T_iss0(all, MAX/16), with T_iss0 from the knee fit of
  * K = all (or, without one, bounded by the plateau when PLATEAU_BYTES >= MAX/16; else R is not
- * checked and not reported), and with R go Q and every prediction; T_iss0(K, PLATEAU_BYTES)
- * needs the plateau burst not to stall on the capacity: its excess PLATEAU_BYTES - R * T_iss0
- * at most Q(K)/2 (0 without a knee fit). Each parameter is reported as the median and the
+ * checked, which a comment says), and with a broken R go Q and every prediction; T_iss0(K,
+ * PLATEAU_BYTES) needs the plateau burst not to stall on the capacity: its excess PLATEAU_BYTES - R
+ * * T_iss0 at most Q(K)/2 (0 without a knee fit). Each parameter is reported as the median and the
  * spread (max - min) over the repeats. Rank 0 prints a table and writes --json FILE: machine,
  * date, options, parameters (median, spread, every repeat's value), the held-out check and the
  * points of every rank. Results are labelled "same-device" when all ranks share one GPU.
