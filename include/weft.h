@@ -274,7 +274,10 @@ WEFT_API weft_status_t weft_barrier(weft_comm_t comm, void *stream);
  * every rank: a dispatch that fails them writes *num_recv_tokens = -1 and zero counts and nothing
  * else (a combine with its handle writes zeros), and the first MoE call on the communicator after
  * some rank's host has seen that (e.g. after synchronising the stream) returns
- * WEFT_ERR_INVALID_ARGUMENT on every rank and does nothing; the communicator stays usable.
+ * WEFT_ERR_INVALID_ARGUMENT on every rank and does nothing; the communicator stays usable. A
+ * call whose wait for the peers gave up on the device (WEFT_ERR_TIMEOUT or WEFT_ERR_PEER_LOST,
+ * returned by the next call, as for the collectives) writes no output but a dispatch's
+ * *num_recv_tokens = -1 and zeroed recv_expert_counts.
  * ------------------------------------------------------------------------------------------- */
 typedef struct weft_moe_handle *weft_moe_handle_t;
 

@@ -367,6 +367,11 @@ weft_status_t weft_cuda_check(struct weft_comm *comm, const char *call)
                       weft_status_string((weft_status_t)st));
 }
 
+int32_t *weft_cuda_status_word(struct weft_comm *comm)
+{
+    return comm->cuda ? comm->cuda->dev_words + STATUS_WORD : NULL;
+}
+
 void weft_cuda_abort(struct weft_comm *comm)
 {
     volatile int32_t *word = atomic_load_explicit(&comm->cuda_abort_word, memory_order_acquire);

@@ -69,6 +69,12 @@ void weft_cuda_comm_teardown(struct weft_comm *comm);
  * checked at the start of every call. */
 weft_status_t weft_cuda_check(struct weft_comm *comm, const char *call);
 
+/* The device pointer of the mapped status word into which kernels record the first error
+ * (exec_cuda.h), for kernels launched outside weft_cuda_execute (MoE); NULL without the CUDA
+ * backend. With weft_cuda_ctl (this rank's control block: its failed flag) a kernel can check
+ * whether the rank failed and fail it. */
+int32_t *weft_cuda_status_word(struct weft_comm *comm);
+
 /* A local copy an operation has made but not yet issued (bytes 0: none). */
 typedef struct weft_cuda_copy {
     void *dst;

@@ -60,6 +60,11 @@ weft_status_t weft_cuda_check(struct weft_comm *comm, const char *call)
     return not_built(call);
 }
 
+int32_t *weft_cuda_status_word(struct weft_comm *comm)
+{
+    return NULL;
+}
+
 size_t weft_cuda_push_bytes(const struct weft_comm *comm)
 {
     return 0;

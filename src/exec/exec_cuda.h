@@ -50,12 +50,15 @@
  * Every wait polls a deadline (%globaltimer) and the host's abort word; on either it stores a
  * status into the mapped status word (first one wins) and its device copy (ctl->failed), and
  * the kernel ends without a closing signal; every later launch of this kernel on the rank finds
- * ctl->failed set and posts and moves nothing. What else is already queued still runs: the MoE
- * data kernels (they read peers and write only this rank's outputs, which the failure makes
- * wrong anyway) and copy-engine copies queued between an entry kernel and its closing kernel,
- * which cannot be cancelled (they too read peers and write only this rank's memory: no store
- * form runs on the copy engines, weft_cuda_copy_engine_takes in core/comm_cuda.h). So all ranks'
- * kernels must be co-resident: blocks per launch are bounded (WEFT_CUDA_MAX_BLOCKS).
+ * ctl->failed set and posts and moves nothing. So do the MoE staging, gather and combine
+ * kernels (exec/moe_cuda.h): they read ctl->failed first and return, since a peer whose ready
+ * flag never came may not have written the handle memory they would read, or may have freed it
+ * (the gather writes only *num_recv_out = -1), and they use no value read from a peer outside
+ * the bounds the handshake gave, failing the rank instead as a failed wait does. What still runs
+ * is the copy-engine copies queued between an entry kernel and its closing kernel, which cannot
+ * be cancelled (they read peers and write only this rank's memory: no store form runs on the
+ * copy engines, weft_cuda_copy_engine_takes in core/comm_cuda.h). So all ranks' kernels must be
+ * co-resident: blocks per launch are bounded (WEFT_CUDA_MAX_BLOCKS).
  *
  * Copies on the copy engines (cudaMemcpyAsync from peers' memory into this rank's, between an
  * entry and a closing launch of one operation) are ordered before the closing launch's flags by

@@ -15,6 +15,16 @@
  * host cannot see the received count). Neither kernel waits for a peer, so their grids may fill
  * the rank's share of the GPU.
  *
+ * Failures (moe_cuda.h): the staging, gather and combine kernels start with one load of the
+ * rank's failed flag by thread 0, as the collective kernel does (exec_cuda.cu, collective()),
+ * and the whole block returns when it is set, before any __syncthreads that would follow. The
+ * bounds of peers' values: a count, checked by thread 0 of every block while it takes the
+ * verdict (the block returns as one, no block waits for another); a listed token or an expert
+ * id, checked by each lane that reads it, which alone returns (no __syncthreads comes after the
+ * gather's row loop, and weft_dev_copy has no warp-wide step); a receive block, checked by
+ * thread d of each combine block before the block's last __syncthreads, after which the block
+ * returns as one.
+ *
  * Thread safety: launches are stream-ordered; the kernels write only this rank's memory.
  */
 #include <cub/block/block_scan.cuh>
@@ -29,6 +39,24 @@ extern "C" {
 
 #define MOE_THREADS 512
 #define WARP 32
+
+/* Whether a kernel of this rank failed before (the entry kernel just ahead, an earlier
+ * operation's, a replayed graph's): ctl->failed, set with the status word (exec_cuda.cu's
+ * report), which a launch after it in stream order sees. Thread 0 reads it for its block. */
+static __device__ __forceinline__ bool failed_before(const weft_moe_dev_fail_t &f)
+{
+    return *(volatile const uint64_t *)&f.ctl->failed.v != 0;
+}
+
+/* Fail the rank with status as a failed wait does (exec_cuda.cu's report): the first status wins
+ * in the mapped word, and every later kernel of the rank, the closing signal's included, finds
+ * the failed flag and posts and moves nothing. */
+static __device__ void fail_rank(const weft_moe_dev_fail_t &f, int32_t status)
+{
+    atomicCAS(f.status, 0, status);
+    *(volatile uint64_t *)&f.ctl->failed.v = 1;
+    __threadfence_system();
+}
 
 /* ---------------------------------------------------------------------------------------------
  * Layout
@@ -122,35 +150,47 @@ extern "C" weft_status_t weft_moe_dev_counts_clear(const weft_moe_dev_args_t *a,
  * ------------------------------------------------------------------------------------------- */
 
 /* The verdict and this rank's receive offsets, from every rank's header (each thread 0 of a
- * block computes it; the headers are complete: the entry signal ordered them). */
+ * block computes it; the headers are complete: the entry signal ordered them). failed: the rank
+ * failed before (VERDICT_FAILED_BEFORE: the headers were not read) or a peer's count is above
+ * its num_tokens (VERDICT_OUT_OF_BOUNDS: off and cnt are not to be used). */
+enum { VERDICT_FAILED_BEFORE = 1, VERDICT_OUT_OF_BOUNDS = 2 };
 struct verdict {
-    int rejected, rank, bad;
+    int failed, rejected, rank, bad;
     uint64_t need, cap;
 };
 
 static __device__ verdict take_verdict(const weft_moe_dev_args_t &a, uint64_t *off, uint64_t *cnt)
 {
-    verdict v = {0, -1, 0, 0, 0};
-    const int n = a.nranks;
-    for (int p = 0; p < n; p++) {
-        const weft_moe_dev_header_t *hp = (const weft_moe_dev_header_t *)a.base[p];
-        if (hp->bad && !v.rejected)
-            v = verdict{1, p, 1, 0, 0};
+    verdict v = {0, 0, -1, 0, 0, 0}, capacity = v;
+    if (failed_before(a.fail)) {
+        v.failed = VERDICT_FAILED_BEFORE;
+        return v;
     }
+    const int n = a.nranks;
     for (int q = 0; q < n; q++) {
         uint64_t total = 0;
         for (int p = 0; p < n; p++) {
             uint64_t c = ((const weft_moe_dev_header_t *)a.base[p])->count[q];
+            if (c > a.tokens[p]) { /* a list holds at most its rank's num_tokens entries */
+                v.failed = VERDICT_OUT_OF_BOUNDS;
+                return v;
+            }
             if (q == a.rank) {
                 off[p] = total;
                 cnt[p] = c;
             }
-            total += c;
+            total += c; /* at most n * INT32_MAX (each rank's api layer bounds its num_tokens) */
         }
-        if (total > a.capacity[q] && !v.rejected)
-            v = verdict{1, q, 0, total, a.capacity[q]};
+        if (total > a.capacity[q] && !capacity.rejected)
+            capacity = verdict{0, 1, q, 0, total, a.capacity[q]};
     }
-    return v;
+    /* An expert id out of range on some rank before an overflow (the host backend's order). */
+    for (int p = 0; p < n; p++) {
+        const weft_moe_dev_header_t *hp = (const weft_moe_dev_header_t *)a.base[p];
+        if (hp->bad && !v.rejected)
+            v = verdict{0, 1, p, 1, 0, 0};
+    }
+    return v.rejected ? v : capacity;
 }
 
 __global__ void __launch_bounds__(MOE_THREADS)
@@ -163,6 +203,15 @@ __global__ void __launch_bounds__(MOE_THREADS)
     if (threadIdx.x == 0)
         v = take_verdict(a, off, cnt);
     __syncthreads();
+    if (v.failed) { /* the whole block: v is shared */
+        if (threadIdx.x == 0) {
+            if (v.failed == VERDICT_OUT_OF_BOUNDS)
+                fail_rank(a.fail, WEFT_ERR_PEER_LOST);
+            if (blockIdx.x == 0)
+                *a.num_recv_out = -1; /* nothing received; the counts stay zero */
+        }
+        return;
+    }
     uint64_t total = 0;
     for (int p = 0; p < n; p++)
         total += cnt[p];
@@ -197,14 +246,22 @@ __global__ void __launch_bounds__(MOE_THREADS)
         int p = 0;
         while (r >= off[p] + cnt[p])
             p++;
-        uint64_t i = r - off[p];
+        uint64_t i = r - off[p]; /* below cnt[p] <= tokens[p], the list's length */
         weft_moe_dev_layout_t l = weft_moe_dev_layout(a.tokens[p], n, k);
         const uint8_t *list = a.base[p] + l.lists + (size_t)me * l.list_bytes;
         int64_t t = ((const int64_t *)list)[i];
+        if (t < 0 || (uint64_t)t >= a.tokens[p]) { /* a row outside p's x */
+            fail_rank(a.fail, WEFT_ERR_PEER_LOST);
+            return;
+        }
         weft_dev_copy((uint8_t *)a.recv_x + r * row_bytes, a.rows[p] + (uint64_t)t * row_bytes,
                       row_bytes, lane, WARP);
         for (size_t j = lane; j < (size_t)k; j += WARP) { /* k may exceed a warp */
             int64_t e = ((const int64_t *)(list + l.idx))[i * k + j];
+            if (e < -1 || e >= a.experts_per_rank) { /* not a local id: no counter of ours */
+                fail_rank(a.fail, WEFT_ERR_PEER_LOST);
+                return;
+            }
             if (a.recv_topk_idx) /* the three are optional when a layout is reused */
                 a.recv_topk_idx[r * k + j] = e;
             if (a.recv_topk_weights)
@@ -226,9 +283,18 @@ extern "C" weft_status_t weft_moe_dev_gather_launch(const weft_moe_dev_args_t *a
  * Combine
  * ------------------------------------------------------------------------------------------- */
 __global__ void __launch_bounds__(MOE_THREADS)
-    moe_stage(uint8_t *dst, const uint8_t *y, const weft_moe_dev_header_t *h, size_t row_bytes)
+    moe_stage(uint8_t *dst, const uint8_t *y, const weft_moe_dev_header_t *h, size_t row_bytes,
+              uint64_t max_rows, weft_moe_dev_fail_t fail)
 {
-    int64_t rows = h->num_recv;
+    __shared__ int64_t rows;
+    if (threadIdx.x == 0) {
+        rows = failed_before(fail) ? 0 : h->num_recv;
+        if (rows > 0 && (uint64_t)rows > max_rows) { /* more than dst and y hold: a bug */
+            fail_rank(fail, WEFT_ERR_INTERNAL);
+            rows = 0;
+        }
+    }
+    __syncthreads();
     if (rows <= 0)
         return;
     size_t nthreads = (size_t)gridDim.x * blockDim.x;
@@ -237,12 +303,13 @@ __global__ void __launch_bounds__(MOE_THREADS)
 }
 
 extern "C" weft_status_t weft_moe_dev_stage_launch(void *dst, const void *y, const uint8_t *base,
-                                                   size_t row_bytes, void *stream)
+                                                   size_t row_bytes, uint64_t max_rows,
+                                                   weft_moe_dev_fail_t fail, void *stream)
 {
     return weft_cuda_launch_kernel("weft_moe_combine: staging", moe_stage, WEFT_MOE_STAGE_BLOCKS,
                                    MOE_THREADS, (cudaStream_t)stream, (uint8_t *)dst,
                                    (const uint8_t *)y, (const weft_moe_dev_header_t *)base,
-                                   row_bytes);
+                                   row_bytes, max_rows, fail);
 }
 
 /* The 16-bit and 32-bit float element types of MoE rows: loads to float32, stores rounding once
@@ -324,13 +391,15 @@ __global__ void __launch_bounds__(MOE_THREADS, 2)
     typedef moe_elem<Dtype> E;
     __shared__ const uint8_t *src[WEFT_CUDA_MAX_RANKS]; /* rank d's row 0 of this rank's block */
     __shared__ const uint8_t *rows[MOE_THREADS / WARP][WEFT_CUDA_MAX_RANKS]; /* per warp */
-    __shared__ int rejected, vec;
+    __shared__ int failed, bogus, rejected, vec; /* bogus: a receive block out of bounds */
     const int n = a.nranks, me = a.rank;
     const uint64_t T = a.tokens[me], H = a.hidden;
     const size_t row_bytes = H * (16 / E::per16);
     const weft_moe_dev_header_t *mine = (const weft_moe_dev_header_t *)a.base[me];
     if (threadIdx.x == 0) {
-        rejected = (int)mine->rejected;
+        failed = failed_before(a.fail);
+        bogus = 0;
+        rejected = failed || (int)mine->rejected; /* failed: the loop below reads no header */
         vec = row_bytes % 16 == 0 && (uintptr_t)a.out % 16 == 0;
         /* A rank that received rows but gave no y: every rank reads the same headers and
          * posted addresses, so every rank rejects the combine alike (zeros), and block 0
@@ -353,14 +422,31 @@ __global__ void __launch_bounds__(MOE_THREADS, 2)
         }
     }
     __syncthreads();
+    if (failed) /* the whole block: failed is shared */
+        return;
     if (threadIdx.x < n) { /* NULL: that rank received nothing (else rejected above) */
-        const weft_moe_dev_header_t *hd = (const weft_moe_dev_header_t *)a.base[threadIdx.x];
-        const uint8_t *y = a.rows[threadIdx.x];
-        src[threadIdx.x] = y ? y + hd->recv_off[me] * row_bytes : NULL;
+        const int d = (int)threadIdx.x;
+        const weft_moe_dev_header_t *hd = (const weft_moe_dev_header_t *)a.base[d];
+        const uint8_t *y = a.rows[d];
+        src[d] = NULL;
+        if (y && !rejected) {
+            /* d's block of rows from this rank: as long as this rank's list for d (pos below
+             * indexes it), inside the rows d received, which its y holds. */
+            uint64_t off = hd->recv_off[me], cnt = hd->recv_cnt[me];
+            int64_t got = hd->num_recv;
+            if (got < 0 || cnt != mine->count[d] || off > (uint64_t)got ||
+                cnt > (uint64_t)got - off) {
+                fail_rank(a.fail, WEFT_ERR_PEER_LOST);
+                bogus = 1; /* not failed, which other warps may still be reading */
+            }
+            src[d] = y + off * row_bytes;
+        }
         if (y && (uintptr_t)y % 16 != 0)
             vec = 0;
     }
     __syncthreads();
+    if (bogus) /* the whole block: no row is read */
+        return;
     const int32_t *pos = (const int32_t *)(a.base[me] + weft_moe_dev_layout(T, n, a.topk).pos);
     const unsigned full = 0xffffffffu;
     const int lane = (int)(threadIdx.x % WARP), warp = (int)(threadIdx.x / WARP);

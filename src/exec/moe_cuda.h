@@ -18,6 +18,19 @@
  * Peers read a rank's header (counts, bad flag, receive offsets) and lists; only the owner writes
  * them. Everything a kernel needs travels by value in its parameters (graph-capturable: a
  * replay reads the same addresses).
+ *
+ * Failures. The staging, gather and combine kernels read this rank's failed flag (the device
+ * copy of the status word, exec_cuda.h) first and return at once when a kernel of the rank
+ * failed before, the entry kernel just ahead of them included: a peer whose entry signal never
+ * came may not have written its handle memory, or may have freed it (then it can hold another
+ * dispatch's header and lists). They write nothing then, but for the gather's *num_recv_out =
+ * -1. Even so, a value read from a peer is used only within the bounds this rank knows from
+ * the handshake: a count at most the peer's num_tokens, a listed token below it, a local expert
+ * id -1 or in [0, experts_per_rank), a peer's receive block for this rank inside the rows it
+ * received and as long as this rank's list for it. A value outside them is never used: the
+ * kernel records WEFT_ERR_PEER_LOST as a failed wait does (status word and failed flag: the
+ * closing kernel then posts nothing, and the next call returns the status) and the thread, or
+ * the block when the value is one every thread needs, stops.
  */
 #ifndef WEFT_EXEC_MOE_CUDA_H
 #define WEFT_EXEC_MOE_CUDA_H
@@ -108,6 +121,13 @@ typedef struct weft_moe_dev_report {
     uint64_t cap;    /* its max_recv_tokens (capacity) */
 } weft_moe_dev_report_t;
 
+/* Where a MoE kernel reads whether the rank failed, and records a failure of its own: this rank's
+ * control block (its failed flag) and the mapped status word, device pointers (exec_cuda.h). */
+typedef struct weft_moe_dev_fail {
+    weft_cuda_ctl_t *ctl;
+    int32_t *status;
+} weft_moe_dev_fail_t;
+
 typedef struct weft_moe_dev_args {
     int32_t rank, nranks, topk, experts_per_rank, num_experts;
     int32_t dtype;
@@ -126,6 +146,7 @@ typedef struct weft_moe_dev_args {
     int64_t *num_recv_out;
     void *out;
     weft_moe_dev_report_t *report; /* mapped host memory (device pointer) */
+    weft_moe_dev_fail_t fail;
 } weft_moe_dev_args_t;
 
 #ifdef __cplusplus
@@ -142,21 +163,29 @@ weft_status_t weft_moe_dev_counts_clear(const weft_moe_dev_args_t *args, void *s
 /* Dispatch, between the signals: every rank's counts give the same verdict everywhere; when
  * accepted, pull every row, expert slot and weight meant for this rank and count per expert
  * (recv_topk_idx, recv_topk_weights, recv_expert_counts: each skipped when NULL); when
- * rejected, write -1 to *num_recv_out and a report, nothing else. */
+ * rejected, write -1 to *num_recv_out and a report, nothing else. After a failure of the rank
+ * (the entry kernel's included) it writes -1 to *num_recv_out and nothing else; a peer's count
+ * above its num_tokens fails the operation alike, and a listed token or expert id out of
+ * bounds stops the thread that reads it (file comment, "Failures"). */
 weft_status_t weft_moe_dev_gather_launch(const weft_moe_dev_args_t *args, int nblocks,
                                          void *stream);
 
 /* Combine, before the entry signal: copy this rank's y (the header's num_recv rows of row_bytes)
- * to dst, the registered staging scratch, when y is not registered; on WEFT_MOE_STAGE_BLOCKS
- * blocks. */
+ * to dst, the registered staging scratch of max_rows rows (the handle's capacity), when y is not
+ * registered; on WEFT_MOE_STAGE_BLOCKS blocks. Copies nothing after a failure of the rank (peers
+ * may still read the scratch for the operation that failed), and fails the rank with
+ * WEFT_ERR_INTERNAL instead of copying when num_recv exceeds max_rows. */
 #define WEFT_MOE_STAGE_BLOCKS 32
 weft_status_t weft_moe_dev_stage_launch(void *dst, const void *y, const uint8_t *base,
-                                        size_t row_bytes, void *stream);
+                                        size_t row_bytes, uint64_t max_rows,
+                                        weft_moe_dev_fail_t fail, void *stream);
 
 /* Combine, between the signals: out[t] = sum over ranks d that received t of d's row for t
  * (float32 accumulation); zeros for tokens sent nowhere and when the dispatch was rejected. A
  * rank that received rows but posted no y (rows[d] NULL) rejects the combine, alike on every
- * rank: out gets zeros and a report is written (WEFT_MOE_REJECT_Y_NULL). */
+ * rank: out gets zeros and a report is written (WEFT_MOE_REJECT_Y_NULL). Writes nothing after a
+ * failure of the rank, nor when a peer's receive block for this rank is out of bounds (which
+ * fails the operation: file comment, "Failures"). */
 weft_status_t weft_moe_dev_combine_launch(const weft_moe_dev_args_t *args, int nblocks,
                                           void *stream);
 

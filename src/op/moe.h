@@ -87,8 +87,12 @@ weft_status_t weft_moe_combine_mesh(struct weft_comm *comm, const struct weft_mo
  * capacity verdict (and the range check of topk_idx) is taken on the device, identically on
  * every rank, and a rejected dispatch sets *num_recv_tokens = -1 and writes nothing else; the
  * next MoE call on the communicator then returns WEFT_ERR_INVALID_ARGUMENT on every rank once
- * some rank's host has seen the rejection (weft_moe_check_rejected). Builds without CUDA return
- * WEFT_ERR_UNSUPPORTED. */
+ * some rank's host has seen the rejection (weft_moe_check_rejected). When a kernel of the rank
+ * failed before the data kernels (the entry signal's wait timed out or was aborted), a dispatch
+ * sets *num_recv_tokens = -1 and a combine writes nothing; a value in a peer's handle memory
+ * outside its bounds fails the rank with WEFT_ERR_PEER_LOST instead of being used
+ * (exec/moe_cuda.h, "Failures"). The next call returns the failure (weft_cuda_check). Builds
+ * without CUDA return WEFT_ERR_UNSUPPORTED. */
 weft_status_t weft_moe_dispatch_dev(struct weft_comm *comm, const void *x, size_t num_tokens,
                                     size_t hidden, weft_dtype_t dtype, const int64_t *topk_idx,
                                     const float *topk_weights, int topk, int num_experts,

@@ -13,7 +13,8 @@
 # 3. Runs gpu_collectives, gpu_graph, gpu_registration, gpu_invalid, gpu_moe and gpu_fault
 #    (through gpu_fault.sh) with 2, 4 and 8 ranks (GPU_TEST_RANKS), then gpu_fault --inflight
 #    with the same rank counts, gpu_late (a kernel later than the timeout: WEFT_TIMEOUT_S=3) at
-#    the first rank count on all_reduce and on the copy engines' all_gather, gpu_collectives and
+#    the first rank count on all_reduce, on the copy engines' all_gather and on MoE dispatch and
+#    combine (their data kernels after an entry kernel that gave up), gpu_collectives and
 #    gpu_graph at the first and the last rank
 #    count with every pure copy on the copy engines (WEFT_CUDA_COPY_ENGINE=1: a call's copies
 #    on the caller's stream and on side streams, captured and replayed; with more ranks, more
@@ -261,6 +262,8 @@ if [ -z "$only" ]; then
     run_one "gpu_late all_gather (copy engine)" gpu_late "$first" "$first" 120 \
         env WEFT_TIMEOUT_S=3 WEFT_CUDA_COPY_ENGINE=1 "$weftrun" --grace 15 -n "$first" -- \
         "$bin/gpu_late" all_gather
+    run_one "gpu_late moe" gpu_late "$first" "$first" 120 \
+        env WEFT_TIMEOUT_S=3 "$weftrun" --grace 15 -n "$first" -- "$bin/gpu_late" moe
 fi
 
 # The copy-engine path, which the default (auto) takes only for large copies between GPUs, and
