@@ -77,8 +77,9 @@ typedef struct weft_op_desc {
     /* all_to_allv: the sender's term of the pair digest (weft_hs_pair_digest), the same in every
      * peer's slot; the terms of all ranks sum to 0 when every pair agrees on its counts */
     uint64_t pair_digest;
+    /* MoE: the sender's num_tokens, which bounds the tokens its lists may name */
+    uint64_t tokens;
     /* MoE on the CUDA backend, where the counts are on the device. */
-    uint64_t tokens;     /* the sender's num_tokens */
     uint64_t capacity;   /* dispatch: the sender's max_recv_tokens */
     uint64_t rejections; /* rejected dispatches the sender's host has seen so far */
     /* MoE reuse and combine: the operation number of the dispatch that made the handle, the same

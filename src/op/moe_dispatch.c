@@ -20,6 +20,13 @@
  * the verdict (capacity) and pulls rows. Expert ids out of range fail every rank through the
  * same verdict, so that a rank with a bad routing still takes its turn in the exchange.
  *
+ * What a rank reads of its peers' dispatch is used only within the bounds it knows: a count
+ * posted for it at most that peer's num_tokens (which the descriptor carries), each listed token
+ * below it, each received expert slot -1 or a local id. No sound peer writes anything else; a
+ * value outside them (a peer's memory that changed under this rank, a peer that gave up) fails
+ * the dispatch with WEFT_ERR_PEER_LOST, through the verdict or the closing signal, and is never
+ * used as an index.
+ *
  * Handles (all backends) are listed on their communicator while the caller holds them, and
  * detached by its destruction (moe.h, "Lifetime"); the list code is here, beside the handle's
  * allocation and release.
@@ -444,15 +451,68 @@ static weft_status_t gather_rows(gather_t *g, const struct weft_moe_handle *h, i
     return st;
 }
 
-/* A fresh dispatch's receive counts and offsets, from the counts the peers posted. */
-static void receive_counts(struct weft_moe_handle *h, weft_op_t *op, const uint64_t *pair_send)
+/* A fresh dispatch's receive counts and offsets, from the counts the peers posted. A count is
+ * the length of a peer's list, so at most the num_tokens it posted: a larger one (which no sound
+ * peer posts) is WEFT_ERR_PEER_LOST and never used, so the sum cannot wrap past the capacity
+ * check either. */
+static weft_status_t receive_counts(struct weft_moe_handle *h, weft_op_t *op,
+                                    const uint64_t *pair_send)
 {
     int n = h->nranks, me = op->comm->rank;
     for (int p = 0; p < n; p++) {
-        h->recv_cnt[p] = p == me ? (size_t)pair_send[me] : (size_t)weft_op_peer(op, p)->pair_send;
+        const weft_op_desc_t *pd = p == me ? NULL : weft_op_peer(op, p);
+        uint64_t c = pd ? pd->pair_send : pair_send[me];
+        if (pd && (c > pd->tokens || c > SIZE_MAX - h->num_recv))
+            return weft_error(
+                WEFT_ERR_PEER_LOST,
+                "%s: rank %d posted %llu tokens for rank %d with num_tokens %llu: not a "
+                "dispatch's descriptor",
+                call, p, (unsigned long long)c, me, (unsigned long long)pd->tokens);
+        h->recv_cnt[p] = (size_t)c;
         h->recv_off[p] = h->num_recv;
         h->num_recv += h->recv_cnt[p];
     }
+    return WEFT_SUCCESS;
+}
+
+/* The tokens rank p listed for rank me (their block of h->recv_tokens, a fresh dispatch's copy
+ * of p's list), each in [0, tokens), p's num_tokens: they index p's x. Else WEFT_ERR_PEER_LOST,
+ * and no row is read: the list changed under this rank (p's memory no longer holds its
+ * dispatch, a peer that gave up) or p is broken. */
+static weft_status_t check_tokens(const struct weft_moe_handle *h, int p, int me, uint64_t tokens)
+{
+    const int64_t *t = h->recv_tokens + h->recv_off[p];
+    for (size_t i = 0; i < h->recv_cnt[p]; i++) {
+        if (t[i] < 0 || (uint64_t)t[i] >= tokens)
+            return weft_error(WEFT_ERR_PEER_LOST,
+                              "%s: rank %d's list for rank %d names token %lld, not one of its "
+                              "%llu: its memory changed while this rank read it",
+                              call, p, me, (long long)t[i], (unsigned long long)tokens);
+    }
+    return WEFT_SUCCESS;
+}
+
+/* The expert slots a fresh dispatch received (recv_topk_idx, copied from the peers' lists), each
+ * -1 or a local id in [0, epr): they index recv_counts (routing_outputs). Else
+ * WEFT_ERR_PEER_LOST naming the source rank, as check_tokens. */
+static weft_status_t check_slots(const struct weft_moe_handle *h, int me,
+                                 const int64_t *recv_topk_idx, int epr)
+{
+    size_t k = (size_t)h->topk;
+    if (h->num_recv == 0) /* recv_topk_idx may be NULL */
+        return WEFT_SUCCESS;
+    for (int p = 0; p < h->nranks; p++) {
+        const int64_t *idx = recv_topk_idx + h->recv_off[p] * k;
+        for (size_t i = 0; i < h->recv_cnt[p] * k; i++) {
+            if (idx[i] < -1 || idx[i] >= epr)
+                return weft_error(WEFT_ERR_PEER_LOST,
+                                  "%s: rank %d's list for rank %d holds the expert slot %lld, "
+                                  "neither -1 nor a local id in [0, %d): its memory changed while "
+                                  "this rank read it",
+                                  call, p, me, (long long)idx[i], epr);
+        }
+    }
+    return WEFT_SUCCESS;
 }
 
 /* Room for the received routing the handle keeps (for a later reuse of the layout); after the
@@ -483,7 +543,7 @@ static void routing_outputs(struct weft_moe_handle *h, int reuse, int64_t *recv_
         memcpy(h->recv_idx, recv_topk_idx, slots * sizeof *h->recv_idx);
         memcpy(h->recv_weights, recv_topk_weights, slots * sizeof *h->recv_weights);
         for (size_t i = 0; i < slots; i++) {
-            if (h->recv_idx[i] >= 0)
+            if (h->recv_idx[i] >= 0) /* below epr: check_slots */
                 h->recv_counts[h->recv_idx[i]]++;
         }
     } else {
@@ -582,6 +642,7 @@ weft_status_t weft_moe_dispatch_mesh(struct weft_comm *comm, const void *x, size
                            .experts = (uint32_t)num_experts,
                            .count = hidden,
                            .aux = (uint64_t)(uintptr_t)x_remote,
+                           .tokens = num_tokens,
                            .layout = reuse ? reuse->layout : 0};
     int pair_only = 0;
     st = weft_op_exchange(&op, &desc, list_addr, pair_send, reuse ? pair_recv : NULL, NULL, 0,
@@ -592,7 +653,7 @@ weft_status_t weft_moe_dispatch_mesh(struct weft_comm *comm, const void *x, size
     /* The receive layout, and the capacity verdict agreed on before anyone writes. */
     weft_status_t verdict = st != WEFT_SUCCESS ? st : routing;
     if (verdict == WEFT_SUCCESS && !reuse)
-        receive_counts(h, &op, pair_send);
+        verdict = receive_counts(h, &op, pair_send);
     if (verdict == WEFT_SUCCESS && h->num_recv > max_recv_tokens) {
         verdict = WEFT_ERR_INVALID_ARGUMENT;
         note = (weft_signal_note_t){NOTE_CAPACITY, h->num_recv, max_recv_tokens};
@@ -616,14 +677,18 @@ weft_status_t weft_moe_dispatch_mesh(struct weft_comm *comm, const void *x, size
                 const uint8_t *list = (const uint8_t *)(uintptr_t)(pd ? pd->src : list_addr[me]);
                 memcpy(h->recv_tokens + h->recv_off[p], list,
                        h->recv_cnt[p] * sizeof *h->recv_tokens);
-                st = gather_slots(g, p, list, h->recv_cnt[p], h->recv_off[p], k, recv_topk_idx,
-                                  recv_topk_weights);
+                st = check_tokens(h, p, me, pd ? pd->tokens : num_tokens);
+                if (st == WEFT_SUCCESS)
+                    st = gather_slots(g, p, list, h->recv_cnt[p], h->recv_off[p], k, recv_topk_idx,
+                                      recv_topk_weights);
             }
             if (st == WEFT_SUCCESS)
                 st = gather_rows(g, h, p, xs, row_bytes, recv_x);
         }
         if (st == WEFT_SUCCESS && g->work.nslices > 0)
             st = weft_op_execute(&op, &g->work, 0, WEFT_SUCCESS);
+        if (st == WEFT_SUCCESS && !reuse) /* before the closing signal tells the peers */
+            st = check_slots(h, me, recv_topk_idx, epr);
         free(g);
     }
     st = weft_op_execute(&op, NULL, WEFT_SYNC_DONE, st);
