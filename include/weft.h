@@ -322,8 +322,9 @@ typedef struct weft_moe_handle *weft_moe_handle_t;
  * as by the first dispatch otherwise; max_recv_tokens is checked again. *handle is left as is:
  * the handle serves combines of either dispatch (they share the layout). Every rank must reuse
  * in the same call, a handle of the same dispatch (else WEFT_ERR_MISMATCH). On the CUDA backend
- * a handle reflects the verdict of its latest dispatch: one rejected on the device makes its
- * combines write zeros. */
+ * a handle reflects its latest dispatch that returned success (a reuse included): its verdict
+ * (one rejected on the device makes its combines write zeros) and its max_recv_tokens, the rows
+ * weft_moe_combine takes y to have. */
 WEFT_API weft_status_t weft_moe_dispatch(weft_comm_t comm, const void *x, size_t num_tokens,
                                          size_t hidden, weft_dtype_t dtype, const int64_t *topk_idx,
                                          const float *topk_weights, int topk, int num_experts,
@@ -345,9 +346,10 @@ WEFT_API weft_status_t weft_moe_dispatch(weft_comm_t comm, const void *x, size_t
  * handle stays valid (combine may run any number of times) until it or its communicator is
  * destroyed. Ranks passing handles of different dispatches all get WEFT_ERR_MISMATCH, and
  * nothing moves. On the CUDA backend, where the host does not know how many rows were received,
- * peers read y in place when max_recv_tokens rows from y lie in weft_malloc memory; otherwise (a
- * y of exactly the received rows at the end of its allocation, cudaMalloc memory) a kernel first
- * copies the received rows into registered scratch, which grows to max_recv_tokens rows. */
+ * peers read y in place when max_recv_tokens rows from y (those of the handle's latest
+ * dispatch, see layout reuse) lie in weft_malloc memory; otherwise (a y of exactly the received
+ * rows at the end of its allocation, cudaMalloc memory) a kernel first copies the received rows
+ * into registered scratch, which grows to that many rows. */
 WEFT_API weft_status_t weft_moe_combine(weft_comm_t comm, weft_moe_handle_t handle, const void *y,
                                         void *out, void *stream);
 

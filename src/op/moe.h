@@ -57,7 +57,9 @@ struct weft_moe_handle {
     void *dev;       /* this rank's handle memory (exec/moe_cuda.h), registered; NULL on host */
     int topk;        /* k of the dispatch */
     int num_experts; /* E of the dispatch */
-    size_t capacity; /* CUDA: max_recv_tokens of its latest dispatch: rows y may have */
+    /* CUDA: max_recv_tokens of its latest dispatch that returned success, a reuse included (the
+     * received count, unless that dispatch was rejected, is at most it): the rows y may have */
+    size_t capacity;
     uint64_t layout; /* the operation number of the dispatch that made it (weft_op_desc_t) */
 };
 
@@ -91,8 +93,10 @@ weft_status_t weft_moe_combine_mesh(struct weft_comm *comm, const struct weft_mo
  * failed before the data kernels (the entry signal's wait timed out or was aborted), a dispatch
  * sets *num_recv_tokens = -1 and a combine writes nothing; a value in a peer's handle memory
  * outside its bounds fails the rank with WEFT_ERR_PEER_LOST instead of being used
- * (exec/moe_cuda.h, "Failures"). The next call returns the failure (weft_cuda_check). Builds
- * without CUDA return WEFT_ERR_UNSUPPORTED. */
+ * (exec/moe_cuda.h, "Failures"). The next call returns the failure (weft_cuda_check). A reuse
+ * that returns success sets the handle's capacity to its max_recv_tokens: the bound of the
+ * verdict its gather writes into the handle memory, so the rows a combine's y may have; nothing
+ * else of the host handle changes. Builds without CUDA return WEFT_ERR_UNSUPPORTED. */
 weft_status_t weft_moe_dispatch_dev(struct weft_comm *comm, const void *x, size_t num_tokens,
                                     size_t hidden, weft_dtype_t dtype, const int64_t *topk_idx,
                                     const float *topk_weights, int topk, int num_experts,

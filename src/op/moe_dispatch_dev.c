@@ -177,7 +177,7 @@ weft_status_t weft_moe_dispatch_dev(struct weft_comm *comm, const void *x, size_
             weft_moe_handle_free(h);
         return weft_op_end(&op, st, 0);
     }
-    h->capacity = max_recv_tokens; /* y of a combine has at most this many rows */
+    h->capacity = max_recv_tokens; /* the verdict's bound, also on a reuse (moe.h) */
     if (!reuse)
         weft_moe_handle_attach(h);
     *handle_out = h;
