@@ -363,7 +363,8 @@ WEFT_API weft_status_t weft_moe_combine(weft_comm_t comm, weft_moe_handle_t hand
  * any thread of the process captures a graph in global mode; when that wait fails the device
  * memory is freed with the communicator instead. Fails only for a CUDA backend handle attached
  * to a communicator in a forked child (WEFT_ERR_INVALID_ARGUMENT, nothing freed: Fork, above),
- * or when its device cannot be made current (the error; the handle is freed all the same). */
+ * or when its device cannot be made current (the error; the handle is freed all the same, its
+ * device memory with the communicator, as when the wait fails). */
 WEFT_API weft_status_t weft_moe_handle_destroy(weft_moe_handle_t handle);
 
 /* ---------------------------------------------------------------------------------------------

@@ -134,9 +134,10 @@ struct weft_comm *weft_moe_handle_comm(const struct weft_moe_handle *h);
  * off its communicator's list and, on the CUDA backend, waits for the device (kernels of this
  * process may still read its memory) and frees its device memory; a detached one has only host
  * memory left. Always freed, except a CUDA handle attached to a communicator of the process
- * this one was forked from (WEFT_ERR_INVALID_ARGUMENT, nothing freed: weft_comm_owned); a
- * failed switch to the communicator's device is returned, a failed synchronisation logged (the
- * memory is freed all the same). */
+ * this one was forked from (WEFT_ERR_INVALID_ARGUMENT, nothing freed: weft_comm_owned). A
+ * failed switch to the communicator's device is returned and a failed synchronisation logged;
+ * after either the device memory is left to the communicator's teardown (kernels may still read
+ * it) and the rest of the handle is freed all the same. */
 weft_status_t weft_moe_handle_release(struct weft_moe_handle *h);
 
 /* Free a handle that was never handed to the caller (NULL: no-op), of a dispatch that failed

@@ -227,12 +227,16 @@ weft_status_t weft_moe_handle_release(struct weft_moe_handle *h)
     handles_unlock();
     weft_status_t st = WEFT_SUCCESS;
     if (comm && dev) {
-        /* After a failed device switch its synchronisation fails too, and the memory is left
-         * to the communicator's teardown (handle_free_dev). */
+        /* Only in the communicator's context does the synchronisation wait for the kernels that
+         * may read the memory (in another, or in none, it may wait for nothing, or fail). When
+         * the switch fails the memory is left to the communicator's teardown, as after a failed
+         * synchronisation (handle_free_dev); the switch's error is returned. */
         weft_cuda_prev_t prev = {NULL, 0};
         st = weft_cuda_device_enter(comm, destroy, &prev);
-        handle_free_dev(comm, dev, 1);
-        weft_cuda_device_leave(prev);
+        if (st == WEFT_SUCCESS) {
+            handle_free_dev(comm, dev, 1);
+            weft_cuda_device_leave(prev);
+        }
         handles_lock();
         if (--comm->moe_releases == 0)
             pthread_cond_broadcast(&handles_cv);
