@@ -10,7 +10,7 @@ OUT=${OUT:-/tmp/out}; R=/tmp/res; rm -rf $R; mkdir -p $OUT $R
 export NCCL_NVLS_ENABLE=0 WEFT_BACKEND=cuda
 snap() { tar czf $OUT/results.tgz -C /tmp res 2>/dev/null; }
 t0=$(date +%s); el() { echo "$(( $(date +%s) - t0 )) s"; }
-nvidia-smi -L > $R/machine.txt 2>&1; git log --oneline -1 > $R/commit.txt 2>&1
+nvidia-smi -L > $R/machine.txt 2>&1
 (cmake -S . -B build-gpu -DWEFT_CUDA=ON -DWEFT_WERROR=ON > $R/cmake.log 2>&1 && cmake --build build-gpu -j32 > $R/build.log 2>&1) || { tail -30 $R/build.log; snap; exit 1; }
 echo "== build ok ($(el))"
 rm -rf /tmp/old && mkdir -p /tmp/old && tar xzf scratch/s22/old.tgz -C /tmp/old && cp tests/gpu/*.c tests/gpu/*.h /tmp/old/tests/gpu/ &&
