@@ -19,7 +19,7 @@ Scenarios:
               thread ends it at once with WEFT_ERR_ABORTED.
   destroy_interrupted
               rank 1 destroys with a MoE handle alive, its free interrupted: destroy() raises
-              that exception after destroying the communicator and freeing the handle.
+              that exception after destroying the communicator, and frees no handle twice.
   init_fails  rank 0's Comm constructor raises after the C communicator exists: init() aborts
               and frees it, so rank 1's barrier on it fails at once (WEFT_ERR_PEER_LOST).
   config      weft.init() keyword overrides reach the library (registration="staged": no
@@ -305,8 +305,8 @@ class Interrupted(Exception):
 
 def scenario_destroy_interrupted(c):
     """Rank 1 destroys with a MoE handle alive, its free interrupted: destroy() raises that
-    exception and still destroys the communicator, freeing the handle after
-    weft_comm_destroy."""
+    exception and still destroys the communicator; the handle is not freed again (it may have
+    been freed when the exception came: a leak, never a double free)."""
     comm = weft.init()
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
     routed = comm.moe_dispatch(x, np.array([[0], [1]], dtype=np.int64),
@@ -332,7 +332,8 @@ def scenario_destroy_interrupted(c):
                                                          f"{getattr(exc, 'weft_destroy_error', '')}")
     finally:
         weft._comm._destroy_moe_handle = real
-    c.expect(len(calls) == 2, f"the handle was freed {len(calls) - 1} times after the failure")
+    c.expect(len(calls) == 1, f"the handle was freed {len(calls) - 1} more times after the "
+                              "interrupted free")
     c.expect(repr(comm).endswith(", destroyed>"), f"after destroy: {comm!r}")
     del routed
     return comm.rank

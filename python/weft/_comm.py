@@ -372,8 +372,9 @@ class Comm:
             failure = None
             try:
                 while detached:  # outside _state_lock: on CUDA each waits for the device
-                    _destroy_moe_handle(detached[-1])  # popped once freed: an exception
-                    detached.pop()                      # leaves it to the loop below
+                    # Popped first: a signal's exception delivered as the C call returns would
+                    # otherwise leave a freed handle to be freed again below (a leak is better)
+                    _destroy_moe_handle(detached.pop())
                 self._drain_doomed()
                 if live:
                     # A later communicator may map the same addresses: a stale array would then
