@@ -80,7 +80,8 @@ typedef struct weft_op_desc {
     /* MoE: the sender's num_tokens, which bounds the tokens its lists may name */
     uint64_t tokens;
     /* MoE on the CUDA backend, where the counts are on the device. */
-    uint64_t capacity;   /* dispatch: the sender's max_recv_tokens */
+    uint64_t capacity; /* dispatch: the sender's max_recv_tokens; combine: its handle's (the rows of
+                          y it posts) */
     uint64_t rejections; /* rejected dispatches the sender's host has seen so far */
     /* MoE reuse and combine: the operation number of the dispatch that made the handle, the same
      * on every rank for handles of one dispatch (0 where none); compared for MoE only, whose
@@ -305,11 +306,11 @@ uint64_t weft_hs_pair_digest(int rank, int nranks, const uint64_t *send, const u
  * descriptor for seq disagrees with mine: the common fields (WEFT_DESC_TWOSHOT among them), and
  * for all_to_allv the pair counts (pair_send/pair_recv of the peer against
  * my_pair_recv[p]/my_pair_send[p], which may be NULL for other collectives, and the pair digest
- * over every rank, mine->pair_digest being this rank's term). *common_out (may be NULL) is set to 1 when every rank sees the mismatch: a
- * common field differs, or the pair digest (the rank of a differing pair names the pair, the
- * others say that some pair differs); 0 when only the pair's two ranks see it (pair counts that
- * differ while the digest sums to 0, a 2^-64 chance). Call after weft_hs_wait_posted. `call`
- * names the API function. */
+ * over every rank, mine->pair_digest being this rank's term). *common_out (may be NULL) is set to 1
+ * when every rank sees the mismatch: a common field differs, or the pair digest (the rank of a
+ * differing pair names the pair, the others say that some pair differs); 0 when only the pair's two
+ * ranks see it (pair counts that differ while the digest sums to 0, a 2^-64 chance). Call after
+ * weft_hs_wait_posted. `call` names the API function. */
 weft_status_t weft_hs_check_match(struct weft_comm *comm, uint64_t seq, const weft_op_desc_t *mine,
                                   const uint64_t *my_pair_send, const uint64_t *my_pair_recv,
                                   const char *call, int *common_out);

@@ -431,11 +431,12 @@ __global__ void __launch_bounds__(MOE_THREADS, 2)
         src[d] = NULL;
         if (y && !rejected) {
             /* d's block of rows from this rank: as long as this rank's list for d (pos below
-             * indexes it), inside the rows d received, which its y holds. */
+             * indexes it), inside the rows d received, which its y holds (at most its
+             * capacity rows: what d posted, registered or staged, for peers to read). */
             uint64_t off = hd->recv_off[me], cnt = hd->recv_cnt[me];
             int64_t got = hd->num_recv;
-            if (got < 0 || cnt != mine->count[d] || off > (uint64_t)got ||
-                cnt > (uint64_t)got - off) {
+            if (got < 0 || (uint64_t)got > a.capacity[d] || cnt != mine->count[d] ||
+                off > (uint64_t)got || cnt > (uint64_t)got - off) {
                 fail_rank(a.fail, WEFT_ERR_PEER_LOST);
                 bogus = 1; /* not failed, which other warps may still be reading */
             }

@@ -133,7 +133,9 @@ typedef struct weft_moe_dev_args {
     int32_t dtype;
     uint64_t hidden;
     uint64_t tokens[WEFT_CUDA_MAX_RANKS];     /* each rank's T */
-    uint64_t capacity[WEFT_CUDA_MAX_RANKS];   /* each rank's max_recv_tokens (dispatch) */
+    uint64_t capacity[WEFT_CUDA_MAX_RANKS];   /* each rank's max_recv_tokens (dispatch), or its
+                                                 handle's capacity: the rows of y it posted
+                                                 (combine) */
     uint8_t *base[WEFT_CUDA_MAX_RANKS];       /* each rank's handle memory */
     const uint8_t *rows[WEFT_CUDA_MAX_RANKS]; /* each rank's x (dispatch) or y (combine) */
     /* This rank's arguments. */

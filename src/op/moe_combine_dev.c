@@ -66,6 +66,7 @@ weft_status_t weft_moe_combine_dev(struct weft_comm *comm, const struct weft_moe
                            .src = (uint64_t)(uintptr_t)y_remote,
                            .aux = (uint64_t)(uintptr_t)h->dev,
                            .tokens = h->num_tokens,
+                           .capacity = h->capacity, /* the rows of y_remote peers may read */
                            .rejections = seen,
                            .layout = h->layout};
     st = weft_op_exchange(&op, &desc, NULL, NULL, NULL, NULL, 0, NULL);
@@ -85,6 +86,7 @@ weft_status_t weft_moe_combine_dev(struct weft_comm *comm, const struct weft_moe
     for (int p = 0; p < n; p++) {
         const weft_op_desc_t *pd = p == me ? &desc : weft_op_peer(&op, p);
         a.tokens[p] = pd->tokens;
+        a.capacity[p] = pd->capacity;
         a.base[p] = (uint8_t *)(uintptr_t)pd->aux;
         a.rows[p] = (const uint8_t *)(uintptr_t)pd->src;
     }
