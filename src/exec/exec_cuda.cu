@@ -17,6 +17,7 @@
 #include <stdio.h>
 
 #include "exec/exec_cuda.h"
+#include "exec/fail_cuda.cuh"
 #include "exec/launch_cuda.cuh"
 #include "exec/reduce_cuda.cuh"
 extern "C" {
@@ -44,12 +45,10 @@ static __device__ __forceinline__ uint64_t globaltimer_ns()
     return t;
 }
 
-/* Record the first error in the mapped status word. */
+/* Record this rank's failure (fail_cuda.cuh). */
 static __device__ void report(const weft_cuda_params_t &p, int32_t status)
 {
-    atomicCAS(p.status, 0, status);
-    *(volatile uint64_t *)&p.ctl[p.rank]->failed.v = 1;
-    __threadfence_system();
+    weft_dev_fail(p.status, p.ctl[p.rank], status);
 }
 
 /* Called after every poll of a wait: every POLLS_PER_CHECK polls, the status that ends the wait
@@ -369,7 +368,7 @@ static __device__ __forceinline__ void collective(const weft_cuda_params_t &p)
     weft_cuda_ctl_t *me = p.ctl[p.rank];
     if (threadIdx.x == 0) { /* two loads in flight together */
         seq = *(volatile uint64_t *)&me->seq.v + 1;
-        failed_before = *(volatile uint64_t *)&me->failed.v;
+        failed_before = weft_dev_failed(me);
     }
     __syncthreads();
     /* A kernel of this rank failed before (a launch of this operation, an earlier one or a

@@ -30,6 +30,7 @@
 #include <cub/block/block_scan.cuh>
 #include <cuda_runtime.h>
 
+#include "exec/fail_cuda.cuh"
 #include "exec/launch_cuda.cuh"
 #include "exec/moe_cuda.h"
 #include "exec/reduce_cuda.cuh"
@@ -41,21 +42,17 @@ extern "C" {
 #define WARP 32
 
 /* Whether a kernel of this rank failed before (the entry kernel just ahead, an earlier
- * operation's, a replayed graph's): ctl->failed, set with the status word (exec_cuda.cu's
- * report), which a launch after it in stream order sees. Thread 0 reads it for its block. */
+ * operation's, a replayed graph's); thread 0 reads it for its block. */
 static __device__ __forceinline__ bool failed_before(const weft_moe_dev_fail_t &f)
 {
-    return *(volatile const uint64_t *)&f.ctl->failed.v != 0;
+    return weft_dev_failed(f.ctl);
 }
 
-/* Fail the rank with status as a failed wait does (exec_cuda.cu's report): the first status wins
- * in the mapped word, and every later kernel of the rank, the closing signal's included, finds
- * the failed flag and posts and moves nothing. */
+/* Fail the rank with status as a failed wait does: every later kernel of the rank, the closing
+ * signal's included, posts and moves nothing. */
 static __device__ void fail_rank(const weft_moe_dev_fail_t &f, int32_t status)
 {
-    atomicCAS(f.status, 0, status);
-    *(volatile uint64_t *)&f.ctl->failed.v = 1;
-    __threadfence_system();
+    weft_dev_fail(f.status, f.ctl, status);
 }
 
 /* ---------------------------------------------------------------------------------------------
