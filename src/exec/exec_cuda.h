@@ -10,8 +10,8 @@
  * replays stay correct: the counter lives in device memory and every launch reads it. They are
  * 64-bit and never wrap: a flag that no operation set for any number of operations (the push
  * path sets none) still reads as behind. The push path's words carry the low 32 bits, matched
- * for equality: a word of a slot left unwritten for exactly 2^32 operations of its parity would
- * match (a push, no push covering that word for 2^32 operations, then one: about a day of
+ * for equality: a word of a slot left unwritten for exactly 2^32 operations (2^31 of its parity)
+ * would match (a push, no push covering that word for 2^32 operations, then one: about a day of
  * back-to-back calls), as in NCCL's LL protocol; weft accepts that limit.
  *
  * A launch: every block reads seq = counter + 1; unless WEFT_SYNC_CONTINUE, block 0 sets
@@ -26,7 +26,12 @@
  * share of it, the last block to finish (a second arrival counter) sets ready[me] in every
  * peer's block and in this rank's own, and every block waits for all ranks' ready flags, its
  * own included: no block, here or on a peer, reads the copy before all of it is written. This
- * saves a separate copy submission per operation.
+ * saves a separate copy submission per operation. It is the one wait between blocks of one
+ * launch on one rank, so such a launch needs all its blocks resident at once: at most
+ * WEFT_CUDA_MAX_BLOCKS, and no more than the SMs the rank's share of the GPU has (sharing
+ * ranks counted: comm_cuda.c); SMs held by kernels that wait on something of this rank (another
+ * communicator's collective spinning on another stream) are not counted, and such a launch then
+ * ends at the timeout.
  *
  * The push path (small payloads, NCCL's LL protocol): each rank's control block is followed by
  * push_headers_bytes of header words, per parity (seq & 1) and sender, then per parity and
