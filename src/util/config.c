@@ -98,7 +98,8 @@ static const cfg_row_t rows[] = {
     {"WEFT_REMOTE_STORES", NULL, "auto", "", CFG_ENUM, OFF(remote_stores), switch_names,
      "all-gather, all-to-all and two-shot all-reduce write their results into every rank's "
      "output instead of each rank reading them from its peers, when every rank's output is weft "
-     "memory (for all-gather and all-to-all: and no input is staged): 0 never, 1 always, auto on "
+     "memory (for all-gather and all-to-all: and no input is staged, and no rank's copies run on "
+     "the copy engines): 0 never, 1 always, auto on "
      "the CUDA backend (on the host, reading measured faster)", NO_RANGE},
     {"WEFT_WAIT_SPIN_NS", NULL, "20000", "ns", CFG_U64, OFF(wait_spin_ns), NULL,
      "a wait polls this long before it yields the CPU (0 when threads outnumber cores)",
