@@ -252,10 +252,14 @@ void cal_run_pattern(cal_t *c, int repeat, int pattern, double *p)
     params->drain_gbps = rate.drain_gbps;
     double r_bpus = rate.drain_gbps * 1e3; /* bytes per us */
 
-    /* Per K, the fits that succeeded; their preconditions are checked after the loop. */
+    /* Per K, the fits that succeeded, and their samples: the plateau sweep's mp[ki] at
+     * smp[off[ki]], then the knee sweep's mk[ki]; the sweeps of every K fit in smp, which holds
+     * as many samples as the repeat has points. The preconditions are checked after the loop,
+     * and the rows fitted after them, as they need their outcome. */
     weft_bg_plateau_fit_t pl[MAX_K];
     weft_bg_knee_fit_t kn[MAX_K];
     bool pl_ok[MAX_K] = {false}, kn_ok[MAX_K] = {false};
+    int off[MAX_K], mp[MAX_K], mk[MAX_K];
     for (int ki = 0; ki < c->nk; ki++) {
         int K = c->k[ki];
         double *q = p + 1 + ki * NQ;
@@ -266,8 +270,11 @@ void cal_run_pattern(cal_t *c, int repeat, int pattern, double *p)
             hold[i] = gap_holdout[i];
         }
         first = run_sweep(c, pattern, SWEEP_PLATEAU, K, bytes, gaps, hold, NGAPS);
-        int mp = samples(c, first, P_ISSUE, false, smp);
-        pl_ok[ki] = weft_bg_fit_plateau(smp, (size_t)mp, rate.drain_gbps, &pl[ki]) == WEFT_SUCCESS;
+        off[ki] = ki == 0 ? 0 : off[ki - 1] + mp[ki - 1] + mk[ki - 1];
+        weft_bg_sample_t *sp = smp + off[ki];
+        mp[ki] = samples(c, first, P_ISSUE, false, sp);
+        pl_ok[ki] =
+            weft_bg_fit_plateau(sp, (size_t)mp[ki], rate.drain_gbps, &pl[ki]) == WEFT_SUCCESS;
         if (!pl_ok[ki])
             fit_failed(c, pattern, "plateau", K);
 
@@ -277,8 +284,9 @@ void cal_run_pattern(cal_t *c, int repeat, int pattern, double *p)
             hold[i] = cal_knee_holdout(i, n);
         }
         first = run_sweep(c, pattern, SWEEP_KNEE, K, bytes, gaps, hold, n);
-        int mk = samples(c, first, P_ISSUE, false, smp + mp);
-        if (weft_bg_fit_knee(smp + mp, (size_t)mk, rate.drain_gbps, &kn[ki]) != WEFT_SUCCESS) {
+        mk[ki] = samples(c, first, P_ISSUE, false, sp + mp[ki]);
+        if (weft_bg_fit_knee(sp + mp[ki], (size_t)mk[ki], rate.drain_gbps, &kn[ki]) !=
+            WEFT_SUCCESS) {
             fit_failed(c, pattern, "knee", K);
             continue;
         }
@@ -286,14 +294,6 @@ void cal_run_pattern(cal_t *c, int repeat, int pattern, double *p)
         q[Q_KNEE] = kn[ki].knee_bytes;
         q[Q_TKNEE] = kn[ki].t_knee_us;
         q[Q_CAP] = kn[ki].capacity_bytes;
-        /* The row's T_iss0 table: both sweeps' points on the plateau, below the knee. */
-        if (weft_bg_fit_row(smp, (size_t)(mp + mk), rate.drain_gbps, K, &kn[ki],
-                            &params->row[params->nrows]) == WEFT_SUCCESS) {
-            params->nrows++;
-            has_row[ki] = true;
-        } else {
-            fit_failed(c, pattern, "row", K);
-        }
     }
 
     /* R and what is computed from it (Q, every prediction) are reported only when the rate
@@ -309,15 +309,36 @@ void cal_run_pattern(cal_t *c, int repeat, int pattern, double *p)
         check_failed(c, pattern, "rate", kall, why);
         for (int ki = 0; ki < c->nk; ki++)
             p[1 + ki * NQ + Q_CAP] = NAN;
-        params->nrows = 0;
     }
+    bool pl_issue_bound[MAX_K] = {false};
     for (int ki = 0; ki < c->nk; ki++) {
         if (!pl_ok[ki])
             continue;
-        if (plateau_issue_bound(c, r_bpus, &pl[ki], kn_ok[ki] ? &kn[ki] : NULL, rate_ok, why))
+        pl_issue_bound[ki] =
+            plateau_issue_bound(c, r_bpus, &pl[ki], kn_ok[ki] ? &kn[ki] : NULL, rate_ok, why);
+        if (pl_issue_bound[ki])
             p[1 + ki * NQ + Q_TISS0] = pl[ki].t_iss0_us;
         else
             check_failed(c, pattern, "plateau", c->k[ki], why);
+    }
+    /* The rows, per K whose knee fitted, only with a checked R (every prediction needs it, and a
+     * row's Q is computed from it); has_row[ki] says which K got one. A row's T_iss0 table takes
+     * the knee sweep's points below the knee, and the plateau sweep's only when its plateau
+     * passed plateau_issue_bound: a plateau that may have stalled on the capacity (or did not
+     * fit) is no T_iss0, and -p can lie below V_k (which the row's samples are cut at), so its
+     * points would enter the table at -p and every prediction interpolated near it. */
+    for (int ki = 0; rate_ok && ki < c->nk; ki++) {
+        if (!kn_ok[ki])
+            continue;
+        const weft_bg_sample_t *sr = smp + off[ki] + (pl_issue_bound[ki] ? 0 : mp[ki]);
+        size_t mr = (size_t)(mk[ki] + (pl_issue_bound[ki] ? mp[ki] : 0));
+        if (weft_bg_fit_row(sr, mr, rate.drain_gbps, c->k[ki], &kn[ki],
+                            &params->row[params->nrows]) == WEFT_SUCCESS) {
+            params->nrows++;
+            has_row[ki] = true;
+        } else {
+            fit_failed(c, pattern, "row", c->k[ki]);
+        }
     }
     cal_check_points(c, repeat, pattern, params->nrows > 0 ? params : NULL, has_row);
     free(params);

@@ -48,8 +48,9 @@
  * x V/R of the plateau sweep, and every third volume of the knee sweep from the second on (never
  * the last), so each lies between fitted settings. The fits see the rest, exactly as they would
  * see the whole sweep. Each repeat's fits make a parameter table (R; per K whose knee fitted, the
- * T_iss0 table of weft_bg_fit_row and Q), and every point of that repeat, fitted or held out, gets
- * its predicted issue time and period from weft_bg_stall_times at its K, volume and measured gap.
+ * T_iss0 table of weft_bg_fit_row, which takes the plateau sweep only where its T_iss0 is
+ * reported, and Q), and every point of that repeat, fitted or held out, gets its predicted issue
+ * time and period from weft_bg_stall_times at its K, volume and measured gap.
  * The relative errors |predicted - measured| / measured are pooled per pattern over repeats, K
  * and ranks; rank 0 prints their count, median and max, held-out and fitted points apart, and
  * writes every point with its tag ("fit" or "holdout") and prediction to the JSON, from which
