@@ -742,7 +742,9 @@ weft_status_t weft_bg_fit_knee(const weft_bg_sample_t *samples, size_t nsamples,
     fit_out->below_us_per_byte = below_us_per_byte;
     fit_out->above_us_per_byte = above_us_per_byte;
     fit_out->residual_iqr_us = iqr;
-    fit_out->capacity_bytes = fmin(knee_bytes, fmax(0.0, knee_bytes - r_bpus * t_knee));
+    /* Q = [V_k - R*T_iss0(K, V_k)]+ <= V_k needs no clamp: R > 0 (check_drain) and t_knee > 0
+     * (checked above) make V_k - R*t_knee < V_k, and V_k > 0 (a volume between samples, >= 1). */
+    fit_out->capacity_bytes = fmax(0.0, knee_bytes - r_bpus * t_knee);
     fit_out->capacity_spread_bytes = fabs(1.0 - r_bpus * below_us_per_byte) * knee_spread;
     fit_out->nsamples = nsamples;
     status = WEFT_SUCCESS;
