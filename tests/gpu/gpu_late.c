@@ -45,6 +45,22 @@
 #define DESTROY_LIMIT_S 20.0
 #define POISON 0xA5 /* the late rank's output before the late call */
 
+/* After the late call (made at t0): every rank's stream becomes idle without error, the late
+ * rank's once its gate opened (the kernels give up, they do not trap). Returns the stream's
+ * status; a stream still busy past the limit ends the test. */
+static cudaError_t wait_idle(gpu_ctx_t *g, const gpu_gate_t *gate, double timeout_s, double t0)
+{
+    mp_ctx_t *ctx = &g->mp;
+    cudaError_t err = gpu_stream_wait(g->stream, 3 * timeout_s + LATE_EXTRA_S + 10);
+    mp_check(ctx, err == cudaSuccess, "the stream did not become idle cleanly: %s (%.2f s)",
+             err == cudaErrorNotReady ? "still busy" : cudaGetErrorString(err), mp_now_s() - t0);
+    if (err == cudaErrorNotReady)
+        mp_fatal(ctx, "a kernel still waits after %.1f s", mp_now_s() - t0);
+    mp_check(ctx, !gate->timed_out, "the gate timed out before the late rank opened it");
+    mp_note(ctx, "stream idle after %.3f s", mp_now_s() - t0);
+    return err;
+}
+
 /* The late rank's output holds POISON in every byte before the call; the peers, whose kernels
  * gave up, must not have written into it. Read on a stream of its own: the test's stream is
  * held by the gate. */
@@ -189,13 +205,7 @@ static void run_moe(gpu_ctx_t *g, double timeout_s, weft_moe_handle_t *handle_ou
         mp_sleep_ms((timeout_s + LATE_EXTRA_S) * 1000);
         gpu_gate_open(&gate);
     }
-    cudaError_t err = gpu_stream_wait(g->stream, 3 * timeout_s + LATE_EXTRA_S + 10);
-    mp_check(ctx, err == cudaSuccess, "the stream did not become idle cleanly: %s (%.2f s)",
-             err == cudaErrorNotReady ? "still busy" : cudaGetErrorString(err), mp_now_s() - t0);
-    if (err == cudaErrorNotReady)
-        mp_fatal(ctx, "a kernel still waits after %.1f s", mp_now_s() - t0);
-    mp_check(ctx, !gate.timed_out, "the gate timed out before the late rank opened it");
-    mp_note(ctx, "stream idle after %.3f s", mp_now_s() - t0);
+    cudaError_t err = wait_idle(g, &gate, timeout_s, t0);
     if (ctx->rank != late && err == cudaSuccess) {
         /* The entry kernels gave up: the data kernels must have written nothing but -1. */
         for (int i = M_RX; i < M_NUM; i++)
@@ -273,13 +283,7 @@ static void run_collective(gpu_ctx_t *g, const char *name, int gather, double ti
         check_untouched(g, &recv, recv_bytes);
         gpu_gate_open(&gate);
     }
-    cudaError_t err = gpu_stream_wait(g->stream, 3 * timeout_s + LATE_EXTRA_S + 10);
-    mp_check(ctx, err == cudaSuccess, "the stream did not become idle cleanly: %s (%.2f s)",
-             err == cudaErrorNotReady ? "still busy" : cudaGetErrorString(err), mp_now_s() - t0);
-    if (err == cudaErrorNotReady)
-        mp_fatal(ctx, "a kernel still waits after %.1f s", mp_now_s() - t0);
-    mp_check(ctx, !gate.timed_out, "the gate timed out before the late rank opened it");
-    mp_note(ctx, "stream idle after %.3f s", mp_now_s() - t0);
+    wait_idle(g, &gate, timeout_s, t0);
 
     free(send.owned_host);
     free(recv.owned_host);
