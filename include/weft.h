@@ -247,7 +247,8 @@ WEFT_API weft_status_t weft_all_to_all(weft_comm_t comm, const void *sendbuf, vo
 /* Arrays of nranks counts and displacements, in elements. sendcounts[p] on this rank must equal
  * recvcounts[this rank] on rank p, p = this rank included (else every rank returns
  * WEFT_ERR_MISMATCH and nothing moves; the two ranks of the pair name it). Receive blocks must
- * not overlap. */
+ * not overlap each other nor any send block (not in place; send and receive blocks may share
+ * one buffer where they share no byte). */
 WEFT_API weft_status_t weft_all_to_allv(weft_comm_t comm, const void *sendbuf,
                                         const size_t *sendcounts, const size_t *sdispls,
                                         void *recvbuf, const size_t *recvcounts,

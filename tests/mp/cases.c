@@ -82,6 +82,7 @@ typedef enum {
     ROW_BC_HUGE_INPLACE,
     ROW_A2AV_HUGE_DISPL,
     ROW_A2A_OVERLAP,
+    ROW_A2AV_OVERLAP,
     ROW_AR_MISALIGNED,
     ROW_RS_MISALIGNED,
     ROW_FREE_FOREIGN_0, /* weft_free of f->foreign[0], if the caller supplied it */
@@ -156,6 +157,8 @@ static const row_info_t rows[NUM_ROWS] = {
     [ROW_BC_HUGE_INPLACE] = {"broadcast in place, 2^60 elements", "weft_broadcast"},
     [ROW_A2AV_HUGE_DISPL] = {"all_to_allv with blocks 2^60 elements in", "weft_all_to_allv"},
     [ROW_A2A_OVERLAP] = {"all_to_all with sendbuf == recvbuf", "weft_all_to_all"},
+    [ROW_A2AV_OVERLAP] = {"all_to_allv with send and receive blocks on the same bytes",
+                          "weft_all_to_allv"},
     [ROW_AR_MISALIGNED] = {"all_reduce float64 with recvbuf 4 bytes off", "weft_all_reduce"},
     [ROW_RS_MISALIGNED] = {"reduce_scatter float64 with sendbuf 4 bytes off",
                            "weft_reduce_scatter"},
@@ -308,6 +311,8 @@ static weft_status_t bad_call(const mp_ctx_t *ctx, const mp_args_fixture_t *f, r
         return weft_all_to_allv(c, a, f->ones, f->far, b, f->ones, f->displs, d, s);
     case ROW_A2A_OVERLAP:
         return weft_all_to_all(c, a, a, 1, d, s);
+    case ROW_A2AV_OVERLAP:
+        return weft_all_to_allv(c, a, f->ones, f->displs, a, f->ones, f->displs, d, s);
     case ROW_AR_MISALIGNED:
         return weft_all_reduce(c, a, (char *)b + 4, 8, d, WEFT_SUM, s);
     case ROW_RS_MISALIGNED:

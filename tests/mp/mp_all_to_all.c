@@ -21,6 +21,8 @@
 #include "cases.h"
 #include "harness.h"
 
+#include <stdlib.h>
+
 /* ---------------------------------------------------------------------------------------------
  * all_to_all
  * ------------------------------------------------------------------------------------------- */
@@ -94,6 +96,31 @@ static void run_a2av(mp_ctx_t *ctx, mp_buf_kind_t kind, mp_a2av_pattern_t patter
     mp_a2av_plan_destroy(&plan);
 }
 
+/* all_to_allv whose send and receive blocks share one buffer without sharing a byte: sendbuf
+ * == recvbuf, the receive blocks after the send blocks (not in place, so valid). */
+static void run_a2av_one_buffer(mp_ctx_t *ctx, weft_dtype_t dt)
+{
+    size_t es = mp_dtype_bytes(dt), n = (size_t)ctx->nranks;
+    mp_case(ctx, "all_to_allv, send and receive blocks in one buffer, %s", mp_dtype_name(dt));
+    mp_a2av_plan_t plan;
+    mp_a2av_plan_create(ctx, MP_A2AV_MEDIUM, &plan);
+    size_t *rdispls = malloc(n * sizeof *rdispls);
+    if (!rdispls)
+        mp_fatal(ctx, "out of host memory");
+    for (size_t p = 0; p < n; p++)
+        rdispls[p] = plan.slen + plan.rdispls[p];
+    mp_buf_t buf;
+    mp_buf_alloc(ctx, &buf, MP_BUF_REGISTERED, (plan.slen + plan.rlen) * es);
+    mp_a2av_fill(ctx, &plan, dt, buf.ptr);
+    weft_status_t st = weft_all_to_allv(ctx->comm, buf.ptr, plan.sendcounts, plan.sdispls, buf.ptr,
+                                        plan.recvcounts, rdispls, dt, NULL);
+    if (mp_ok(ctx, st, "weft_all_to_allv"))
+        mp_a2av_check(ctx, &plan, dt, buf.ptr, buf.ptr + plan.slen * es);
+    mp_buf_free(ctx, &buf, "buffer");
+    free(rdispls);
+    mp_a2av_plan_destroy(&plan);
+}
+
 int main(void)
 {
     mp_ctx_t ctx;
@@ -114,6 +141,7 @@ int main(void)
                 run_a2av(&ctx, (mp_buf_kind_t)kind, (mp_a2av_pattern_t)pat, (weft_dtype_t)dt);
             }
         }
+        run_a2av_one_buffer(&ctx, reg == 0 ? WEFT_FLOAT32 : reg == 1 ? WEFT_UINT8 : WEFT_FLOAT64);
         if (!ctx.quick)
             run_a2a(&ctx, (mp_buf_kind_t)reg, MP_LARGE_COUNT,
                     reg == 0   ? WEFT_FLOAT32
