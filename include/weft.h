@@ -192,7 +192,9 @@ WEFT_API int weft_comm_device(weft_comm_t comm);
  * When that wait fails (WEFT_ERR_TIMEOUT, WEFT_ERR_PEER_LOST, WEFT_ERR_ABORTED) the communicator
  * is unusable, as after a failed collective. Host memory on the host backend, device memory on
  * the CUDA backend. The pointer is usable locally at once and, after background registration, at
- * the same address on every peer. bytes == 0 sets *ptr to NULL and succeeds. */
+ * the same address on every peer. bytes == 0 sets *ptr to NULL and succeeds; bytes above 2^56
+ * (more than a process can address, as for the collectives' buffers) is
+ * WEFT_ERR_INVALID_ARGUMENT. */
 WEFT_API weft_status_t weft_malloc(weft_comm_t comm, void **ptr, size_t bytes);
 
 /* Local, returns at once; peers unmap in the background. ptr must be a pointer returned by

@@ -4,6 +4,7 @@
  */
 #include <string.h>
 
+#include "api/api.h"
 #include "core/comm.h"
 #include "core/comm_cuda.h"
 #include "core/registry.h"
@@ -104,6 +105,10 @@ weft_status_t weft_malloc(weft_comm_t comm, void **ptr, size_t bytes)
         *ptr = NULL;
         return WEFT_SUCCESS;
     }
+    if (bytes > WEFT_API_MAX_BUFFER_BYTES)
+        return weft_error(WEFT_ERR_INVALID_ARGUMENT,
+                          "weft_malloc: bytes %zu exceeds the %zu bytes a process can address",
+                          bytes, WEFT_API_MAX_BUFFER_BYTES);
     weft_cuda_prev_t prev;
     st = weft_cuda_device_enter(comm, "weft_malloc", &prev);
     if (st == WEFT_SUCCESS)

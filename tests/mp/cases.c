@@ -89,6 +89,7 @@ typedef enum {
     ROW_FREE_FOREIGN_1, /* weft_free of f->foreign[1], likewise */
     ROW_FREE_INTERIOR,
     ROW_MALLOC_NULL_OUT,
+    ROW_MALLOC_HUGE,
     ROW_STATS_NULL_OUT,
     NUM_ROWS
 } row_t;
@@ -166,6 +167,7 @@ static const row_info_t rows[NUM_ROWS] = {
     [ROW_FREE_FOREIGN_1] = {NULL, "weft_free"},
     [ROW_FREE_INTERIOR] = {"weft_free of an interior pointer", "weft_free"},
     [ROW_MALLOC_NULL_OUT] = {"weft_malloc with a NULL ptr out", "weft_malloc"},
+    [ROW_MALLOC_HUGE] = {"weft_malloc of SIZE_MAX bytes", "weft_malloc"},
     [ROW_STATS_NULL_OUT] = {"weft_get_stats with a NULL out", "weft_get_stats"},
 };
 
@@ -324,6 +326,10 @@ static weft_status_t bad_call(const mp_ctx_t *ctx, const mp_args_fixture_t *f, r
         return weft_free(c, (char *)f->reg + 8);
     case ROW_MALLOC_NULL_OUT:
         return weft_malloc(c, NULL, 64);
+    case ROW_MALLOC_HUGE: {
+        void *p = NULL;
+        return weft_malloc(c, &p, SIZE_MAX);
+    }
     case ROW_STATS_NULL_OUT:
         return weft_get_stats(c, NULL);
     case NUM_ROWS:
