@@ -53,11 +53,12 @@ static weft_comm_t call_begin(void)
     return bound_comm;
 }
 
-/* End what call_begin started, counting the segments it handed to PyTorch (takes torch_mu). */
-static void call_end(uint64_t segments_made)
+/* End what call_begin started, counting the segments it handed to PyTorch and those PyTorch gave
+ * back (takes torch_mu). */
+static void call_end(uint64_t segments_made, uint64_t segments_freed)
 {
     pthread_mutex_lock(&torch_mu);
-    held_segments += segments_made;
+    held_segments = held_segments + segments_made - segments_freed;
     if (--in_flight == 0)
         pthread_cond_broadcast(&torch_cv);
     pthread_mutex_unlock(&torch_mu);
@@ -134,7 +135,7 @@ void *weft_torch_alloc(ssize_t size, int device, void *stream)
                    device, weft_cuda_device(comm));
     else if (weft_malloc(comm, &ptr, (size_t)size) != WEFT_SUCCESS)
         ptr = NULL;
-    call_end(ptr != NULL);
+    call_end(ptr != NULL, 0);
     return ptr;
 }
 
@@ -152,17 +153,20 @@ void weft_torch_free(void *ptr, ssize_t size, int device, void *stream)
         return;
     }
     /* PyTorch has let go of it, whatever happens next. Unbound: the memory went, or goes, with
-     * its communicator. A failure stays in weft_last_error(); the memory is then released with
-     * the communicator. */
-    held_segments--;
+     * its communicator (nothing tells whether ptr was one of its segments). Bound: a failure
+     * stays in weft_last_error() and the memory is then released with the communicator; only a
+     * pointer weft_free refuses as not weft's leaves the count as it was. */
     weft_comm_t comm = call_begin();
+    if (!comm)
+        held_segments--;
     pthread_mutex_unlock(&torch_mu);
     if (!comm)
         return;
+    weft_status_t st = WEFT_SUCCESS;
     weft_cuda_prev_t prev;
     if (weft_cuda_device_enter(comm, "weft_torch_free", &prev) == WEFT_SUCCESS &&
         weft_cuda_synchronize("weft_torch_free") == WEFT_SUCCESS)
-        weft_free(comm, ptr);
+        st = weft_free(comm, ptr);
     weft_cuda_device_leave(prev);
-    call_end(0);
+    call_end(0, st != WEFT_ERR_INVALID_ARGUMENT);
 }

@@ -31,7 +31,9 @@
  *   PyTorch's allocator entry points (roa only): while one thread's weft_torch_free waits for the
  *     device (held busy by a host function on a side stream until the test releases it, at most
  *     TORCH_GATE_S), another thread's weft_torch_alloc returns at once; an unbind started then
- *     returns only after that free has finished; every call succeeds.
+ *     returns only after that free has finished; every call succeeds. A weft_torch_free of a
+ *     pointer that is not weft's (cudaMalloc) fails and leaves PyTorch's segment count as it was:
+ *     with one segment still held, binding the communicator again after an unbind is refused.
  *   another GPU (two or more visible): a last communicator on which each rank takes the rank of
  *     its mirror image, and so another GPU; a weft_malloc all-gather there is exact.
  * Registration is seen through remote reads of user buffers, which weft's push path (small
@@ -654,6 +656,35 @@ static void torch_allocator_threads(gpu_ctx_t *g)
     weft_torch_free(q, TORCH_BYTES, g->device, NULL);
 }
 
+/* A free of memory that is not weft's counts no segment as given back: while PyTorch holds one,
+ * binding again after an unbind is refused (the count guards address reuse across binds). */
+static void torch_free_foreign(gpu_ctx_t *g)
+{
+    mp_ctx_t *ctx = &g->mp;
+    mp_case(ctx, "weft_torch_free of a cudaMalloc pointer");
+    mp_ok(ctx, weft_torch_bind(ctx->comm), "weft_torch_bind");
+    void *held = weft_torch_alloc(TORCH_BYTES, g->device, NULL);
+    void *foreign = NULL;
+    gpu_cuda_ok(g, cudaMalloc(&foreign, TORCH_BYTES), "cudaMalloc");
+    if (mp_check(ctx, held != NULL, "weft_torch_alloc: %s", weft_last_error())) {
+        weft_torch_free(foreign, TORCH_BYTES, g->device, NULL);
+        mp_check(ctx, strstr(weft_last_error(), "weft_free") != NULL,
+                 "weft_torch_free of a cudaMalloc pointer: weft_last_error() is \"%s\"",
+                 weft_last_error());
+        mp_ok(ctx, weft_torch_bind(NULL), "weft_torch_bind(NULL)");
+        weft_status_t st = weft_torch_bind(ctx->comm);
+        mp_check(ctx, st == WEFT_ERR_INVALID_ARGUMENT,
+                 "binding again while PyTorch holds a segment returned %s (%s)",
+                 weft_status_string(st), weft_last_error());
+        weft_torch_free(held, TORCH_BYTES, g->device, NULL); /* unbound: counted as given back */
+        mp_ok(ctx, weft_torch_bind(ctx->comm), "weft_torch_bind once every segment is back");
+        mp_ok(ctx, weft_torch_bind(NULL), "weft_torch_bind(NULL)");
+    } else {
+        mp_ok(ctx, weft_torch_bind(NULL), "weft_torch_bind(NULL)");
+    }
+    gpu_cuda_ok(g, cudaFree(foreign), "cudaFree");
+}
+
 /* A communicator on another GPU than the process's first one: with two or more GPUs visible,
  * no LOCAL_RANK (main unsets it, so cfg.rank picks the device) and every rank taking the rank
  * (and so the GPU) of its mirror image, n - 1 - rank. The registrar of the new communicator must
@@ -748,6 +779,7 @@ int main(void)
         other_thread(&g);
         if (reg == WEFT_REGISTRATION_ROA)
             torch_allocator_threads(&g);
+        torch_free_foreign(&g);
         mp_case(&g.mp, "final barrier reg=%s", mp_reg_name((weft_registration_t)reg));
         mp_ok(&g.mp, weft_barrier(g.mp.comm, g.stream), "weft_barrier");
         gpu_sync(&g, "final barrier");
