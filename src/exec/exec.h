@@ -3,8 +3,9 @@
  *
  * An executor runs one function on each of its workers and returns when all have finished.
  * The host executor's workers are the calling thread (worker 0) and nworkers - 1 threads named
- * weft-worker-<i>, which sleep on a futex between operations (they never spin while idle for
- * longer than the wait policy's spin phase).
+ * weft-worker-<i>, which sleep on a futex between operations: after each one a worker polls
+ * through the wait policy's spin phase (WEFT_WAIT_SPIN_NS) and yields the CPU through its yield
+ * phase (WEFT_WAIT_YIELD_NS), so that a next operation finds it awake, then sleeps until woken.
  *
  * Thread safety: one thread at a time calls run on an executor (the communicator's user).
  */
