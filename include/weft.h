@@ -237,7 +237,10 @@ WEFT_API weft_status_t weft_all_reduce(weft_comm_t comm, const void *sendbuf, vo
                                        size_t count, weft_dtype_t dtype, weft_redop_t op,
                                        void *stream);
 
-/* sendbuf is read on root only (may be NULL elsewhere). In place when sendbuf == recvbuf. */
+/* sendbuf is read on root only (may be NULL elsewhere). In place when sendbuf == recvbuf. The
+ * non-roots do not wait for the root to finish (on the host backend), so an error the root meets
+ * after the handshake (out of memory while splitting its copies) is returned on the root alone;
+ * the non-roots' results are complete. */
 WEFT_API weft_status_t weft_broadcast(weft_comm_t comm, const void *sendbuf, void *recvbuf,
                                       size_t count, weft_dtype_t dtype, int root, void *stream);
 
