@@ -720,7 +720,7 @@ weft_status_t weft_cuda_execute(struct weft_comm *comm, const weft_work_t *work,
         }
         _Static_assert(WEFT_CUDA_MAX_UNITS >= WEFT_CUDA_MAX_RANKS,
                        "with large enough units every slice is one unit, and the loop ends");
-        while (weft_partition_units(&model, work->slices, (size_t)work->nslices,
+        while (weft_partition_units(&model, work->slices, (size_t)work->nslices, cs->nblocks,
                                     WEFT_WORK_GRANULE) > WEFT_CUDA_MAX_UNITS) {
             for (int t = 0; t < WEFT_NUM_TIERS; t++)
                 model.tier[t].unit_bytes *= 2;

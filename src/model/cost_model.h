@@ -20,7 +20,9 @@ typedef struct weft_tier_params {
     double lat_us;       /* alpha_t: fixed cost of one unit, microseconds (>= 0) */
     double bw_gbps;      /* beta_t: bandwidth, GB/s = 1e9 bytes per second (> 0) */
     uint64_t unit_bytes; /* S_t: slices are cut into units of this size (> 0), rounded down
-                            to the partitioner's granule, at least one granule (partition.h) */
+                            to the partitioner's granule, at least one granule, and raised where
+                            a slice would make more than WEFT_PARTITION_UNITS_PER_WORKER units
+                            per worker (partition.h) */
     int fanout;          /* H_t: at most this many workers target one peer of this tier (>= 1) */
 } weft_tier_params_t;
 

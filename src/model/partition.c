@@ -3,8 +3,11 @@
  * per-peer fan-out cap, and the naive one-slice-per-worker baseline.
  *
  * Design. A slice of b bytes in tier t is cut at multiples of c, the largest multiple of
- * granule_bytes that is <= unit_bytes of t (at least one granule): b / c full units and at most
- * one shorter tail unit. All full units of a slice cost the same, so a slice contributes at most
+ * granule_bytes that is <= unit_bytes of t (at least one granule), raised for a slice that would
+ * make more than WEFT_PARTITION_UNITS_PER_WORKER * nworkers units to the smallest multiple of
+ * granule_bytes that makes at most that many (so the plan's size follows the worker count, not
+ * b / unit_bytes): b / c full units and at most one shorter tail unit. All full units of a slice
+ * cost the same, so a slice contributes at most
  * two runs (equal units at consecutive offsets), generated in (slice, offset) order. A stable
  * merge sort of the runs by descending cost then gives exactly the LPT order of the units (cost
  * descending, ties by slice then offset) while sorting at most 2 * nslices items, not every unit.
@@ -55,6 +58,14 @@ typedef struct peer_slot {
     int peer;       /* -1: empty */
     uint32_t index; /* dense peer index */
 } peer_slot_t;
+
+/* How the slices are cut: each tier's cut, raised per slice so that no slice makes more than
+ * max_units units (slice_cut). */
+typedef struct cuts {
+    uint64_t tier_bytes[WEFT_NUM_TIERS]; /* each tier's cut: a multiple of granule_bytes */
+    uint64_t max_units;                  /* >= 1: most units one slice makes */
+    uint64_t granule_bytes;              /* >= 1 */
+} cuts_t;
 
 /* The scratch block carved for one call. */
 typedef struct scratch {
@@ -126,17 +137,38 @@ static weft_status_t check_args(const char *fn, const weft_cost_model_t *model,
     return WEFT_SUCCESS;
 }
 
+/* The cut of one non-empty slice: its tier's cut, or, where that makes more than max_units
+ * units, the smallest multiple of the granule that makes at most max_units (at least the slice:
+ * one unit, where rounding up to the granule overflows). */
+static uint64_t slice_cut(const cuts_t *cuts, const weft_slice_t *slice)
+{
+    uint64_t bytes = slice->bytes, cut = cuts->tier_bytes[slice->tier];
+    uint64_t units = bytes / cut + (bytes % cut != 0);
+    if (units <= cuts->max_units)
+        return cut;
+    /* ceil(bytes / max_units) bytes per unit make at most max_units units, and so does any
+     * larger cut; rounding up to the granule keeps the cuts on granule boundaries. */
+    uint64_t least = bytes / cuts->max_units + (bytes % cuts->max_units != 0);
+    uint64_t over = least % cuts->granule_bytes;
+    if (over != 0) {
+        if (least > UINT64_MAX - (cuts->granule_bytes - over))
+            return bytes;
+        least += cuts->granule_bytes - over;
+    }
+    return least;
+}
+
 /* Count the runs and units the cuts produce; false if the units exceed MAX_UNITS. */
-static bool count_units(const weft_slice_t *slices, size_t nslices,
-                        const uint64_t cut_bytes[WEFT_NUM_TIERS], size_t *nruns_out,
-                        size_t *nunits_out, size_t *nbusy_out)
+static bool count_units(const weft_slice_t *slices, size_t nslices, const cuts_t *cuts,
+                        size_t *nruns_out, size_t *nunits_out, size_t *nbusy_out)
 {
     size_t nruns = 0, nbusy = 0;
     uint64_t nunits = 0;
     for (size_t s = 0; s < nslices; s++) {
-        uint64_t bytes = slices[s].bytes, cut = cut_bytes[slices[s].tier];
+        uint64_t bytes = slices[s].bytes;
         if (bytes == 0)
             continue;
+        uint64_t cut = slice_cut(cuts, &slices[s]);
         uint64_t full = bytes / cut, tail = bytes % cut != 0;
         if (full + tail > MAX_UNITS - nunits)
             return false;
@@ -245,13 +277,14 @@ static weft_status_t plan_reserve(const char *fn, weft_plan_t *plan, size_t nsli
 
 /* Runs of every non-empty slice, in (slice, offset) order. */
 static void make_runs(const weft_cost_model_t *model, const weft_slice_t *slices, size_t nslices,
-                      const uint64_t cut_bytes[WEFT_NUM_TIERS], run_t *runs)
+                      const cuts_t *cuts, run_t *runs)
 {
     size_t n = 0;
     for (size_t s = 0; s < nslices; s++) {
-        uint64_t bytes = slices[s].bytes, cut = cut_bytes[slices[s].tier];
+        uint64_t bytes = slices[s].bytes;
         if (bytes == 0)
             continue;
+        uint64_t cut = slice_cut(cuts, &slices[s]);
         uint64_t full = bytes / cut, tail = bytes % cut;
         if (full != 0)
             runs[n++] = (run_t){.cost_us = weft_cost_us(model, slices[s].tier, cut),
@@ -461,14 +494,13 @@ static void group_by_worker(const run_t *runs, size_t nruns, size_t nunits, int 
     plan->makespan_us = makespan;
 }
 
-/* The shared pipeline: cut with cut_bytes per tier, sort, assign (LPT or naive), group. */
+/* The shared pipeline: cut, sort, assign (LPT or naive), group. */
 static weft_status_t plan_build(const char *fn, const weft_cost_model_t *model,
                                 const weft_slice_t *slices, size_t nslices, int nworkers,
-                                const uint64_t cut_bytes[WEFT_NUM_TIERS], bool lpt,
-                                weft_plan_t *plan)
+                                const cuts_t *cuts, bool lpt, weft_plan_t *plan)
 {
     size_t nruns, nunits, nbusy;
-    if (!count_units(slices, nslices, cut_bytes, &nruns, &nunits, &nbusy))
+    if (!count_units(slices, nslices, cuts, &nruns, &nunits, &nbusy))
         return weft_error(WEFT_ERR_NO_MEMORY, "%s: the slices make more than %llu units", fn,
                           (unsigned long long)MAX_UNITS);
     scratch_t sc = {0};
@@ -477,7 +509,7 @@ static weft_status_t plan_build(const char *fn, const weft_cost_model_t *model,
     if (status != WEFT_SUCCESS)
         return status;
 
-    make_runs(model, slices, nslices, cut_bytes, sc.runs);
+    make_runs(model, slices, nslices, cuts, sc.runs);
     const run_t *sorted = sort_runs(sc.runs, sc.runs_tmp, nruns);
     for (int w = 0; w < nworkers; w++)
         plan->worker_load_us[w] = 0.0;
@@ -491,14 +523,17 @@ static weft_status_t plan_build(const char *fn, const weft_cost_model_t *model,
     return WEFT_SUCCESS;
 }
 
-/* Each tier's cut: its unit size rounded down to the granule, at least one granule. */
-static void tier_cuts(const weft_cost_model_t *model, uint64_t granule_bytes,
-                      uint64_t cut_bytes[WEFT_NUM_TIERS])
+/* The cuts of weft_partition: each tier's unit size rounded down to the granule (at least one
+ * granule), and at most WEFT_PARTITION_UNITS_PER_WORKER * nworkers units per slice. */
+static void lpt_cuts(const weft_cost_model_t *model, int nworkers, uint64_t granule_bytes,
+                     cuts_t *cuts)
 {
     for (int t = 0; t < WEFT_NUM_TIERS; t++) {
         uint64_t cut = model->tier[t].unit_bytes / granule_bytes * granule_bytes;
-        cut_bytes[t] = cut != 0 ? cut : granule_bytes;
+        cuts->tier_bytes[t] = cut != 0 ? cut : granule_bytes;
     }
+    cuts->max_units = (uint64_t)WEFT_PARTITION_UNITS_PER_WORKER * (uint64_t)nworkers;
+    cuts->granule_bytes = granule_bytes;
 }
 
 weft_status_t weft_partition(const weft_cost_model_t *model, const weft_slice_t *slices,
@@ -511,18 +546,18 @@ weft_status_t weft_partition(const weft_cost_model_t *model, const weft_slice_t 
         return status;
     if (granule_bytes == 0)
         return weft_error(WEFT_ERR_INVALID_ARGUMENT, "%s: granule_bytes must be >= 1", fn);
-    uint64_t cut_bytes[WEFT_NUM_TIERS];
-    tier_cuts(model, granule_bytes, cut_bytes);
-    return plan_build(fn, model, slices, nslices, nworkers, cut_bytes, true, plan);
+    cuts_t cuts;
+    lpt_cuts(model, nworkers, granule_bytes, &cuts);
+    return plan_build(fn, model, slices, nslices, nworkers, &cuts, true, plan);
 }
 
 uint64_t weft_partition_units(const weft_cost_model_t *model, const weft_slice_t *slices,
-                              size_t nslices, uint64_t granule_bytes)
+                              size_t nslices, int nworkers, uint64_t granule_bytes)
 {
-    uint64_t cut_bytes[WEFT_NUM_TIERS];
-    tier_cuts(model, granule_bytes, cut_bytes);
+    cuts_t cuts;
+    lpt_cuts(model, nworkers, granule_bytes, &cuts);
     size_t nruns, nunits, nbusy;
-    if (!count_units(slices, nslices, cut_bytes, &nruns, &nunits, &nbusy))
+    if (!count_units(slices, nslices, &cuts, &nruns, &nunits, &nbusy))
         return UINT64_MAX;
     return nunits;
 }
@@ -535,10 +570,10 @@ weft_status_t weft_partition_naive(const weft_cost_model_t *model, const weft_sl
     if (status != WEFT_SUCCESS)
         return status;
     /* A cut of UINT64_MAX bytes never splits a slice: each non-empty slice is one unit. */
-    uint64_t whole_bytes[WEFT_NUM_TIERS];
+    cuts_t whole = {.max_units = 1, .granule_bytes = 1};
     for (int t = 0; t < WEFT_NUM_TIERS; t++)
-        whole_bytes[t] = UINT64_MAX;
-    return plan_build(fn, model, slices, nslices, nworkers, whole_bytes, false, plan);
+        whole.tier_bytes[t] = UINT64_MAX;
+    return plan_build(fn, model, slices, nslices, nworkers, &whole, false, plan);
 }
 
 double weft_plan_imbalance(const weft_plan_t *plan)

@@ -6,7 +6,14 @@
  * into units of the tier's cut: its unit size rounded down to a multiple of granule_bytes, or one
  * granule where the unit size is smaller than a granule (so a unit can exceed the unit size:
  * cuts fall on multiples of granule_bytes, and an element or a vector is never split); the last
- * unit of a slice holds the rest. It assigns the units to workers to minimise the makespan:
+ * unit of a slice holds the rest.
+ *
+ * Bound: one slice makes at most WEFT_PARTITION_UNITS_PER_WORKER * nworkers units. A slice that
+ * its tier's cut would split into more is cut instead at the smallest multiple of granule_bytes
+ * that makes at most that many (or, where that multiple overflows, kept whole), so a plan holds
+ * at most that many units per non-empty slice whatever the unit size (a 1-byte unit size does
+ * not make bytes / granule_bytes units). Every byte is still covered exactly once and the
+ * fan-out cap holds. It assigns the units to workers to minimise the makespan:
  * longest-processing-time first (units sorted by cost, descending; ties broken by slice index
  * then offset, so the result is deterministic), each unit going to the least-loaded worker
  * (ties: lowest index) among those allowed by the fan-out cap: at most H_t distinct workers
@@ -25,6 +32,10 @@
 
 #include "model/cost_model.h"
 #include "weft.h"
+
+/* Most units one slice makes, per worker (the bound above): enough for LPT to balance a single
+ * slice to within 1/64 of a worker's share, and for stealing to even out the rest. */
+#define WEFT_PARTITION_UNITS_PER_WORKER 64
 
 typedef struct weft_slice {
     int peer;         /* rank at the other end; fan-out is counted per peer */
@@ -69,11 +80,11 @@ weft_status_t weft_partition(const weft_cost_model_t *model, const weft_slice_t 
                              size_t nslices, int nworkers, uint64_t granule_bytes,
                              weft_plan_t *plan);
 
-/* How many units weft_partition would cut these slices into (UINT64_MAX past its limit), without
- * assigning them: cheap, for choosing unit sizes. The arguments must be valid for
- * weft_partition (granule_bytes >= 1, every tier in range). */
+/* How many units weft_partition would cut these slices into for nworkers workers (UINT64_MAX
+ * past its limit), without assigning them: cheap, for choosing unit sizes. The arguments must be
+ * valid for weft_partition (nworkers >= 1, granule_bytes >= 1, every tier in range). */
 uint64_t weft_partition_units(const weft_cost_model_t *model, const weft_slice_t *slices,
-                              size_t nslices, uint64_t granule_bytes);
+                              size_t nslices, int nworkers, uint64_t granule_bytes);
 
 /* The naive baseline: slice i goes whole to worker i % nworkers. Same statuses. */
 weft_status_t weft_partition_naive(const weft_cost_model_t *model, const weft_slice_t *slices,

@@ -121,7 +121,9 @@ static const cfg_row_t rows[] = {
      OFF(tier_remote_numa_bw_gbps), NULL,
      "cost model: bandwidth from a peer on another NUMA node", RANGE(1e-6, 1e9)},
     {"WEFT_PART_UNIT_BYTES", NULL, "256K", "bytes", CFG_BYTES, OFF(part_unit_bytes), NULL,
-     "partitioner: remote slices are cut into units of this size", RANGE(1, 0x1p40)},
+     "partitioner: remote slices are cut into units of this size (larger where a slice would "
+     "make more than 64 units per worker)",
+     RANGE(1, 0x1p40)},
     {"WEFT_PART_FANOUT", NULL, "2", "workers", CFG_INT, OFF(part_fanout), NULL,
      "partitioner: at most this many workers target one peer", RANGE(1, 65536)},
     {"WEFT_PLAN_CACHE_ENTRIES", NULL, "8", "plans", CFG_INT, OFF(plan_cache_entries), NULL,

@@ -494,12 +494,13 @@ static void test_invalid(void)
     expect_invalid("naive tier out of range",
                    weft_partition_naive(&model_open, bad_tier, 2, 2, &plan), nv, &plan);
 
-    /* More units than the plan can index: refused before any allocation. */
+    /* More units than the plan can index: refused before any allocation. With 2^31 - 1
+     * workers the per-slice bound (64 per worker) is above 2^32. */
     weft_cost_model_t tiny = model_open;
     tiny.tier[PEER].unit_bytes = 1;
     const weft_slice_t huge[] = {{1, PEER, UINT64_MAX}};
-    weft_status_t status = weft_partition(&tiny, huge, 1, 2, 1, &plan);
-    CHECK(status == WEFT_ERR_NO_MEMORY, "2^64 - 1 units: status %s, expected out of memory",
+    weft_status_t status = weft_partition(&tiny, huge, 1, INT32_MAX, 1, &plan);
+    CHECK(status == WEFT_ERR_NO_MEMORY, "2^37 units: status %s, expected out of memory",
           weft_status_string(status));
     /* The naive plan of the same slice is one unit. */
     status = weft_partition_naive(&tiny, huge, 1, 2, &plan);
@@ -532,10 +533,41 @@ static uint64_t rng_next(uint64_t *state)
     return z ^ (z >> 31);
 }
 
-static uint64_t cut_of(const weft_cost_model_t *m, weft_tier_t tier, uint64_t granule)
+/* A tier's cut: its unit size rounded down to the granule, at least one granule. */
+static uint64_t tier_cut_of(const weft_cost_model_t *m, weft_tier_t tier, uint64_t granule)
 {
     uint64_t cut = m->tier[tier].unit_bytes - m->tier[tier].unit_bytes % granule;
     return cut != 0 ? cut : granule;
+}
+
+/* A slice's cut: its tier's, or where that makes more than WEFT_PARTITION_UNITS_PER_WORKER *
+ * nworkers units, the least multiple of the granule that makes at most that many (the slice
+ * itself where that multiple overflows). Written as a search over multiples of the granule. */
+static uint64_t cut_of(const weft_cost_model_t *m, const weft_slice_t *sl, int nworkers,
+                       uint64_t granule)
+{
+    uint64_t max_units = (uint64_t)WEFT_PARTITION_UNITS_PER_WORKER * (uint64_t)nworkers;
+    uint64_t cut = tier_cut_of(m, sl->tier, granule);
+    if (sl->bytes == 0 || (sl->bytes - 1) / cut + 1 <= max_units)
+        return cut;
+    /* Units of k granules: the least k with ceil(bytes / (k * granule)) <= max_units. */
+    uint64_t lo = cut / granule, hi = UINT64_MAX / granule;
+    if ((sl->bytes - 1) / (hi * granule) + 1 > max_units)
+        return sl->bytes;
+    while (lo + 1 < hi) {
+        uint64_t k = lo + (hi - lo) / 2;
+        if ((sl->bytes - 1) / (k * granule) + 1 <= max_units)
+            hi = k;
+        else
+            lo = k;
+    }
+    return hi * granule;
+}
+
+static int cmp_offset(const void *pa, const void *pb)
+{
+    const weft_unit_t *a = pa, *b = pb;
+    return a->offset < b->offset ? -1 : a->offset > b->offset;
 }
 
 static int cmp_lpt(const void *pa, const void *pb)
@@ -561,7 +593,7 @@ static size_t reference_plan(const weft_cost_model_t *m, const weft_slice_t *sli
     memset(mask, 0, sizeof mask);
     size_t nunits = 0;
     for (size_t s = 0; s < n; s++) {
-        uint64_t cut = naive ? slices[s].bytes : cut_of(m, slices[s].tier, granule);
+        uint64_t cut = naive ? slices[s].bytes : cut_of(m, &slices[s], nworkers, granule);
         for (uint64_t off = 0; off < slices[s].bytes; off += cut) {
             uint64_t bytes = slices[s].bytes - off < cut ? slices[s].bytes - off : cut;
             tmp[nunits++] =
@@ -614,7 +646,7 @@ static bool check_invariants(const char *tag, const weft_cost_model_t *m,
     static unsigned char seen[1 << 17];
     size_t total_units = 0;
     for (size_t s = 0; s < n; s++) {
-        uint64_t cut = naive ? slices[s].bytes : cut_of(m, slices[s].tier, granule);
+        uint64_t cut = naive ? slices[s].bytes : cut_of(m, &slices[s], nworkers, granule);
         first[s] = total_units;
         total_units += slices[s].bytes == 0 ? 0 : (slices[s].bytes + cut - 1) / cut;
     }
@@ -643,7 +675,7 @@ static bool check_invariants(const char *tag, const weft_cost_model_t *m,
                 continue;
             }
             const weft_slice_t *sl = &slices[x->slice];
-            uint64_t cut = naive ? sl->bytes : cut_of(m, sl->tier, granule);
+            uint64_t cut = naive ? sl->bytes : cut_of(m, sl, nworkers, granule);
             /* Exactly-once coverage: the unit is the k-th cut of its slice, with the exact
              * length that cut has, and no other unit is. */
             CHECK(x->bytes > 0 && x->offset % cut == 0 && x->offset < sl->bytes &&
@@ -737,6 +769,102 @@ static void compare_reference(const char *tag, const weft_unit_t *ref, size_t nr
               plan->worker_load_us[w], ref_load[w]);
 }
 
+/* The units of the plan's slice s, sorted by offset, cover [0, bytes) exactly once: each starts
+ * where the one before ends. Checked without a per-unit table, so it holds for any slice size. */
+static void check_tiling(const char *tag, const weft_plan_t *plan, uint32_t s, uint64_t bytes,
+                         uint64_t granule)
+{
+    static weft_unit_t mine[4096];
+    size_t n = 0;
+    for (size_t u = 0; u < plan->nunits; u++) {
+        if (plan->units[u].slice != s)
+            continue;
+        if (n == sizeof mine / sizeof mine[0]) {
+            CHECK(0, "%s: slice %u has more than %zu units", tag, s, n);
+            return;
+        }
+        mine[n++] = plan->units[u];
+    }
+    qsort(mine, n, sizeof mine[0], cmp_offset);
+    uint64_t end = 0;
+    for (size_t i = 0; i < n; i++) {
+        CHECK(mine[i].offset == end && mine[i].bytes > 0 && mine[i].bytes <= bytes - end,
+              "%s: slice %u unit %zu {offset %" PRIu64 ", %" PRIu64
+              " bytes} does not start at %" PRIu64,
+              tag, s, i, mine[i].offset, mine[i].bytes, end);
+        CHECK(mine[i].offset % granule == 0, "%s: slice %u offset %" PRIu64 " is off the granule",
+              tag, s, mine[i].offset);
+        end = mine[i].offset + mine[i].bytes;
+    }
+    CHECK(end == bytes, "%s: slice %u covered up to %" PRIu64 " of %" PRIu64 " bytes", tag, s, end,
+          bytes);
+}
+
+/*
+ * The unit bound: however small the unit size, one slice makes at most
+ * WEFT_PARTITION_UNITS_PER_WORKER * nworkers units (a 64-byte unit size once cut a 128 MiB slice
+ * into 2^21 units, and refused a slice of 2^38 bytes as more than 2^32), still covering every
+ * byte once, on granule boundaries, under the fan-out cap, and as weft_partition_units counts.
+ */
+static void test_unit_bound(void)
+{
+    weft_cost_model_t tiny;
+    for (int t = 0; t < WEFT_NUM_TIERS; t++)
+        tiny.tier[t] = (weft_tier_params_t){1.0, 1.0, 1, 2};
+    const struct {
+        const char *name;
+        size_t nslices;
+        weft_slice_t slices[4];
+        int nworkers;
+        uint64_t granule;
+    } cases[] = {
+        {"128 MiB, 2 workers", 1, {{1, PEER, 128ull << 20}}, 2, 64},
+        {"2^38 + 3 bytes, 3 workers", 1, {{1, PEER, (1ull << 38) + 3}}, 3, 64},
+        {"2^64 - 1 bytes, granule 1, 2 workers", 1, {{1, PEER, UINT64_MAX}}, 2, 1},
+        {"2^64 - 1 bytes, granule 2^63, 2 workers", 1, {{1, PEER, UINT64_MAX}}, 2, 1ull << 63},
+        {"four slices, two peers, 8 workers",
+         4,
+         {{1, PEER, 1ull << 30}, {2, NUMA, (1ull << 33) + 64}, {1, SELF, 4096}, {2, PEER, 100}},
+         8,
+         64},
+    };
+    weft_plan_t plan;
+    weft_plan_init(&plan);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const char *tag = cases[c].name;
+        const weft_slice_t *slices = cases[c].slices;
+        size_t n = cases[c].nslices;
+        int nworkers = cases[c].nworkers;
+        uint64_t granule = cases[c].granule, bound = 64 * (uint64_t)nworkers;
+        weft_status_t status = weft_partition(&tiny, slices, n, nworkers, granule, &plan);
+        CHECK(status == WEFT_SUCCESS, "%s: status %s: %s", tag, weft_status_string(status),
+              weft_last_error());
+        if (status != WEFT_SUCCESS)
+            continue;
+        CHECK(plan.nunits <= n * bound, "%s: %zu units, more than %" PRIu64 " per slice", tag,
+              plan.nunits, bound);
+        CHECK(weft_partition_units(&tiny, slices, n, nworkers, granule) == plan.nunits,
+              "%s: weft_partition_units %" PRIu64 ", the plan %zu", tag,
+              weft_partition_units(&tiny, slices, n, nworkers, granule), plan.nunits);
+        for (size_t s = 0; s < n; s++) {
+            size_t units = 0;
+            for (size_t u = 0; u < plan.nunits; u++)
+                units += plan.units[u].slice == s;
+            CHECK(units <= bound, "%s: slice %zu makes %zu units, more than %" PRIu64, tag, s,
+                  units, bound);
+            check_tiling(tag, &plan, (uint32_t)s, slices[s].bytes, granule);
+        }
+        /* Exact cuts, LPT order, loads and the fan-out cap, as for every plan (check_invariants
+         * rounds bytes up to whole cuts, which overflows near 2^64). */
+        bool small = true;
+        for (size_t s = 0; s < n; s++)
+            small = small && slices[s].bytes <= UINT64_MAX / 2;
+        if (small)
+            (void)check_invariants(tag, &tiny, slices, n, nworkers, granule, false, &plan);
+    }
+    weft_plan_fini(&plan);
+}
+
 static void random_model(uint64_t *rng, weft_cost_model_t *m, int nworkers)
 {
     for (int t = 0; t < WEFT_NUM_TIERS; t++) {
@@ -769,14 +897,19 @@ static void test_random(uint64_t seed)
         random_model(&rng, &m, nworkers);
         /* Mostly collective-sized inputs; every 50th has thousands of slices of few units. */
         bool wide = iter % 50 == 49;
+        /* Every 7th has slices of up to 400 units on 1 to 4 workers: the per-slice unit bound
+         * (64 per worker) cuts the longer ones coarser. */
+        bool capped = !wide && iter % 7 == 3;
+        if (capped)
+            nworkers = 1 + nworkers % 4;
         size_t n = wide ? 1000 + rng_next(&rng) % 3000 : rng_next(&rng) % 65;
         int pool[16], npool = 1 + (int)(rng_next(&rng) % 16);
         for (int i = 0; i < npool; i++)
             pool[i] = (int)(rng_next(&rng) % MAX_PEER);
         for (size_t s = 0; s < n; s++) {
             weft_tier_t tier = (weft_tier_t)(rng_next(&rng) % WEFT_NUM_TIERS);
-            uint64_t cut = cut_of(&m, tier, granule);
-            uint64_t max_units = wide ? 3 : 40;
+            uint64_t cut = tier_cut_of(&m, tier, granule);
+            uint64_t max_units = wide ? 3 : capped ? 400 : 40;
             slices[s].peer =
                 wide ? (int)(rng_next(&rng) % MAX_PEER) : pool[rng_next(&rng) % (uint64_t)npool];
             slices[s].tier = tier;
@@ -881,6 +1014,7 @@ int main(int argc, char **argv)
     test_golden();
     test_invalid();
     test_warm_reuse();
+    test_unit_bound();
     test_random(seed);
     report_speed();
     if (failures != 0)
