@@ -491,8 +491,10 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, uint32_t generation,
         goto err_destroy_registry;
     memset(&comm->stats, 0, sizeof comm->stats); /* init's own waits are not first uses */
     st = comm->exec_ops->create(cfg.host_workers, &comm->wait_policy, &comm->exec);
-    if (st != WEFT_SUCCESS)
+    if (st != WEFT_SUCCESS) {
+        weft_error_prefix(st, "weft_comm_init"); /* the executor's message names itself */
         goto err_destroy_registry;
+    }
     if (live_add(comm) != 0) {
         comm->exec_ops->destroy(comm->exec);
         st = weft_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: the list of live communicators");

@@ -1098,8 +1098,13 @@ weft_status_t weft_registry_acquire(weft_registry_t *reg, const void *ptr, size_
         t0 = weft_now_ns();
         a->ticket = push_job(reg, WEFT_CTRL_REG, a->addr, a->bytes, a->seg);
         if (a->ticket == 0) {
+            size_t chunk_bytes = a->bytes;
+            uintptr_t chunk_addr = a->addr;
             pthread_mutex_unlock(&reg->mu);
-            return weft_error(WEFT_ERR_NO_MEMORY, "registration queue");
+            return weft_error(WEFT_ERR_NO_MEMORY,
+                              "cannot queue the registration of the %zu-byte chunk at %p: out of "
+                              "memory",
+                              chunk_bytes, (void *)chunk_addr);
         }
         a->seg = (weft_mem_seg_t){.fd = -1};
     }

@@ -97,7 +97,10 @@ weft_status_t weft_op_acquire(weft_op_t *op, const void *ptr, size_t bytes, int 
         *ready_out = 1;
         return WEFT_SUCCESS;
     }
-    return weft_comm_acquire(op->comm, ptr, bytes, &op->wait, ready_out);
+    weft_status_t st = weft_comm_acquire(op->comm, ptr, bytes, &op->wait, ready_out);
+    if (st != WEFT_SUCCESS) /* the registry's message does not know the call */
+        return weft_error_prefix(st, op->call);
+    return WEFT_SUCCESS;
 }
 
 weft_status_t weft_op_stage(weft_op_t *op, size_t bytes, uint8_t **base_out)
@@ -209,8 +212,8 @@ static void run_worker_units(void *arg, int worker)
 
 /* Run the work on the CPU workers: whole slices in order with one worker; otherwise the
  * partitioner's plan, which each worker starts with its own units and completes by stealing
- * (exec/steal.h). */
-static weft_status_t host_move(struct weft_comm *comm, const weft_work_t *work)
+ * (exec/steal.h). The errors of the plan name call, the public call, first. */
+static weft_status_t host_move(struct weft_comm *comm, const weft_work_t *work, const char *call)
 {
     int nworkers = comm->exec_ops->nworkers(comm->exec);
     if (nworkers == 1) {
@@ -225,10 +228,10 @@ static weft_status_t host_move(struct weft_comm *comm, const weft_work_t *work)
         weft_plan_cache_partition(comm->plans, &comm->model, work->slices, (size_t)work->nslices,
                                   nworkers, WEFT_WORK_GRANULE, &plan);
     if (st != WEFT_SUCCESS)
-        return st;
+        return weft_error_prefix(st, call);
     st = weft_steal_prepare(&comm->steal, plan);
     if (st != WEFT_SUCCESS)
-        return st;
+        return weft_error_prefix(st, call);
     move_ctx_t m = {&comm->steal, work};
     comm->exec_ops->run(comm->exec, run_worker_units, &m);
     return WEFT_SUCCESS;
@@ -267,7 +270,7 @@ weft_status_t weft_op_execute(weft_op_t *op, const weft_work_t *work, unsigned s
     }
     weft_status_t st = mine;
     if (st == WEFT_SUCCESS && work)
-        st = host_move(comm, work);
+        st = host_move(comm, work, op->call);
     if (sync & WEFT_SYNC_PHASE)
         st = host_signal(op, WEFT_SIGNAL_PHASE, st, 0);
     if (sync & (WEFT_SYNC_DONE | WEFT_SYNC_DONE_NOWAIT))

@@ -99,6 +99,27 @@ weft_status_t weft_error(weft_status_t status, const char *fmt, ...)
     return status;
 }
 
+weft_status_t weft_error_prefix(weft_status_t status, const char *call)
+{
+    size_t n = strlen(call), len = strlen(last_error);
+    if (strncmp(last_error, call, n) == 0 && last_error[n] == ':')
+        return status;
+    if (len == 0) {
+        snprintf(last_error, sizeof last_error, "%s: %s", call, weft_status_string(status));
+        return status;
+    }
+    size_t head = n + 2; /* "<call>: " */
+    if (head >= sizeof last_error)
+        return status;
+    size_t keep = len < sizeof last_error - 1 - head ? len : sizeof last_error - 1 - head;
+    memmove(last_error + head, last_error, keep);
+    last_error[head + keep] = '\0';
+    memcpy(last_error, call, n);
+    last_error[n] = ':';
+    last_error[n + 1] = ' ';
+    return status;
+}
+
 weft_status_t weft_error_errno(weft_status_t status, int err, const char *fmt, ...)
 {
     va_list ap;

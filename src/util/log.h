@@ -36,6 +36,15 @@ weft_status_t weft_error(weft_status_t status, const char *fmt, ...) WEFT_PRINTF
 weft_status_t weft_error_errno(weft_status_t status, int err, const char *fmt, ...)
     WEFT_PRINTF(3, 4);
 
+/* Make this thread's last-error text start with "<call>: ", keeping the text that was there (an
+ * inner function's message, e.g. "weft_partition: cannot allocate 512 units") after it, truncated
+ * to fit. For the public call, where an error raised by an internal function that does not know
+ * it reaches it. A text that already starts with "<call>:" is left as it is; an empty one becomes
+ * "<call>: <weft_status_string(status)>". Logs nothing (the error was logged where it was first
+ * seen). Returns status. (weft_error(status, "%s: %s", call, weft_last_error()) would format the
+ * buffer into itself.) */
+weft_status_t weft_error_prefix(weft_status_t status, const char *call);
+
 /* Clear this thread's last-error text (called at the start of every public call). */
 void weft_error_clear(void);
 
