@@ -31,9 +31,10 @@
  *   PyTorch's allocator entry points (roa only): while one thread's weft_torch_free waits for the
  *     device (held busy by a host function on a side stream until the test releases it, at most
  *     TORCH_GATE_S), another thread's weft_torch_alloc returns at once; an unbind started then
- *     returns only after that free has finished; every call succeeds. A weft_torch_free of a
- *     pointer that is not weft's (cudaMalloc) fails and leaves PyTorch's segment count as it was:
- *     with one segment still held, binding the communicator again after an unbind is refused.
+ *     returns only after that free has finished; every call succeeds. In every mode: a
+ *     weft_torch_free of a pointer that is not weft's (cudaMalloc) fails and leaves PyTorch's
+ *     segment count as it was: with one segment still held, binding the communicator again
+ *     after an unbind is refused.
  *   another GPU (two or more visible): a last communicator on which each rank takes the rank of
  *     its mirror image, and so another GPU; a weft_malloc all-gather there is exact.
  * Registration is seen through remote reads of user buffers, which weft's push path (small
