@@ -264,8 +264,10 @@ weft_status_t weft_op_execute(weft_op_t *op, const weft_work_t *work, unsigned s
     if (comm->backend == WEFT_BACKEND_CUDA) {
         weft_status_t st = weft_cuda_execute(comm, work, sync, mine, &op->pending, &op->push,
                                              op->stream, &op->usage);
-        if (st != WEFT_SUCCESS && mine == WEFT_SUCCESS)
-            weft_comm_fail(comm, st); /* peers wait for this rank's signals */
+        if (st != WEFT_SUCCESS && mine == WEFT_SUCCESS) {
+            weft_error_prefix(st, op->call); /* the partitioner's, a launch's: name the call */
+            weft_comm_fail(comm, st);        /* peers wait for this rank's signals */
+        }
         return st;
     }
     weft_status_t st = mine;
