@@ -367,9 +367,9 @@ weft_status_t weft_cuda_check(struct weft_comm *comm, const char *call)
                       weft_status_string((weft_status_t)st));
 }
 
-int32_t *weft_cuda_status_word(struct weft_comm *comm)
+weft_moe_dev_fail_t weft_cuda_moe_fail(struct weft_comm *comm)
 {
-    return comm->cuda ? comm->cuda->dev_words + STATUS_WORD : NULL;
+    return (weft_moe_dev_fail_t){weft_cuda_ctl(comm), comm->cuda->dev_words + STATUS_WORD};
 }
 
 void weft_cuda_abort(struct weft_comm *comm)

@@ -17,6 +17,7 @@
 
 #include "core/bootstrap.h"
 #include "exec/exec_cuda.h"
+#include "exec/moe_cuda.h"
 #include "exec/work.h"
 #include "weft.h"
 
@@ -68,12 +69,6 @@ void weft_cuda_comm_teardown(struct weft_comm *comm);
 /* The first error a kernel reported (timeout, lost peer), made sticky on the communicator:
  * checked at the start of every call. */
 weft_status_t weft_cuda_check(struct weft_comm *comm, const char *call);
-
-/* The device pointer of the mapped status word into which kernels record the first error
- * (exec_cuda.h), for kernels launched outside weft_cuda_execute (MoE); NULL without the CUDA
- * backend. With weft_cuda_ctl (this rank's control block: its failed flag) a kernel can check
- * whether the rank failed and fail it. */
-int32_t *weft_cuda_status_word(struct weft_comm *comm);
 
 /* A local copy an operation has made but not yet issued (bytes 0: none). */
 typedef struct weft_cuda_copy {
@@ -172,6 +167,11 @@ int weft_cuda_copy_engine_takes(const struct weft_comm *comm, uint64_t bytes);
  * weft_cuda_leave and never wait for a peer, so they need not be co-resident with the other
  * ranks' kernels and may fill this rank's share of the GPU (WEFT_CUDA_MOE_BLOCKS). */
 int weft_cuda_moe_blocks(const struct weft_comm *comm);
+
+/* Where the MoE kernels, launched outside weft_cuda_execute, learn whether this rank failed and
+ * record a failure of their own (exec/moe_cuda.h): its control block and the mapped status word
+ * (exec_cuda.h); NULLs without the CUDA backend. */
+weft_moe_dev_fail_t weft_cuda_moe_fail(struct weft_comm *comm);
 
 /* MoE dispatches the device rejected (exec/moe_cuda.h): the device pointer of the mapped report
  * area the kernels write, and what the host has seen there: the number of rejections so far

@@ -60,9 +60,9 @@ weft_status_t weft_cuda_check(struct weft_comm *comm, const char *call)
     return not_built(call);
 }
 
-int32_t *weft_cuda_status_word(struct weft_comm *comm)
+weft_moe_dev_fail_t weft_cuda_moe_fail(struct weft_comm *comm)
 {
-    return NULL;
+    return (weft_moe_dev_fail_t){NULL, NULL};
 }
 
 size_t weft_cuda_push_bytes(const struct weft_comm *comm)

@@ -49,9 +49,8 @@ weft_status_t weft_moe_combine_dev(struct weft_comm *comm, const struct weft_moe
             uint8_t *stage;
             st = weft_op_stage(&op, y_bytes, &stage);
             if (st == WEFT_SUCCESS) {
-                weft_moe_dev_fail_t fail = {weft_cuda_ctl(comm), weft_cuda_status_word(comm)};
-                st = weft_moe_dev_stage_launch(stage, y, h->dev, row_bytes, h->capacity, fail,
-                                               stream);
+                st = weft_moe_dev_stage_launch(stage, y, h->dev, row_bytes, h->capacity,
+                                               weft_cuda_moe_fail(comm), stream);
                 weft_cuda_usage_blocks(&op.usage, WEFT_MOE_STAGE_BLOCKS);
             }
             y_remote = stage;
@@ -82,7 +81,7 @@ weft_status_t weft_moe_combine_dev(struct weft_comm *comm, const struct weft_moe
                              .hidden = h->hidden,
                              .out = out,
                              .report = weft_cuda_moe_report(comm),
-                             .fail = {weft_cuda_ctl(comm), weft_cuda_status_word(comm)}};
+                             .fail = weft_cuda_moe_fail(comm)};
     for (int p = 0; p < n; p++) {
         const weft_op_desc_t *pd = p == me ? &desc : weft_op_peer(&op, p);
         a.tokens[p] = pd->tokens;

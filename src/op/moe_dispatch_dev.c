@@ -152,7 +152,7 @@ weft_status_t weft_moe_dispatch_dev(struct weft_comm *comm, const void *x, size_
                              .recv_expert_counts = recv_expert_counts,
                              .num_recv_out = num_recv_out,
                              .report = weft_cuda_moe_report(comm),
-                             .fail = {weft_cuda_ctl(comm), weft_cuda_status_word(comm)}};
+                             .fail = weft_cuda_moe_fail(comm)};
     for (int p = 0; p < n; p++) {
         const weft_op_desc_t *pd = p == me ? &desc : weft_op_peer(&op, p);
         a.tokens[p] = pd->tokens;
