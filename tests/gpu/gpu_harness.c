@@ -463,10 +463,19 @@ int gpu_expect_zero_copy(const gpu_ctx_t *g, gpu_buf_kind_t kind)
 #define WEFT_DEFAULT_MAX_BLOCKS 32 /* WEFT_CUDA_MAX_BLOCKS's default (docs/config.md) */
 #define WEFT_MAX_BLOCKS 128        /* its cap */
 
-size_t gpu_push_limit(gpu_ctx_t *g)
+/* WEFT_CUDA_COPY_ENGINE as the tests set it: 0 never, 1 always, -1 auto (unset or anything
+ * else). */
+static int copy_engine_mode(void)
 {
     const char *ce = getenv("WEFT_CUDA_COPY_ENGINE");
-    if (ce != NULL && strcmp(ce, "1") == 0)
+    if (ce != NULL && (strcmp(ce, "0") == 0 || strcmp(ce, "1") == 0))
+        return ce[0] == '1';
+    return -1;
+}
+
+size_t gpu_push_limit(gpu_ctx_t *g)
+{
+    if (copy_engine_mode() == 1)
         return 0;
     size_t dflt = g->mp.nranks == 2 && g->mp.spans_gpus ? WEFT_DEFAULT_PAIR_PUSH_BYTES
                                                         : WEFT_DEFAULT_PUSH_BYTES;
@@ -486,9 +495,9 @@ int gpu_block_limit(gpu_ctx_t *g)
 
 int gpu_copy_engine_takes(gpu_ctx_t *g, size_t bytes)
 {
-    const char *ce = getenv("WEFT_CUDA_COPY_ENGINE");
-    if (ce != NULL && (strcmp(ce, "0") == 0 || strcmp(ce, "1") == 0))
-        return ce[0] == '1';
+    int mode = copy_engine_mode();
+    if (mode >= 0)
+        return mode;
     return g->mp.spans_gpus && bytes >= mp_env_bytes(&g->mp, "WEFT_CUDA_COPY_ENGINE_BYTES",
                                                      WEFT_DEFAULT_COPY_ENGINE_BYTES);
 }
