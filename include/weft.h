@@ -146,8 +146,9 @@ WEFT_API void weft_config_default(weft_config_t *cfg);
  * means weft_config_default. On success *comm is set; on failure it is left untouched.
  * The k-th weft_comm_init of each rank meets the k-th of the others: every call counts, whatever
  * its arguments (a NULL comm, an invalid cfg) and however it ends. So when one rank's call fails
- * at once, its peers' calls fail too (at their timeout at the latest), and the next call of
- * every rank meets again; a rank must not retry alone. Threads of one process that make
+ * at once, its peers' calls fail too (at their timeout at the latest; with WEFT_ERR_PEER_LOST at
+ * once when the rank died after it reached the rendezvous store), and the next call of every
+ * rank meets again; a rank must not retry alone. Threads of one process that make
  * communicators must take turns (one weft_comm_init at a time, in the same order on every rank):
  * the calls are counted in the order they start.
  * On the CUDA backend the communicator's GPU is device LOCAL_RANK (WEFT_LOCAL_RANK, else the

@@ -352,7 +352,9 @@ static weft_status_t fail(weft_store_t *st, weft_status_t status, int err, const
     if (status == WEFT_ERR_TIMEOUT)
         weft_error(status, "%s: key \"%s\": the store's deadline passed first", what, key);
     else if (status == WEFT_ERR_PEER_LOST && err == 0)
-        weft_error(status, "%s: key \"%s\": the store closed the connection", what, key);
+        weft_error(status,
+                   "%s: key \"%s\": the store closed the connection (a rank failed or was lost)",
+                   what, key);
     else if (status == WEFT_ERR_PEER_LOST)
         weft_error_errno(status, err, "%s: key \"%s\": connection to the store lost", what, key);
     else
@@ -510,20 +512,21 @@ weft_status_t weft_store_barrier(weft_store_t *store, const char *tag)
     return WEFT_SUCCESS;
 }
 
-#define STORE_FAIL_SEND_NS 1000000000ull /* at most this long to tell the store we failed */
+#define STORE_BYE_SEND_NS 1000000000ull /* at most this long to say goodbye to the store */
 
 static void store_close(weft_store_t *store, weft_store_stop_t how)
 {
     if (store == NULL)
         return;
-    if (how == WEFT_STORE_STOP_FAIL && store->failed == WEFT_SUCCESS) {
-        /* Best effort (a message boundary: no call is mid-message once the handle is usable):
-         * peers waiting for our keys then fail at once. */
+    if (store->failed == WEFT_SUCCESS) {
+        /* Best effort (a message boundary: no call is mid-message once the handle is usable).
+         * FAIL: peers waiting for our keys fail at once. LEAVE: our end of the connection is
+         * no loss of this rank (store_proto.h). */
         uint8_t msg[STORE_HDR_BYTES + 1];
         store_put_u32(msg, 1);
-        msg[4] = STORE_MSG_FAIL;
+        msg[4] = how == WEFT_STORE_STOP_FAIL ? STORE_MSG_FAIL : STORE_MSG_LEAVE;
         struct iovec iov = {.iov_base = msg, .iov_len = sizeof msg};
-        uint64_t soon = weft_now_ns() + STORE_FAIL_SEND_NS;
+        uint64_t soon = weft_now_ns() + STORE_BYE_SEND_NS;
         int err = 0;
         (void)send_iov(store->fd, &iov, 1, soon < store->deadline_ns ? soon : store->deadline_ns,
                        &err);
@@ -532,6 +535,11 @@ static void store_close(weft_store_t *store, weft_store_stop_t how)
     if (store->server != NULL)
         weft_store_server_stop(store->server, how);
     free(store);
+}
+
+int weft_store_fd(const weft_store_t *store)
+{
+    return store->fd;
 }
 
 void weft_store_close(weft_store_t *store)

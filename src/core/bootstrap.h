@@ -13,7 +13,9 @@
  * bytes, values up to 16 MiB).
  *
  * Every call takes the store's deadline (given at open); a server or client that loses its
- * connection fails the pending call with WEFT_ERR_PEER_LOST.
+ * connection fails the pending call with WEFT_ERR_PEER_LOST. A rank whose connection is lost
+ * without a goodbye (its process died) fails every rank's rendezvous at once: the server closes
+ * every connection (store_proto.h).
  *
  * Every socket of the store (the client's, and on rank 0 the server's listener and connections)
  * is opened through util/forksafe.h: a child forked while a communicator is being created does
@@ -54,8 +56,15 @@ weft_status_t weft_store_allgather(weft_store_t *store, const char *tag, const v
 /* Returns when every rank has called it with the same tag. */
 weft_status_t weft_store_barrier(weft_store_t *store, const char *tag);
 
-/* Close the connection. On rank 0 this also stops the server thread once every client has
- * disconnected or the store's deadline has passed (never blocks past it). NULL is a no-op. */
+/* The descriptor of the connection to the store, for a wait on something else to poll for
+ * POLLIN beside it: between calls the server sends nothing, so the connection turns readable
+ * only when the server closed it (the rendezvous broke: a rank was lost, store_proto.h). The
+ * caller neither reads nor closes it. */
+int weft_store_fd(const weft_store_t *store);
+
+/* Close the connection (telling the store this rank is done). On rank 0 this also stops the server
+ * thread once every client has disconnected or the store's deadline has passed (never blocks past
+ * it). NULL is a no-op. */
 void weft_store_close(weft_store_t *store);
 
 /* Like weft_store_close, after this rank failed the collective work the store serves: it tells

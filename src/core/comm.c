@@ -484,28 +484,35 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, uint32_t generation,
     }
     if (st != WEFT_SUCCESS)
         goto err_destroy_registry;
-    /* Our registrations are acknowledged: after this barrier every staging scratch is mapped
-     * everywhere. */
-    st = weft_store_barrier(store, "ready");
-    if (st != WEFT_SUCCESS)
-        goto err_destroy_registry;
-    memset(&comm->stats, 0, sizeof comm->stats); /* init's own waits are not first uses */
+    /* Everything that can fail on this rank alone comes before the barrier, which commits: a
+     * rank that fails after its peers passed it would leave them a communicator they take for
+     * whole (weft.h: init fails on every rank or on none). Listed, the communicator can be
+     * aborted, but only through a pointer no caller has before we return. */
     st = comm->exec_ops->create(cfg.host_workers, &comm->wait_policy, &comm->exec);
     if (st != WEFT_SUCCESS) {
         weft_error_prefix(st, "weft_comm_init"); /* the executor's message names itself */
         goto err_destroy_registry;
     }
     if (live_add(comm) != 0) {
-        comm->exec_ops->destroy(comm->exec);
         st = weft_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: the list of live communicators");
-        goto err_destroy_registry;
+        goto err_destroy_exec;
     }
+    /* Our registrations are acknowledged: after this barrier every staging scratch is mapped
+     * everywhere. */
+    st = weft_store_barrier(store, "ready");
+    if (st != WEFT_SUCCESS)
+        goto err_unlist;
+    memset(&comm->stats, 0, sizeof comm->stats); /* init's own waits are not first uses */
     weft_store_close(store);
     free(fds);
     free(infos);
     *comm_out = comm;
     return WEFT_SUCCESS;
 
+err_unlist:
+    live_remove(comm);
+err_destroy_exec:
+    comm->exec_ops->destroy(comm->exec);
 err_destroy_registry:
     weft_registry_destroy(comm->registry, 0, 0); /* joins the registrar first; peers see a loss */
     comm->registry = NULL;

@@ -44,20 +44,28 @@ static int remaining_ms(uint64_t deadline_ns)
     return ms > 1000 ? 1000 : (int)ms;
 }
 
-/* Wait until sock is ready for events, or fail with TIMEOUT at the deadline. */
-static weft_status_t wait_fd(int sock, short events, uint64_t deadline_ns, const char *what)
+/* Wait until sock is ready for events, or fail with TIMEOUT at the deadline. store_fd, when not
+ * -1, is the store's connection (weft_store_fd): its turning readable means the rendezvous broke
+ * (a rank was lost), WEFT_ERR_PEER_LOST. */
+static weft_status_t wait_fd(int sock, short events, int store_fd, uint64_t deadline_ns,
+                             const char *what)
 {
     for (;;) {
-        struct pollfd p = {.fd = sock, .events = events};
+        struct pollfd p[2] = {{.fd = sock, .events = events}, {.fd = store_fd, .events = POLLIN}};
         int ms = remaining_ms(deadline_ns);
         if (ms == 0)
             return weft_error(WEFT_ERR_TIMEOUT, "weft_comm_init: control sockets: %s timed out",
                               what);
-        int n = poll(&p, 1, ms);
+        int n = poll(p, store_fd >= 0 ? 2 : 1, ms);
         if (n < 0 && errno != EINTR)
             return weft_error_errno(WEFT_ERR_SYSTEM, errno, "weft_comm_init: poll (%s)", what);
-        if (n > 0)
+        if (n > 0 && p[0].revents != 0)
             return WEFT_SUCCESS;
+        if (n > 0)
+            return weft_error(WEFT_ERR_PEER_LOST,
+                              "weft_comm_init: control sockets: %s: the rendezvous store closed "
+                              "the connection (a rank was lost)",
+                              what);
     }
 }
 
@@ -83,7 +91,7 @@ static weft_status_t recv_hello(int sock, int rank, int nranks, int expect_rank,
         return weft_error(WEFT_ERR_PEER_LOST,
                           "weft_comm_init: control socket peer has uid %u, expected %u",
                           (unsigned)cred.uid, (unsigned)getuid());
-    weft_status_t st = wait_fd(sock, POLLIN, deadline_ns, "hello");
+    weft_status_t st = wait_fd(sock, POLLIN, -1, deadline_ns, "hello");
     if (st != WEFT_SUCCESS)
         return st;
     hello_t theirs;
@@ -171,7 +179,7 @@ weft_status_t weft_ctrl_connect(weft_store_t *store, int rank, int nranks,
          * connection that went away between poll and accept means waiting for the next. */
         int s;
         do {
-            st = wait_fd(lsock, POLLIN, deadline_ns, "accept");
+            st = wait_fd(lsock, POLLIN, weft_store_fd(store), deadline_ns, "accept");
             if (st != WEFT_SUCCESS)
                 goto err_close_peers;
             s = weft_forksafe_accept(lsock, SOCK_CLOEXEC);
@@ -245,7 +253,7 @@ static weft_status_t send_by(int sock, const weft_ctrl_msg_t *msg, int fd, uint6
     for (;;) {
         weft_status_t st = weft_ctrl_send(sock, msg, fd);
         if (st == WEFT_ERR_TIMEOUT) {
-            st = wait_fd(sock, POLLOUT, deadline_ns, what);
+            st = wait_fd(sock, POLLOUT, -1, deadline_ns, what);
         } else if (st == WEFT_ERR_NO_MEMORY) {
             if (weft_now_ns() + WEFT_CTRL_RETRY_NS > deadline_ns)
                 return weft_error(WEFT_ERR_TIMEOUT,
@@ -288,7 +296,7 @@ weft_status_t weft_ctrl_exchange_fd(const int *socks, int rank, int nranks, int 
     for (int p = 0; p < nranks && st == WEFT_SUCCESS; p++) {
         if (p == rank)
             continue;
-        st = wait_fd(socks[p], POLLIN, deadline_ns, "control block exchange");
+        st = wait_fd(socks[p], POLLIN, -1, deadline_ns, "control block exchange");
         if (st != WEFT_SUCCESS)
             break;
         weft_ctrl_msg_t in;

@@ -12,6 +12,12 @@
  *   FAIL    client -> server  (nothing more) the client failed what the store serves and leaves:
  *                             a GET of a key that does not exist, waiting or later, closes its
  *                             connection instead of waiting for a key that may never come
+ *   LEAVE   client -> server  (nothing more) the client is done and closes its connection
+ * A client's connection that ends without LEAVE or FAIL after its HELLO was accepted (its process
+ * died, or the connection broke) ends the rendezvous: the server closes every client's
+ * connection at once and closes each later one at its first request after the WELCOME, so every
+ * rank fails with WEFT_ERR_PEER_LOST instead of waiting for its deadline (a rank that died
+ * publishes nothing more, and ranks waiting on anything but the store watch its connection too).
  * A client sends one GET at a time and waits for its VALUE, so answers need no tag (the server
  * drops a client that sends a SET or GET before it has its VALUE). SET has no answer: the
  * connection is ordered, so a GET sent after a SET sees it. Integers are little-endian.
@@ -28,7 +34,7 @@
 #include <stdint.h>
 
 #define STORE_MAGIC 0x77656674u /* "weft" */
-#define STORE_VERSION 2u        /* 2: FAIL */
+#define STORE_VERSION 3u        /* 2: FAIL; 3: LEAVE, and a connection lost without it */
 #define STORE_KEY_MAX 255u
 #define STORE_VALUE_MAX (16u << 20)
 #define STORE_HDR_BYTES 4u
@@ -57,7 +63,8 @@ enum {
     STORE_MSG_SET,
     STORE_MSG_GET,
     STORE_MSG_VALUE,
-    STORE_MSG_FAIL
+    STORE_MSG_FAIL,
+    STORE_MSG_LEAVE
 };
 
 static inline void store_put_u32(uint8_t *p, uint32_t v)

@@ -21,7 +21,9 @@
  * tries again, so a passing shortage does not keep later ranks out (they wait in the listen
  * backlog, and retry until their deadline). On stop the server keeps serving until every rank
  * has connected and disconnected, or the deadline passes; after rank 0 failed
- * (WEFT_STORE_STOP_FAIL) it closes every connection that waits for a missing key.
+ * (WEFT_STORE_STOP_FAIL) it closes every connection that waits for a missing key. A rank's
+ * connection that the client ends without LEAVE or FAIL (store_proto.h) breaks the rendezvous:
+ * every rank's connection is closed, and a later one at its first request.
  *
  * Thread safety: the server thread shares nothing with the thread that starts and stops it but
  * the eventfd it is woken through; its structures are created before it starts and freed after
@@ -66,6 +68,8 @@ typedef struct conn {
     int fd;
     int rank;
     int dead;
+    int gone; /* the client ended the connection (end of stream, or a socket error) */
+    int bye;  /* the client sent LEAVE or FAIL: its end of the connection is no failure */
     uint64_t accepted_ns; /* when it was accepted (its HELLO is due STORE_HELLO_WINDOW_NS later) */
     uint8_t hdr[STORE_HDR_BYTES];
     size_t hdr_got;
@@ -115,6 +119,7 @@ struct weft_store_server {
     uint64_t accept_resume_ns;
     int accept_errno; /* the errno of the accept failure last recorded, 0 after a success */
     int failed_rank;  /* a rank that sent FAIL, or -1 (also rank 0 stopping with STOP_FAIL) */
+    int broken;       /* a rank's connection was lost without a goodbye: serve no rank again */
 };
 static void conn_free(conn_t *c)
 {
@@ -168,7 +173,7 @@ static void conn_flush(conn_t *c)
                 continue;
             if (errno != EAGAIN && errno != EWOULDBLOCK) {
                 WEFT_LOG_DEBUG("weft-store: send to rank %d: %s", c->rank, strerror(errno));
-                c->dead = 1;
+                c->dead = c->gone = 1;
             }
             return;
         }
@@ -337,6 +342,13 @@ static void handle_message(weft_store_server_t *s, conn_t *c, uint8_t *body, uin
         free(body);
         return;
     }
+    if (s->broken) {
+        WEFT_LOG_DEBUG("weft-store: closing rank %d: the rendezvous broke (rank %d was lost)",
+                       c->rank, s->failed_rank);
+        c->dead = 1;
+        free(body);
+        return;
+    }
     if ((body[0] == STORE_MSG_SET || body[0] == STORE_MSG_GET) && conn_owes_answer(s, c)) {
         weft_error(
             WEFT_ERR_INTERNAL,
@@ -359,7 +371,15 @@ static void handle_message(weft_store_server_t *s, conn_t *c, uint8_t *body, uin
         return;
     case STORE_MSG_FAIL:
         if (len == 1) {
+            c->bye = 1;
             fail_pending(s, c->rank);
+            free(body);
+            return;
+        }
+        break;
+    case STORE_MSG_LEAVE:
+        if (len == 1) {
+            c->bye = 1;
             free(body);
             return;
         }
@@ -392,12 +412,12 @@ static void conn_read(weft_store_server_t *s, conn_t *c)
                 continue;
             if (errno != EAGAIN && errno != EWOULDBLOCK) {
                 WEFT_LOG_DEBUG("weft-store: recv from rank %d: %s", c->rank, strerror(errno));
-                c->dead = 1;
+                c->dead = c->gone = 1;
             }
             return;
         }
         if (n == 0) {
-            c->dead = 1; /* orderly close: the client is done or gone */
+            c->dead = c->gone = 1; /* a goodbye before it (c->bye), or the client is gone */
             return;
         }
         if (c->hdr_got < STORE_HDR_BYTES) {
@@ -592,9 +612,32 @@ static uint64_t expire_pending(weft_store_server_t *s, uint64_t now)
     return next;
 }
 
+/* A rank's connection was lost without a goodbye: its process died (or its connection broke),
+ * so no rank's rendezvous can complete. Close every rank's connection (a rank waiting on
+ * something else than the store watches it: weft_store_fd), and every later one at its first
+ * request (handle_message). */
+static void break_rendezvous(weft_store_server_t *s, int rank)
+{
+    if (!s->broken)
+        WEFT_LOG_DEBUG("weft-store: rank %d's connection was lost without a goodbye: closing "
+                       "every rank's",
+                       rank);
+    s->broken = 1;
+    if (s->failed_rank < 0)
+        s->failed_rank = rank;
+    for (size_t i = 0; i < s->nconns; i++)
+        if (s->conns[i]->rank >= 0)
+            s->conns[i]->dead = 1;
+}
+
 /* Free dead connections and the GETs they left pending. */
 static void reap_dead(weft_store_server_t *s)
 {
+    for (size_t i = 0; i < s->nconns && !s->broken; i++) {
+        const conn_t *c = s->conns[i];
+        if (c->dead && c->gone && c->rank >= 0 && !c->bye)
+            break_rendezvous(s, c->rank);
+    }
     pending_get_t **pp = &s->pending;
     while (*pp != NULL) {
         pending_get_t *p = *pp;
