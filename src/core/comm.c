@@ -247,9 +247,10 @@ typedef struct rank_info {
  * the shadow window lies, which algorithm a call takes (ranks that picked different ones
  * would post matching descriptors, then run different protocols against each other: wrong
  * results, or a wait until the timeout), and the first operation number (ranks that start at
- * different numbers read each other's slots and signals of other operations as their own).
- * They come from each process's own environment, so weft_comm_init compares them and fails on
- * every rank when they differ. */
+ * different numbers read each other's slots and signals of other operations as their own), and
+ * whether the job secret comes from WEFT_JOB_SECRET (a rank without it waits for the secret rank
+ * 0 publishes only without it). They come from each process's own environment, so weft_comm_init
+ * compares them and fails on every rank when they differ. */
 enum {
     SHARED_BACKEND,
     SHARED_WINDOW_SLICE,
@@ -257,6 +258,7 @@ enum {
     SHARED_TWOSHOT,
     SHARED_INPLACE_TWOSHOT,
     SHARED_SEQ_START,
+    SHARED_JOB_SECRET, /* whether WEFT_JOB_SECRET is set: else rank 0 makes one (job_secret) */
     NUM_SHARED
 };
 
@@ -267,12 +269,15 @@ static const char *const shared_names[NUM_SHARED] = {
     [SHARED_TWOSHOT] = "WEFT_ALLREDUCE_TWOSHOT_BYTES",
     [SHARED_INPLACE_TWOSHOT] = "WEFT_ALLREDUCE_INPLACE_TWOSHOT_BYTES",
     [SHARED_SEQ_START] = "WEFT_SEQ_START",
+    [SHARED_JOB_SECRET] = "WEFT_JOB_SECRET",
 };
 
 static void shared_value_string(int i, uint64_t v, char *buf, size_t len)
 {
     if (i == SHARED_BACKEND)
         snprintf(buf, len, "%s", v == WEFT_BACKEND_CUDA ? "cuda" : "host");
+    else if (i == SHARED_JOB_SECRET)
+        snprintf(buf, len, "%s", v ? "set" : "unset");
     else if (v == WEFT_CONFIG_AUTO)
         snprintf(buf, len, "auto");
     else
@@ -418,6 +423,7 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, uint32_t generation,
         [SHARED_TWOSHOT] = comm->allreduce_twoshot_bytes,
         [SHARED_INPLACE_TWOSHOT] = comm->allreduce_inplace_twoshot_bytes,
         [SHARED_SEQ_START] = env->seq_start,
+        [SHARED_JOB_SECRET] = env->job_secret[0] != '\0',
     };
     st = agree_settings(store, cfg.nranks, shared);
     if (st != WEFT_SUCCESS)
