@@ -140,7 +140,10 @@ enum { ARRIVED_LAST = 1, ARRIVED_LAST_FAILED = 2 };
  * the next launch: every block has counted by then): 0 if not; ARRIVED_LAST; or
  * ARRIVED_LAST_FAILED when some block, this one included, arrived with failed set. Orders every
  * block's writes before the last block's later signals; with sys, at system scope (the block
- * stored into peers' memory, which a gpu-scope fence does not wait for). */
+ * stored into peers' memory, which a gpu-scope fence does not wait for). Each block's fence
+ * before its add releases its writes; the last block's fence after the add acquires them, so
+ * that any of its threads (ordered after thread 0 by the barrier) may signal: a signal posted by
+ * another thread than the one that read the counter is ordered only through that fence. */
 static __device__ int arrive_last(weft_cuda_flag_t *counter, bool sys = false, bool failed = false)
 {
     __shared__ int arrived;
@@ -153,8 +156,10 @@ static __device__ int arrive_last(weft_cuda_flag_t *counter, bool sys = false, b
         unsigned long long add = failed ? ARRIVE_FAILED + 1 : 1;
         unsigned long long now = atomicAdd((unsigned long long *)&counter->v, add) + add;
         arrived = (uint32_t)now != gridDim.x ? 0 : now >> 32 ? ARRIVED_LAST_FAILED : ARRIVED_LAST;
-        if (arrived)
+        if (arrived) {
+            __threadfence();
             counter->v = 0;
+        }
     }
     __syncthreads();
     return arrived;
