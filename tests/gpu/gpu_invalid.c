@@ -11,9 +11,11 @@
  * weft_malloc, weft_free(NULL), the legacy default stream (NULL) for a collective, and a
  * collective while the caller's own failed cudaMalloc is pending (which it leaves pending). Then
  * the mismatched calls of cases.h (mp_mismatch_run, shared with mp_mismatch) on the stream: every
- * rank must get WEFT_ERR_MISMATCH before any launch, and the valid all_reduce after each case must
- * be exact; the all-reduce thresholds are set to the one-GPU defaults, which that table's in-place
- * case needs, wherever the ranks run. Under each registration mode.
+ * rank must get WEFT_ERR_MISMATCH before any launch, so nothing may move (both buffers, poisoned
+ * before each case, keep their contents on every rank once the stream is idle, as in mp_mismatch),
+ * and the valid all_reduce after each case must be exact; the all-reduce thresholds are set to the
+ * one-GPU defaults, which that table's in-place case needs, wherever the ranks run. Under each
+ * registration mode.
  */
 #include "../mp/cases.h"
 #include "gpu_harness.h"
@@ -55,34 +57,64 @@ static void after_row(void *arg, const mp_args_fixture_t *f, const char *what)
     valid_all_reduce(g, f, what, g->stream);
 }
 
+#define A_BYTE 0x11 /* the contents of a and b during a mismatched call */
+#define B_BYTE 0xA5
+
 typedef struct {
     gpu_ctx_t *g;
     const mp_args_fixture_t *f;
+    void *a, *b;         /* weft_malloc, bytes each */
+    unsigned char *host; /* bytes, the copy of a or b read back */
+    size_t bytes;        /* mp_mismatch_bytes(nranks) */
 } mismatch_arg_t;
 
-/* After each mismatched call: a valid all_reduce on the test's stream. */
+/* Both buffers as every mismatched call must leave them, in stream order before the next call. */
+static void fill_buffers(const mismatch_arg_t *m)
+{
+    gpu_cuda_ok(m->g, cudaMemsetAsync(m->a, A_BYTE, m->bytes, m->g->stream), "cudaMemsetAsync");
+    gpu_cuda_ok(m->g, cudaMemsetAsync(m->b, B_BYTE, m->bytes, m->g->stream), "cudaMemsetAsync");
+}
+
+/* Bytes of the device buffer dev (m->bytes) other than value; the stream must be idle. */
+static size_t count_changed(const mismatch_arg_t *m, const void *dev, int value)
+{
+    gpu_cuda_ok(m->g, cudaMemcpy(m->host, dev, m->bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    size_t changed = 0;
+    for (size_t i = 0; i < m->bytes; i++)
+        changed += m->host[i] != (unsigned char)value;
+    return changed;
+}
+
+/* After each mismatched call: nothing moved (once the stream is idle, so that a launch the call
+ * should not have made would have finished), then a valid all_reduce on the test's stream. */
 static void after_mismatch(void *arg, const char *what)
 {
     const mismatch_arg_t *m = arg;
+    gpu_sync(m->g, what);
+    size_t a = count_changed(m, m->a, A_BYTE), b = count_changed(m, m->b, B_BYTE);
+    mp_check(&m->g->mp, a == 0 && b == 0,
+             "%s: the mismatched call changed %zu bytes of the input and %zu of the output", what,
+             a, b);
     valid_all_reduce(m->g, m->f, what, m->g->stream);
+    fill_buffers(m);
 }
 
 /* The mismatched calls, on two weft_malloc buffers of their size. */
 static void mismatches(gpu_ctx_t *g, const mp_args_fixture_t *f)
 {
     mp_ctx_t *ctx = &g->mp;
-    size_t bytes = mp_mismatch_bytes(ctx->nranks);
-    void *a = NULL, *b = NULL;
-    mp_ok(ctx, weft_malloc(ctx->comm, &a, bytes), "weft_malloc");
-    mp_ok(ctx, weft_malloc(ctx->comm, &b, bytes), "weft_malloc");
-    if (!a || !b)
-        mp_fatal(ctx, "weft_malloc returned NULL");
-    gpu_cuda_ok(g, cudaMemsetAsync(a, 0x11, bytes, g->stream), "cudaMemsetAsync");
-    mismatch_arg_t m = {g, f};
-    mp_mismatch_run(ctx, a, b, g->stream, after_mismatch, &m);
+    mismatch_arg_t m = {.g = g, .f = f, .bytes = mp_mismatch_bytes(ctx->nranks)};
+    mp_ok(ctx, weft_malloc(ctx->comm, &m.a, m.bytes), "weft_malloc");
+    mp_ok(ctx, weft_malloc(ctx->comm, &m.b, m.bytes), "weft_malloc");
+    m.host = malloc(m.bytes);
+    if (!m.a || !m.b || !m.host)
+        mp_fatal(ctx, "weft_malloc or malloc returned NULL");
+    fill_buffers(&m);
+    mp_mismatch_run(ctx, m.a, m.b, g->stream, after_mismatch, &m);
     gpu_sync(g, "mismatched calls");
-    mp_ok(ctx, weft_free(ctx->comm, a), "weft_free");
-    mp_ok(ctx, weft_free(ctx->comm, b), "weft_free");
+    free(m.host);
+    mp_ok(ctx, weft_free(ctx->comm, m.a), "weft_free");
+    mp_ok(ctx, weft_free(ctx->comm, m.b), "weft_free");
 }
 
 /* Valid edge cases: each must succeed. */
