@@ -132,14 +132,17 @@ typedef struct fixture {
 } fixture_t;
 
 /* fixture_open with chunks of at least chunk_min bytes (0: one chunk per allocation, as the
- * host backend). */
-static int fixture_open_chunked(fixture_t *f, weft_registration_t mode, unsigned backlog,
-                                size_t chunk_min)
+ * host backend) and a slice of slice bytes (a multiple of the provider's granularity). */
+static int fixture_open_sized(fixture_t *f, weft_registration_t mode, unsigned backlog,
+                              size_t chunk_min, size_t slice)
 {
     memset(f, 0, sizeof *f);
     f->sock = f->peer = -1;
     const weft_mem_ops_t *mem = fixture_mem;
-    size_t slice = SLICE_PAGES * mem->granularity();
+    CHECK(slice % mem->granularity() == 0, "a %zu-byte slice is not a multiple of %zu bytes", slice,
+          mem->granularity());
+    if (slice % mem->granularity() != 0)
+        return -1;
     f->window_bytes = 2 * slice;
     f->comm = calloc(1, sizeof *f->comm);
     CHECK(f->comm != NULL, "calloc");
@@ -170,6 +173,14 @@ static int fixture_open_chunked(fixture_t *f, weft_registration_t mode, unsigned
     f->sock = sv[0];
     f->comm->registry = f->reg;
     return 0;
+}
+
+/* fixture_open with chunks of at least chunk_min bytes, a slice of SLICE_PAGES pages. */
+static int fixture_open_chunked(fixture_t *f, weft_registration_t mode, unsigned backlog,
+                                size_t chunk_min)
+{
+    return fixture_open_sized(f, mode, backlog, chunk_min,
+                              SLICE_PAGES * fixture_mem->granularity());
 }
 
 static int fixture_open(fixture_t *f, weft_registration_t mode, unsigned backlog)
@@ -705,11 +716,7 @@ static void test_chunk_fallback(void)
 {
     const size_t mib = (size_t)1 << 20;
     fixture_t f;
-    if (SLICE_PAGES * weft_mem_host_ops.granularity() != 4 * mib) {
-        printf("test_chunk_fallback: skipped (a page is not 4 KiB)\n");
-        return;
-    }
-    if (fixture_open_chunked(&f, WEFT_REGISTRATION_STAGED, BACKLOG, mib) != 0) {
+    if (fixture_open_sized(&f, WEFT_REGISTRATION_STAGED, BACKLOG, mib, 4 * mib) != 0) {
         fixture_close(&f);
         return;
     }
@@ -811,11 +818,7 @@ static void test_chunk_fallback_registered(weft_registration_t mode)
     const char *name = mode == WEFT_REGISTRATION_ROA ? "roa" : "jit";
     fixture_t f;
     peer_thread_t pt;
-    if (SLICE_PAGES * weft_mem_host_ops.granularity() != 4 * mib) {
-        printf("test_chunk_fallback_registered: skipped (a page is not 4 KiB)\n");
-        return;
-    }
-    if (fixture_open_chunked(&f, mode, BACKLOG, mib) != 0) {
+    if (fixture_open_sized(&f, mode, BACKLOG, mib, 4 * mib) != 0) {
         fixture_close(&f);
         return;
     }
@@ -857,11 +860,7 @@ static void test_freed_range_wait(void)
     const size_t mib = (size_t)1 << 20;
     fixture_t f;
     peer_thread_t pt;
-    if (SLICE_PAGES * weft_mem_host_ops.granularity() != 4 * mib) {
-        printf("test_freed_range_wait: skipped (a page is not 4 KiB)\n");
-        return;
-    }
-    if (fixture_open(&f, WEFT_REGISTRATION_ROA, BACKLOG) != 0) {
+    if (fixture_open_sized(&f, WEFT_REGISTRATION_ROA, BACKLOG, 0, 4 * mib) != 0) {
         fixture_close(&f);
         return;
     }
@@ -898,14 +897,10 @@ static void test_chunk_fallback_unacknowledged(void)
                  {ABORTED, "an abort", WEFT_ERR_ABORTED}};
     const size_t mib = (size_t)1 << 20;
     const double timeout_s = 0.5;
-    if (SLICE_PAGES * weft_mem_host_ops.granularity() != 4 * mib) {
-        printf("test_chunk_fallback_unacknowledged: skipped (a page is not 4 KiB)\n");
-        return;
-    }
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fixture_t f;
         peer_thread_t pt;
-        if (fixture_open_chunked(&f, WEFT_REGISTRATION_ROA, BACKLOG, mib) != 0) {
+        if (fixture_open_sized(&f, WEFT_REGISTRATION_ROA, BACKLOG, mib, 4 * mib) != 0) {
             fixture_close(&f);
             return;
         }
