@@ -283,13 +283,22 @@ static void fail_comm(weft_registry_t *reg, weft_status_t status)
     weft_registry_shutdown_sockets(reg);
 }
 
-/* Queue msg for peer, with a new reference to sfd (may be NULL). */
+/* Queue msg for peer, with a new reference to sfd (may be NULL).
+ *
+ * The messages before `head` were sent (flush_outbox drops their references as it sends them).
+ * A peer whose socket stays full keeps the outbox from ever emptying, so their room is taken
+ * back here: when the array is full and at least half of it was sent, the waiting messages move
+ * to the front (references move with them); otherwise it doubles. So the array has room for at
+ * most four times the most messages ever waiting (at least 16), and a move never takes more
+ * messages than were sent since the last one (amortised constant time per message). */
 static void outbox_push(weft_registry_t *reg, int peer, const weft_ctrl_msg_t *msg,
                         shared_fd_t *sfd)
 {
     outbox_t *ob = &reg->out[peer];
-    if (ob->head == ob->n) {
-        ob->head = ob->n = 0;
+    if (ob->head > 0 && ob->n == ob->cap && ob->head >= ob->n - ob->head) {
+        ob->n -= ob->head;
+        memmove(ob->msgs, ob->msgs + ob->head, ob->n * sizeof *ob->msgs);
+        ob->head = 0;
     }
     if (weft_array_grow((void **)&ob->msgs, &ob->cap, ob->n + 1, sizeof *ob->msgs) != 0) {
         fail_comm(reg, weft_error(WEFT_ERR_NO_MEMORY, "registrar: outbox to rank %d", peer));

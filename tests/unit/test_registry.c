@@ -39,6 +39,10 @@
  * - A peer's registration whose descriptor this process has no room for (RLIMIT_NOFILE) fails
  *   the communicator with WEFT_ERR_SYSTEM, not WEFT_ERR_PEER_LOST, and the peer's socket is shut
  *   down (it sees the loss) with no acknowledgement sent.
+ * - An outbox to a peer that reads more slowly than messages are queued for it (so it never
+ *   empties) reuses the room of the messages it sent instead of growing by one entry per
+ *   message; every message arrives in order, and a shared descriptor keeps one reference per
+ *   waiting message that carries it.
  * - A new chunk is mapped without the registry's mutex: while one thread's allocation is held
  *   inside the provider's map (a wrapped host provider), another thread's acquire, allocation
  *   from an existing chunk and free all return.
@@ -1007,6 +1011,114 @@ static void test_inflight_no_memory(void)
     fixture_close(&f);
 }
 
+/* The fake peer reads one message from sock (closing any descriptor); 1 if it is the one of
+ * ticket want, else 0 after a failed check. */
+static int outbox_recv(int sock, uint64_t want, const char *when)
+{
+    weft_ctrl_msg_t in;
+    int fd = -1;
+    ssize_t n = weft_fdpass_recv(sock, &in, sizeof in, PEER_TIMEOUT_MS, &fd);
+    if (fd >= 0)
+        close(fd);
+    int ok = n == (ssize_t)sizeof in && in.ticket == want;
+    CHECK(ok, "%s: recv returned %zd, ticket %llu, expected ticket %llu", when, n,
+          n == (ssize_t)sizeof in ? (unsigned long long)in.ticket : 0ull, (unsigned long long)want);
+    return ok;
+}
+
+/* A peer that reads more slowly than messages are queued for it: its outbox never empties
+ * (WAITING messages wait behind a full socket; each message the peer reads lets one more in, and
+ * one more is queued), so the outbox must reuse the room of the messages it sent instead of
+ * growing by one entry per message. Driven directly on a registry record holding only what
+ * outbox_push and flush_outbox touch (no registrar thread). Every eighth message carries a
+ * shared descriptor, whose references must stay one per waiting message holding it, plus the
+ * test's own. */
+static void test_outbox_compacts(void)
+{
+    enum { WAITING = 40, ROUNDS = 4000, FILL_MAX = 100000 };
+    int sv[2] = {-1, -1}, socks[2] = {-1, -1}, closed[2] = {0, 0}, bye[2] = {0, 0};
+    uint64_t retry[2] = {0, 0}, pushed = 0, received = 0;
+    outbox_t out[2];
+    memset(out, 0, sizeof out);
+    outbox_t *ob = &out[1];
+    struct weft_comm *comm = calloc(1, sizeof *comm);
+    weft_registry_t *reg = calloc(1, sizeof *reg);
+    shared_fd_t *sfd = calloc(1, sizeof *sfd);
+    int ok = comm && reg && sfd && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) == 0;
+    CHECK(ok, "calloc/socketpair: %s", strerror(errno));
+    if (ok) {
+        *sfd = (shared_fd_t){.fd = dup(sv[0]), .refs = 1}; /* the test's reference */
+        ok = sfd->fd >= 0;
+        CHECK(ok, "dup: %s", strerror(errno));
+    }
+    if (!ok)
+        goto out;
+    socks[1] = sv[0];
+    reg->comm = comm;
+    reg->rank = 0;
+    reg->nranks = 2;
+    reg->socks = socks;
+    reg->closed = closed;
+    reg->bye = bye;
+    reg->out = out;
+    reg->retry_ns = retry;
+    /* Queue until the socket is full and WAITING messages wait in the outbox. */
+    while (ob->n - ob->head < WAITING && pushed < FILL_MAX) {
+        weft_ctrl_msg_t msg = {.type = WEFT_CTRL_REG, .ticket = ++pushed};
+        outbox_push(reg, 1, &msg, pushed % 8 == 0 ? sfd : NULL);
+        flush_outbox(reg, 1);
+    }
+    ok = ob->n - ob->head == WAITING && !closed[1] && retry[1] == 0;
+    CHECK(ok, "the socket took %llu messages without filling up (closed %d, parked %d)",
+          (unsigned long long)pushed, closed[1], retry[1] != 0);
+    size_t most_waiting = 0;
+    for (int r = 0; r < ROUNDS && ok; r++) {
+        ok = outbox_recv(sv[1], ++received, "steady state");
+        weft_ctrl_msg_t msg = {.type = WEFT_CTRL_REG, .ticket = ++pushed};
+        outbox_push(reg, 1, &msg, pushed % 8 == 0 ? sfd : NULL);
+        flush_outbox(reg, 1);
+        size_t waiting = ob->n - ob->head;
+        if (ok && waiting == 0) {
+            CHECK(0, "round %d: the outbox emptied, so the test proves nothing", r);
+            ok = 0;
+        }
+        if (waiting > most_waiting)
+            most_waiting = waiting;
+    }
+    /* Growth doubles, and only an array at least half full of waiting messages grows. */
+    CHECK(ob->cap <= 4 * most_waiting + 16,
+          "after %llu messages, at most %zu of them waiting, the outbox has room for %zu",
+          (unsigned long long)pushed, most_waiting, ob->cap);
+    int holding = 0;
+    for (size_t i = ob->head; i < ob->n; i++)
+        holding += ob->msgs[i].sfd == sfd;
+    CHECK(sfd->refs == holding + 1,
+          "the shared descriptor has %d references; %d waiting messages and the test hold it",
+          sfd->refs, holding + 1);
+    /* The peer reads the rest: every message arrives, in order, and their references go. */
+    while (ok && received < pushed) {
+        ok = outbox_recv(sv[1], ++received, "draining");
+        flush_outbox(reg, 1);
+    }
+    CHECK(!ok || (ob->head == ob->n && sfd->refs == 1),
+          "drained: %zu messages left, %d references to the shared descriptor", ob->n - ob->head,
+          sfd->refs);
+out:
+    for (size_t i = ob->head; i < ob->n; i++)
+        shared_fd_drop(ob->msgs[i].sfd);
+    free(ob->msgs);
+    if (sfd && sfd->refs > 0)
+        shared_fd_drop(sfd);
+    else
+        free(sfd);
+    for (int i = 0; i < 2; i++) {
+        if (sv[i] >= 0)
+            close(sv[i]);
+    }
+    free(reg);
+    free(comm);
+}
+
 /* The host provider, except that a map made while the gate is armed waits until the gate opens
  * (GATE_TIMEOUT_S at most). */
 static struct {
@@ -1126,6 +1238,7 @@ int main(void)
     test_freed_range_wait();
     test_alloc_zero();
     test_inflight_no_memory();
+    test_outbox_compacts();
     test_map_unlocked();
     if (failures == 0)
         printf("PASS test_registry\n");
