@@ -45,11 +45,12 @@
  *
  * THREADS AND LOCKS
  *   `mu` protects the heap, pending ranges, `jobs`, next_ticket and file_next; it is never held
- *   across a provider's create or map of a new chunk (milliseconds on the GPU). The registrar
- *   owns the sockets, outboxes, `queue`, `inflight`, peer mappings and acked[] without a lock;
- *   it publishes progress through `acked_all` (the minimum of acked[]) and atomic counters, and
- *   rings the futex word `acked_moved` after every change of `acked_all`, so that waiters can
- *   sleep.
+ *   across a provider's create or map of a new chunk (milliseconds on the GPU), but it is held
+ *   across the release of an empty chunk (release_chunk: unmap, discard, destroy; registry.h says
+ *   how long the registrar, which takes it in drain_jobs, may wait). The registrar owns the
+ *   sockets, outboxes, `queue`, `inflight`, peer mappings and acked[] without a lock; it publishes
+ *   progress through `acked_all` (the minimum of acked[]) and atomic counters, and rings the futex
+ *   word `acked_moved` after every change of `acked_all`, so that waiters can sleep.
  *
  * TICKETS
  *   64 bits, from 1, on the wire too: they never wrap, so "ready" is a plain comparison with

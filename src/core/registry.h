@@ -14,10 +14,17 @@
  * answers them, and turns a socket that closes without a BYE into WEFT_ERR_PEER_LOST on the
  * communicator. It never spins.
  *
- * Lock order: registry mutex only. It is never held while blocking on a peer; of the
- * provider's calls it covers only those on this rank's own memory (create, map and unmap on the
- * allocation path, destroy), never export or import, so the registrar waits for it at most as
- * long as one weft_malloc takes to create and map a chunk.
+ * Lock order: registry mutex only. It is never held while blocking on a peer (an allocation that
+ * waits for the peers' acknowledgements drops it), across the provider's export or import (the
+ * registrar's), nor across its create and map of a new chunk (weft_registry_alloc drops it around
+ * them: milliseconds on the GPU). It is held across the release of a chunk left empty (by
+ * weft_registry_free, or by weft_registry_alloc, which may give back several spare chunks in one
+ * call): the provider's unmap, its discard of the chunk's range of the memfd (host: a punch-hole of
+ * up to 1 GiB, the largest chunk) and its destroy; and across the unmap and destroy of a new chunk
+ * that could not be entered in the tables, and the destroy of a new chunk's segment that is never
+ * registered (staged) or has no peer to be registered with (one rank). The registrar takes it only
+ * to move the queued jobs over, so it waits for it at most as long as one free or allocation takes
+ * to release its empty chunks; it neither sends nor acknowledges meanwhile.
  */
 #ifndef WEFT_CORE_REGISTRY_H
 #define WEFT_CORE_REGISTRY_H
