@@ -195,14 +195,18 @@ WEFT_API int weft_comm_device(weft_comm_t comm);
  * the CUDA backend. The pointer is usable locally at once and, after background registration, at
  * the same address on every peer. bytes == 0 sets *ptr to NULL and succeeds; bytes above 2^56
  * (more than a process can address, as for the collectives' buffers) is
- * WEFT_ERR_INVALID_ARGUMENT. */
+ * WEFT_ERR_INVALID_ARGUMENT. WEFT_ERR_NO_MEMORY when this rank's part of the shared address
+ * window has no room for bytes or the memory cannot be had; WEFT_ERR_SYSTEM (host backend, e.g.
+ * no file descriptor left for a memfd) or WEFT_ERR_CUDA (CUDA backend: cuMemCreate, cuMemMap or
+ * cuMemSetAccess) when making or mapping the memory fails otherwise. These leave the
+ * communicator usable. */
 WEFT_API weft_status_t weft_malloc(weft_comm_t comm, void **ptr, size_t bytes);
 
 /* Local, returns at once; peers unmap in the background. ptr must be a pointer returned by
- * weft_malloc on this communicator (not an interior pointer), or NULL (no-op). On the CUDA
- * backend, as with any device memory, no queued operation may still use the buffer: synchronise
- * the streams that use it first. WEFT_ERR_NO_MEMORY when the range cannot be recorded as free
- * (ptr stays allocated; freeing it again may succeed). */
+ * weft_malloc on this communicator (not an interior pointer; WEFT_ERR_INVALID_ARGUMENT otherwise),
+ * or NULL (no-op). On the CUDA backend, as with any device memory, no queued operation may still
+ * use the buffer: synchronise the streams that use it first. WEFT_ERR_NO_MEMORY when the range
+ * cannot be recorded as free (ptr stays allocated; freeing it again may succeed). */
 WEFT_API weft_status_t weft_free(weft_comm_t comm, void *ptr);
 
 /* ---------------------------------------------------------------------------------------------

@@ -89,15 +89,26 @@ void weft_registry_shutdown_sockets(weft_registry_t *reg);
  * unmapped by every peer (address ranges, and a GPU chunk's memory, come back only then), it
  * waits for the peers' acknowledgements, without the registry's mutex, bounded by comm's
  * timeout and health: WEFT_ERR_TIMEOUT, WEFT_ERR_PEER_LOST (or the communicator's stored error)
- * or WEFT_ERR_ABORTED when the wait fails, which fails the communicator. WEFT_ERR_NO_MEMORY when
- * the slice is full, the provider fails, or a sparse provider's memfd has no unused offsets left
- * (registry.c). WEFT_ERR_INVALID_ARGUMENT for 0 bytes (weft_malloc answers those itself). */
+ * or WEFT_ERR_ABORTED when the wait fails, which fails the communicator. Otherwise:
+ *   WEFT_ERR_NO_MEMORY: bytes exceed the slice, or the slice has no room left; a sparse
+ *     provider's memfd has no unused offsets left (registry.c); the provider is out of memory
+ *     (host: mmap of the memfd, a memfd above the file size limit or one ftruncate cannot grow;
+ *     cuda: CUDA_ERROR_OUT_OF_MEMORY from cuMemCreate, cuMemMap or cuMemSetAccess); or a table
+ *     of the registry cannot grow.
+ *   WEFT_ERR_SYSTEM: the host provider cannot make a memfd for other reasons, e.g.
+ *     memfd_create failing with EMFILE under a file size limit (ulimit -f), where every chunk is
+ *     a memfd of its own.
+ *   WEFT_ERR_CUDA: cuMemCreate, cuMemMap or cuMemSetAccess fails otherwise.
+ *   WEFT_ERR_INVALID_ARGUMENT: 0 bytes (weft_malloc answers those itself).
+ * None of these fails the communicator. */
 weft_status_t weft_registry_alloc(weft_registry_t *reg, size_t bytes, int internal, void **ptr_out);
 
 /* Free an allocation made by weft_registry_alloc (ptr must be its start). Returns at once. A
  * chunk left empty is unmapped and unregistered (one empty chunk per class is kept as a spare);
- * its address range is reused once every peer acknowledged the unmap.
- * WEFT_ERR_INVALID_ARGUMENT if ptr is not the start of a live allocation. */
+ * its address range is reused once every peer acknowledged the unmap. WEFT_ERR_INVALID_ARGUMENT if
+ * ptr is not the start of a live allocation; WEFT_ERR_NO_MEMORY when the heap cannot record its
+ * range as free (ptr stays allocated; freeing it again may succeed). A chunk whose unmap fails
+ * (logged where it fails) is no failure of the call: its range is never reused. */
 weft_status_t weft_registry_free(weft_registry_t *reg, void *ptr);
 
 /* Result of weft_registry_acquire. */
