@@ -991,11 +991,14 @@ static weft_status_t new_chunk(weft_registry_t *reg, size_t size, int internal,
     size_t smallest = weft_heap_chunk_bytes(&reg->heap, size, 1);
     int more = grown > smallest || weft_heap_empty_chunk(&reg->heap) != NULL ||
                reg->pending.n > 0; /* something to try after a failure */
+    /* Only running out of memory (or of room) has a fallback below, reported by the last
+     * attempt if it still fails; any other failure (WEFT_ERR_CUDA from cuMemMap, WEFT_ERR_SYSTEM
+     * from memfd_create) is returned at once, so it is logged as usual. */
     if (more)
-        weft_error_quiet_begin(); /* the last attempt reports what still fails */
+        weft_error_quiet_begin(WEFT_ERR_NO_MEMORY);
     weft_status_t st = add_chunk(reg, grown, internal, chunk_out);
     if (more)
-        weft_error_quiet_end();
+        weft_error_quiet_end(WEFT_ERR_NO_MEMORY);
     if (st == WEFT_SUCCESS)
         weft_heap_grow(&reg->heap);
     if (st != WEFT_ERR_NO_MEMORY || !more)
@@ -1006,11 +1009,11 @@ static weft_status_t new_chunk(weft_registry_t *reg, size_t size, int internal,
     WEFT_LOG_DEBUG("weft_malloc: no chunk of %zu bytes (%s); %zu spare chunk(s) released, trying "
                    "%zu bytes",
                    grown, weft_last_error(), released, smallest);
-    if (unmapping != 0)
-        weft_error_quiet_begin(); /* the attempt after the wait reports what still fails */
+    if (unmapping != 0) /* the attempt after the wait reports what still fails */
+        weft_error_quiet_begin(WEFT_ERR_NO_MEMORY);
     st = add_chunk(reg, smallest, internal, chunk_out);
     if (unmapping != 0)
-        weft_error_quiet_end();
+        weft_error_quiet_end(WEFT_ERR_NO_MEMORY);
     if (st != WEFT_ERR_NO_MEMORY || unmapping == 0)
         return st;
     WEFT_LOG_DEBUG("weft_malloc: no chunk of %zu bytes (%s); waiting until every peer "

@@ -15,8 +15,13 @@
 
 #define WEFT_LAST_ERROR_BYTES 512
 
+/* The number of statuses (they are 0, 1, ... in the order of WEFT_STATUS_MAP). */
+#define WEFT_STATUS_ONE_(name, text) +1
+enum { STATUS_COUNT = 0 WEFT_STATUS_MAP(WEFT_STATUS_ONE_) };
+#undef WEFT_STATUS_ONE_
+
 static _Thread_local char last_error[WEFT_LAST_ERROR_BYTES];
-static _Thread_local int quiet; /* weft_error_quiet_begin depth */
+static _Thread_local int quiet[STATUS_COUNT]; /* weft_error_quiet_begin depth, per status */
 static atomic_int log_rank = -1;
 
 const char *weft_status_string(weft_status_t s)
@@ -41,14 +46,16 @@ void weft_error_clear(void)
     last_error[0] = '\0';
 }
 
-void weft_error_quiet_begin(void)
+void weft_error_quiet_begin(weft_status_t expected)
 {
-    quiet++;
+    if ((unsigned)expected < STATUS_COUNT)
+        quiet[expected]++;
 }
 
-void weft_error_quiet_end(void)
+void weft_error_quiet_end(weft_status_t expected)
 {
-    quiet--;
+    if ((unsigned)expected < STATUS_COUNT)
+        quiet[expected]--;
 }
 
 void weft_log_set_rank(int rank)
@@ -83,7 +90,8 @@ static weft_status_t record(weft_status_t status, int err, const char *fmt, va_l
     int n = vsnprintf(last_error, sizeof last_error, fmt, ap);
     if (err != 0 && n >= 0 && (size_t)n < sizeof last_error)
         snprintf(last_error + n, sizeof last_error - (size_t)n, ": %s", strerror(err));
-    log_line(quiet > 0                             ? WEFT_LOG_DEBUG
+    int expected = (unsigned)status < STATUS_COUNT && quiet[status] > 0;
+    log_line(expected                              ? WEFT_LOG_DEBUG
              : status == WEFT_ERR_INVALID_ARGUMENT ? WEFT_LOG_INFO
                                                    : WEFT_LOG_ERROR,
              last_error);

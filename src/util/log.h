@@ -48,11 +48,13 @@ weft_status_t weft_error_prefix(weft_status_t status, const char *call);
 /* Clear this thread's last-error text (called at the start of every public call). */
 void weft_error_clear(void);
 
-/* Errors the calling thread expects and recovers from (a first attempt that has a fallback):
- * between weft_error_quiet_begin and weft_error_quiet_end, weft_error still fills
- * weft_last_error() but logs at DEBUG. Pairs nest. */
-void weft_error_quiet_begin(void);
-void weft_error_quiet_end(void);
+/* Errors the calling thread expects and recovers from (a first attempt that has a fallback for
+ * one kind of failure): between weft_error_quiet_begin(expected) and the matching
+ * weft_error_quiet_end(expected), weft_error (and weft_error_errno) with status `expected` still
+ * fills weft_last_error() but logs at DEBUG. Any other status is logged as usual: the fallback
+ * does not cover it, and the caller returns it. Pairs nest, also with different statuses. */
+void weft_error_quiet_begin(weft_status_t expected);
+void weft_error_quiet_end(weft_status_t expected);
 
 #define WEFT_LOG_ERR(...) weft_log(WEFT_LOG_ERROR, __VA_ARGS__)
 #define WEFT_LOG_WARN(...) weft_log(WEFT_LOG_WARN, __VA_ARGS__)

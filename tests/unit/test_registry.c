@@ -43,6 +43,9 @@
  *   empties) reuses the room of the messages it sent instead of growing by one entry per
  *   message; every message arrives in order, and a shared descriptor keeps one reference per
  *   waiting message that carries it.
+ * - A new chunk's first attempts, which fall back when memory runs out, log an expected
+ *   WEFT_ERR_NO_MEMORY at DEBUG only, but any other failure of the provider's map (WEFT_ERR_CUDA,
+ *   WEFT_ERR_SYSTEM), returned at once, at ERROR (stderr is captured into a memfd).
  * - A new chunk is mapped without the registry's mutex: while one thread's allocation is held
  *   inside the provider's map (a wrapped host provider), another thread's acquire, allocation
  *   from an existing chunk and free all return.
@@ -75,6 +78,7 @@
 #include "core/registry.c" /* private state: see above */
 #include "mem/mem.h"
 #include "util/clock.h"
+#include "util/config.h"
 #include "util/fdpass.h"
 #include "check.h"
 
@@ -1119,6 +1123,136 @@ out:
     free(comm);
 }
 
+/* The host provider, except that the next maps fail with the statuses queued in map_faults
+ * (only the test's main thread maps while some are queued: the fake peers register nothing). */
+static struct {
+    weft_status_t status[2];
+    int n, next;
+} map_faults;
+static weft_mem_ops_t faulty_ops;
+
+static weft_status_t faulty_map(const weft_mem_seg_t *seg, void *addr)
+{
+    if (map_faults.next < map_faults.n) {
+        int k = map_faults.next++;
+        return weft_error(map_faults.status[k], "test: injected map failure %d (%s)", k + 1,
+                          weft_status_string(map_faults.status[k]));
+    }
+    return weft_mem_host_ops.map(seg, addr);
+}
+
+/* stderr, where the log goes, redirected into a memfd between capture_begin and capture_end. */
+typedef struct capture {
+    int saved; /* the real stderr */
+    int fd;    /* the memfd */
+} capture_t;
+
+static int capture_begin(capture_t *c)
+{
+    fflush(stderr);
+    c->fd = memfd_create("test_registry-stderr", MFD_CLOEXEC);
+    c->saved = c->fd >= 0 ? dup(2) : -1;
+    int ok = c->saved >= 0 && dup2(c->fd, 2) == 2;
+    CHECK(ok, "redirecting stderr: %s", strerror(errno));
+    return ok ? 0 : -1;
+}
+
+/* Put stderr back, with what was logged meanwhile into text (NUL-terminated), echoed there. */
+static void capture_end(capture_t *c, char *text, size_t cap)
+{
+    fflush(stderr);
+    (void)dup2(c->saved, 2);
+    close(c->saved);
+    ssize_t n = pread(c->fd, text, cap - 1, 0);
+    close(c->fd);
+    text[n > 0 ? n : 0] = '\0';
+    fputs(text, stderr);
+}
+
+/* new_chunk's first attempts, which have a fallback for running out of memory, log an expected
+ * WEFT_ERR_NO_MEMORY at DEBUG only (the fallback reports what still fails); any other failure has
+ * no fallback and is returned at once, so it must be logged at ERROR like every failure. Two
+ * attempts are quiet: the first at the grown chunk size, and the one made while released chunks
+ * still wait for the peer's acknowledgement of their unmapping (after which it would wait and
+ * retry). The provider's map fails with the statuses queued. */
+static void test_quiet_only_no_memory(void)
+{
+    /* One case per row. */
+    /* clang-format off */
+    static const struct {
+        weft_registration_t mode;
+        int spare;     /* leave a registered empty chunk: the second attempt is quiet too */
+        int nfaults;
+        weft_status_t faults[2];
+        int logged[2]; /* whether each injected failure must appear as an ERROR line */
+        weft_status_t want;
+        const char *what;
+    } cases[] = {
+        {WEFT_REGISTRATION_STAGED, 0, 1, {WEFT_ERR_CUDA}, {1}, WEFT_ERR_CUDA,
+         "the first attempt fails with WEFT_ERR_CUDA"},
+        {WEFT_REGISTRATION_STAGED, 0, 1, {WEFT_ERR_SYSTEM}, {1}, WEFT_ERR_SYSTEM,
+         "the first attempt fails with WEFT_ERR_SYSTEM"},
+        {WEFT_REGISTRATION_STAGED, 0, 1, {WEFT_ERR_NO_MEMORY}, {0}, WEFT_SUCCESS,
+         "the first attempt runs out of memory, the fallback succeeds"},
+        {WEFT_REGISTRATION_ROA, 1, 2, {WEFT_ERR_NO_MEMORY, WEFT_ERR_CUDA}, {0, 1}, WEFT_ERR_CUDA,
+         "out of memory, then WEFT_ERR_CUDA while a released chunk awaits its unmapping"},
+    };
+    /* clang-format on */
+    const size_t mib = (size_t)1 << 20;
+    if (weft_config_get()->log_level < WEFT_LOG_ERROR) {
+        printf("test_quiet_only_no_memory: skipped (WEFT_LOG_LEVEL logs no errors)\n");
+        return;
+    }
+    faulty_ops = weft_mem_host_ops;
+    faulty_ops.map = faulty_map;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fixture_t f;
+        fixture_mem = &faulty_ops;
+        int rc = fixture_open_chunked(&f, cases[i].mode, BACKLOG, mib);
+        fixture_mem = &weft_mem_host_ops;
+        if (rc != 0) {
+            fixture_close(&f);
+            return;
+        }
+        void *p = NULL;
+        if (cases[i].spare) { /* a 1 MiB chunk, registered, left empty: kept as the spare */
+            CHECK(weft_registry_alloc(f.reg, 4096, 0, &p) == WEFT_SUCCESS, "%s: 4 KiB: %s",
+                  cases[i].what, weft_last_error());
+            CHECK(p && weft_registry_free(f.reg, p) == WEFT_SUCCESS, "%s: free", cases[i].what);
+        }
+        /* A new chunk, with a fallback: without a spare, 4 KiB, whose first attempt is a chunk
+         * of 1 MiB (the smallest size after it); with one, 2 MiB, past the spare, which is
+         * given back (and its unmapping waited for) after the first attempt. */
+        size_t bytes = cases[i].spare ? 2 * mib : 4096;
+        map_faults.n = cases[i].nfaults;
+        map_faults.next = 0;
+        memcpy(map_faults.status, cases[i].faults, sizeof map_faults.status);
+        capture_t cap;
+        char text[8192];
+        if (capture_begin(&cap) != 0) {
+            fixture_close(&f);
+            return;
+        }
+        weft_status_t st = weft_registry_alloc(f.reg, bytes, 0, &p);
+        capture_end(&cap, text, sizeof text);
+        int injected = map_faults.next;
+        map_faults.n = 0;
+        CHECK(st == cases[i].want && injected == cases[i].nfaults,
+              "%s: %s (%s), expected %s; %d of %d failures injected", cases[i].what,
+              weft_status_string(st), weft_last_error(), weft_status_string(cases[i].want),
+              injected, cases[i].nfaults);
+        for (int k = 0; k < cases[i].nfaults; k++) {
+            char line[128];
+            snprintf(line, sizeof line, "ERROR: test: injected map failure %d (%s)", k + 1,
+                     weft_status_string(cases[i].faults[k]));
+            int found = strstr(text, line) != NULL;
+            CHECK(found == cases[i].logged[k], "%s: \"%s\" %s logged", cases[i].what, line,
+                  found ? "was" : "was not");
+        }
+        fixture_close(&f);
+    }
+}
+
 /* The host provider, except that a map made while the gate is armed waits until the gate opens
  * (GATE_TIMEOUT_S at most). */
 static struct {
@@ -1239,6 +1373,7 @@ int main(void)
     test_alloc_zero();
     test_inflight_no_memory();
     test_outbox_compacts();
+    test_quiet_only_no_memory();
     test_map_unlocked();
     if (failures == 0)
         printf("PASS test_registry\n");
