@@ -199,7 +199,10 @@ WEFT_API int weft_comm_device(weft_comm_t comm);
  * window has no room for bytes or the memory cannot be had; WEFT_ERR_SYSTEM (host backend, e.g.
  * no file descriptor left for a memfd) or WEFT_ERR_CUDA (CUDA backend: cuMemCreate, cuMemMap or
  * cuMemSetAccess) when making or mapping the memory fails otherwise. These leave the
- * communicator usable. */
+ * communicator usable. A background registration that finds no file descriptor left
+ * (RLIMIT_NOFILE) waits for one, retrying, until the communicator's timeout, and then fails the
+ * communicator (WEFT_ERR_TIMEOUT, returned by its next call); on the CUDA backend only where the
+ * driver reports the shortage as out of memory (otherwise it fails at once, WEFT_ERR_CUDA). */
 WEFT_API weft_status_t weft_malloc(weft_comm_t comm, void **ptr, size_t bytes);
 
 /* Local, returns at once; peers unmap in the background. ptr must be a pointer returned by

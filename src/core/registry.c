@@ -10,16 +10,17 @@
  *   per allocation on the host, large ones carved into allocations on the GPU); registration is
  *   per chunk.
  *
- *   Segments hold no descriptor until the registrar exports them: a sparse provider's (host)
- *   are ranges of one huge memfd (`file`, made at creation), a VMM handle's (cuda) descriptor
- *   is made by the export. So a burst of allocations holds no descriptors; the registrar holds
- *   one per registration being sent, and sends at most `backlog` registrations that not every
- *   peer acknowledged yet (later jobs wait in its `queue`, in ticket order). The exception: under
- *   a file size limit (ulimit -f) the host provider is not sparse and every segment is a memfd
- *   of its own, which a queued job (or a jit chunk not yet used) keeps open until it is sent: a
- *   burst of allocations then holds a descriptor each, and one past RLIMIT_NOFILE fails
- *   (memfd_create: WEFT_ERR_SYSTEM); allocations never wait for the registrar, so nothing else
- *   can bound it.
+ *   Segments hold no descriptor until the registrar exports them: a sparse provider's (host) are
+ *   ranges of one huge memfd (`file`, made at creation), a VMM handle's (cuda) descriptor is made
+ *   by the export. So a burst of allocations holds no descriptors; the registrar holds one per
+ *   registration being sent, and sends at most `backlog` registrations that not every peer
+ *   acknowledged yet (later jobs wait in its `queue`, in ticket order). The exception: under a
+ *   file size limit (ulimit -f) the host provider is not sparse and every segment is a memfd of
+ *   its own, which a queued job (or a jit chunk not yet used) keeps open until it is sent: a burst
+ *   of allocations then holds a descriptor each, and one past RLIMIT_NOFILE fails (memfd_create:
+ *   WEFT_ERR_SYSTEM); allocations never wait for the registrar, so nothing else can bound it. An
+ *   export that finds no descriptor left keeps its job (and segment) at the queue's head and is
+ *   retried until the communicator's timeout (export_shortage, registry.h).
  *
  *   Ranges of `file` are handed out at offsets that only grow (`file_next`) and are never
  *   reused, though addresses are: a process that still maps a freed chunk (a forked child, or
@@ -163,6 +164,9 @@ struct weft_registry {
     uint64_t sent_ticket; /* the last ticket queued to the peers */
     VEC(job_t) queue;     /* jobs taken from `jobs`, not yet run: the head waits for the backlog */
     size_t queue_head;
+    /* The head's export met a descriptor shortage (export_shortage): when to retry it, and when
+     * to give up; 0: none. */
+    uint64_t export_retry_ns, export_deadline_ns;
     VEC(peer_map_t) maps;
     VEC(inflight_t) inflight; /* REG tickets not yet acknowledged by all */
     int efd;
@@ -370,25 +374,62 @@ static void flush_outbox(weft_registry_t *reg, int peer)
 }
 
 /* Export a REG job's segment into *sfd_out (one reference, the caller's) and destroy the
- * segment: the mappings keep the memory. */
+ * segment: the mappings keep the memory. On failure the job keeps its segment, so that the
+ * export can be retried: WEFT_ERR_NO_MEMORY is a shortage that may pass (no descriptor left,
+ * mem.h), logged at DEBUG only (the caller reports it). */
 static weft_status_t export_job(weft_registry_t *reg, job_t *job, shared_fd_t **sfd_out)
 {
     int fd;
+    weft_error_quiet_begin(WEFT_ERR_NO_MEMORY);
     weft_status_t st = reg->mem->export_fd(&job->seg, &fd);
-    reg->mem->destroy(&job->seg);
+    shared_fd_t *sfd = NULL;
+    if (st == WEFT_SUCCESS && !(sfd = malloc(sizeof *sfd))) {
+        close(fd);
+        st = weft_error(WEFT_ERR_NO_MEMORY, "registrar: shared descriptor record");
+    }
+    weft_error_quiet_end(WEFT_ERR_NO_MEMORY);
     if (st != WEFT_SUCCESS)
         return st;
-    shared_fd_t *sfd = malloc(sizeof *sfd);
-    if (!sfd) {
-        close(fd);
-        return weft_error(WEFT_ERR_NO_MEMORY, "registrar: shared descriptor record");
-    }
+    reg->mem->destroy(&job->seg);
     *sfd = (shared_fd_t){.fd = fd, .refs = 1};
     *sfd_out = sfd;
     return WEFT_SUCCESS;
 }
 
-static void run_job(weft_registry_t *reg, job_t *job)
+/* The export of the REG job at the queue's head found no descriptor (or memory) left: a
+ * shortage that may pass (other threads' files close, descriptors in flight are received).
+ * Returns 1 to keep the job at the head, with its segment, and retry it after
+ * WEFT_CTRL_RETRY_NS (export_retry_ns); 0 once the shortage has lasted the communicator's
+ * timeout, with the failure recorded (WEFT_ERR_TIMEOUT, naming the export's error). The first
+ * shortage is logged once, as a warning. */
+static int export_shortage(weft_registry_t *reg, const job_t *job)
+{
+    uint64_t now = weft_now_ns();
+    if (reg->export_deadline_ns == 0) {
+        reg->export_deadline_ns = weft_deadline_after_s(reg->comm->timeout_s);
+        WEFT_LOG_WARN("registrar: cannot export the registration of ticket %llu (%zu bytes at "
+                      "%p) yet: %s; retrying for up to %g s",
+                      (unsigned long long)job->ticket, job->bytes, (void *)job->addr,
+                      weft_last_error(), reg->comm->timeout_s);
+    }
+    if (now < reg->export_deadline_ns) {
+        reg->export_retry_ns = now + WEFT_CTRL_RETRY_NS;
+        return 1;
+    }
+    char why[256];
+    snprintf(why, sizeof why, "%s", weft_last_error());
+    reg->export_deadline_ns = 0;
+    (void)weft_error(WEFT_ERR_TIMEOUT,
+                     "registrar: the registration of ticket %llu (%zu bytes at %p) could not be "
+                     "exported within the communicator's timeout of %g s: %s",
+                     (unsigned long long)job->ticket, job->bytes, (void *)job->addr,
+                     reg->comm->timeout_s, why);
+    return 0;
+}
+
+/* Run the job at the queue's head. Returns 1 when it ran (or failed, failing the communicator),
+ * 0 when it must stay at the head: its export met a shortage (export_shortage). */
+static int run_job(weft_registry_t *reg, job_t *job)
 {
     weft_ctrl_msg_t msg = {.type = job->type,
                            .ticket = job->ticket,
@@ -396,25 +437,38 @@ static void run_job(weft_registry_t *reg, job_t *job)
                            .bytes = job->bytes,
                            .offset = job->seg.offset};
     shared_fd_t *sfd = NULL;
+    int connected = 0;
+    for (int p = 0; p < reg->nranks; p++)
+        connected += p != reg->rank && !reg->closed[p];
+    if (job->type == WEFT_CTRL_REG && connected == 0) {
+        reg->mem->destroy(&job->seg); /* no peer left to send it to (the communicator failed) */
+        return 1;
+    }
     if (job->type == WEFT_CTRL_REG) {
         /* Room to track it first: a REG sent untracked would escape the backlog and the
          * counters (handle_ack completes only what `inflight` holds). */
         weft_status_t st;
         if (VEC_RESERVE(reg->inflight, reg->inflight.n + 1) != 0) {
-            reg->mem->destroy(&job->seg); /* export_job's to destroy otherwise */
             st = weft_error(WEFT_ERR_NO_MEMORY, "registrar: table of registrations in flight");
         } else {
             st = export_job(reg, job, &sfd);
+            if (st == WEFT_ERR_NO_MEMORY) {
+                if (export_shortage(reg, job))
+                    return 0;
+                st = WEFT_ERR_TIMEOUT;
+            }
         }
+        reg->export_deadline_ns = 0;
         if (st != WEFT_SUCCESS) {
             /* No peer maps this ticket: none may acknowledge a later one either, since
              * acknowledgements are cumulative and would make the chunk look registered. */
+            reg->mem->destroy(&job->seg);
             fail_comm(reg, st);
             for (int p = 0; p < reg->nranks; p++) {
                 if (p != reg->rank)
                     peer_lost(reg, p, "a registration could not be sent");
             }
-            return;
+            return 1;
         }
         reg->inflight.data[reg->inflight.n++] = (inflight_t){job->ticket, job->bytes};
     }
@@ -424,17 +478,25 @@ static void run_job(weft_registry_t *reg, job_t *job)
             outbox_push(reg, p, &msg, sfd);
     }
     shared_fd_drop(sfd);
+    return 1;
 }
 
-/* Run queued jobs in ticket order while the backlog has room for the next REG. */
+/* Run queued jobs in ticket order while the backlog has room for the next REG, and the head's
+ * export is not waiting to be retried. */
 static void run_queue(weft_registry_t *reg)
 {
     while (reg->queue_head < reg->queue.n) {
         job_t *job = &reg->queue.data[reg->queue_head];
         if (job->type == WEFT_CTRL_REG && reg->inflight.n >= reg->backlog)
             return; /* an acknowledgement will bring us back (handle_ack) */
+        if (reg->export_retry_ns != 0) {
+            if (weft_now_ns() < reg->export_retry_ns)
+                return; /* poll's timeout will bring us back */
+            reg->export_retry_ns = 0;
+        }
+        if (!run_job(reg, job))
+            return; /* parked until export_retry_ns */
         reg->queue_head++;
-        run_job(reg, job);
     }
     reg->queue_head = reg->queue.n = 0;
 }
@@ -654,6 +716,12 @@ static void *registrar_main(void *arg)
         pfds[n] = (struct pollfd){.fd = reg->efd, .events = POLLIN};
         who[n++] = -1;
         uint64_t now = weft_now_ns();
+        if (reg->export_retry_ns != 0) { /* the queue's head waits to retry its export */
+            int ms =
+                reg->export_retry_ns > now ? (int)((reg->export_retry_ns - now) / 1000000 + 1) : 0;
+            if (timeout_ms < 0 || ms < timeout_ms)
+                timeout_ms = ms;
+        }
         for (int p = 0; p < reg->nranks; p++) {
             if (p == reg->rank || reg->closed[p])
                 continue;
@@ -688,6 +756,8 @@ static void *registrar_main(void *arg)
             if (!reg->closed[p] && (pfds[i].revents & POLLOUT))
                 flush_outbox(reg, p);
         }
+        if (reg->export_retry_ns != 0)
+            run_queue(reg); /* retries the head's export once its time has come */
         /* New jobs or acks may have filled outboxes: try to send right away. */
         for (int p = 0; p < reg->nranks; p++) {
             if (p != reg->rank && !reg->closed[p])

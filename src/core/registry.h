@@ -14,6 +14,16 @@
  * answers them, and turns a socket that closes without a BYE into WEFT_ERR_PEER_LOST on the
  * communicator. It never spins.
  *
+ * Descriptor shortages: a registration whose export finds no descriptor left (the provider's
+ * WEFT_ERR_NO_MEMORY, mem.h; host: EMFILE, ENFILE, e.g. from the process's other files) stays at
+ * the head of the queue, with its segment, the jobs after it waiting behind it, and is retried
+ * every WEFT_CTRL_RETRY_NS (as a send that meets a transient shortage is); only when the shortage
+ * has lasted the communicator's timeout does it fail the communicator (WEFT_ERR_TIMEOUT, naming the
+ * export's error; the peers see the loss). A waiter for that registration (acquire) keeps its own
+ * deadline meanwhile. The receiving side cannot retry: a descriptor the kernel could not install is
+ * lost, so a peer's registration that meets a shortage here fails the communicator at once
+ * (WEFT_ERR_SYSTEM).
+ *
  * Lock order: registry mutex only. It is never held while blocking on a peer (an allocation that
  * waits for the peers' acknowledgements drops it), across the provider's export or import (the
  * registrar's), nor across its create and map of a new chunk (weft_registry_alloc drops it around

@@ -77,7 +77,11 @@ typedef struct weft_mem_ops {
 
     /* A new descriptor for seg that another process can import (caller closes it). For a range
      * of a sparse provider's segment it is the descriptor of the whole: the importer learns the
-     * range's offset and size from elsewhere (the core: the registration message). */
+     * range's offset and size from elsewhere (the core: the registration message).
+     * WEFT_ERR_NO_MEMORY is a shortage that may pass, worth retrying (host: no descriptor left,
+     * EMFILE or ENFILE; cuda: CUDA_ERROR_OUT_OF_MEMORY, whatever the driver ran out of); other
+     * statuses are failures (host: WEFT_ERR_SYSTEM; cuda: WEFT_ERR_CUDA). seg is unchanged
+     * either way. */
     weft_status_t (*export_fd)(const weft_mem_seg_t *seg, int *fd_out);
     /* Import [offset, offset + bytes) of what a descriptor received from a peer holds (offset
      * must be 0 unless the provider is sparse). The host provider checks that the descriptor

@@ -152,8 +152,12 @@ static weft_status_t host_unmap(void *addr, size_t bytes)
 static weft_status_t host_export(const weft_mem_seg_t *seg, int *fd_out)
 {
     int fd = fcntl(seg->fd, F_DUPFD_CLOEXEC, 0);
-    if (fd < 0)
-        return weft_error_errno(WEFT_ERR_SYSTEM, errno, "dup(memfd)");
+    if (fd < 0) {
+        int err = errno; /* no descriptor left: a shortage that may pass (mem.h) */
+        return weft_error_errno(err == EMFILE || err == ENFILE ? WEFT_ERR_NO_MEMORY
+                                                               : WEFT_ERR_SYSTEM,
+                                err, "dup(memfd)");
+    }
     *fd_out = fd;
     return WEFT_SUCCESS;
 }

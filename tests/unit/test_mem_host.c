@@ -12,6 +12,9 @@
  *   the exporter's mapping of it, at the range's offset.
  * - Import refuses a range past the end of the memfd (also when offset + bytes would wrap) and
  *   a memfd that is not sealed, with an error, and closes the descriptor either way.
+ * - Export with no descriptor left (RLIMIT_NOFILE) is WEFT_ERR_NO_MEMORY, the shortage that may
+ *   pass (the registrar retries it), not a failure; the segment is left as it was, and exports
+ *   once the limit is raised.
  * - Discard gives a range's memory back (fewer blocks) and the file keeps its size (no SIGBUS);
  *   the range then reads zeros through every mapping, the neighbouring range keeps its bytes.
  */
@@ -110,6 +113,31 @@ static void test_import_refusals(const weft_mem_seg_t *file, size_t range_bytes)
     CHECK(is_closed(fd), "import of an unsealed memfd left the descriptor open");
 }
 
+/* Export while the process has no descriptor left: WEFT_ERR_NO_MEMORY, seg untouched; then,
+ * with room again, it exports. */
+static void test_export_no_descriptor(const weft_mem_seg_t *seg)
+{
+    struct rlimit saved;
+    CHECK(getrlimit(RLIMIT_NOFILE, &saved) == 0, "getrlimit: %s", strerror(errno));
+    int lowest = dup(0); /* the lowest free descriptor number */
+    close(lowest);
+    struct rlimit lim = saved;
+    lim.rlim_cur = (rlim_t)lowest;
+    CHECK(setrlimit(RLIMIT_NOFILE, &lim) == 0, "setrlimit: %s", strerror(errno));
+    weft_mem_seg_t before = *seg;
+    int fd = -7;
+    weft_status_t st = mem->export_fd(seg, &fd);
+    CHECK(setrlimit(RLIMIT_NOFILE, &saved) == 0, "restore RLIMIT_NOFILE: %s", strerror(errno));
+    CHECK(st == WEFT_ERR_NO_MEMORY && fd == -7, "export with no descriptor left: %s (%s), fd %d",
+          weft_status_string(st), weft_last_error(), fd);
+    CHECK(memcmp(&before, seg, sizeof before) == 0 && !is_closed(seg->fd),
+          "a failed export changed the segment");
+    st = mem->export_fd(seg, &fd);
+    CHECK(st == WEFT_SUCCESS && fd >= 0, "export with room again: %s", weft_last_error());
+    if (st == WEFT_SUCCESS)
+        close(fd);
+}
+
 int main(void)
 {
     size_t gran = mem->granularity();
@@ -179,6 +207,7 @@ int main(void)
         CHECK(is_closed(fd), "destroying an imported range left its descriptor open");
     }
     test_import_refusals(&file, range_bytes);
+    test_export_no_descriptor(&ranges[0]);
 
     /* Discard range 0: zeros through the mapping, memory given back, range 1 intact. */
     CHECK(fstat(file.fd, &sb) == 0, "fstat");

@@ -46,6 +46,12 @@
  * - A new chunk's first attempts, which fall back when memory runs out, log an expected
  *   WEFT_ERR_NO_MEMORY at DEBUG only, but any other failure of the provider's map (WEFT_ERR_CUDA,
  *   WEFT_ERR_SYSTEM), returned at once, at ERROR (stderr is captured into a memfd).
+ * - A registration whose export finds no descriptor left (RLIMIT_NOFILE) is neither sent nor a
+ *   failure: it waits at the queue's head, with its segment (a memfd of its own, under a file
+ *   size limit), and is retried. Once the limit is raised it reaches the peer with the right
+ *   bytes and becomes ready, the next one after it; a shortage that outlasts the communicator's
+ *   timeout fails the communicator with WEFT_ERR_TIMEOUT (not earlier), the peer sees the loss,
+ *   and teardown leaves no descriptor open.
  * - A new chunk is mapped without the registry's mutex: while one thread's allocation is held
  *   inside the provider's map (a wrapped host provider), another thread's acquire, allocation
  *   from an existing chunk and free all return.
@@ -59,6 +65,7 @@
  * inject_errno. weft_array_grow is wrapped as well (-Wl,--wrap=weft_array_grow), to fail the
  * growth of one of the registry's arrays.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -90,6 +97,8 @@
 
 /* The provider of the fixtures' windows: the host one, or gated_ops (test_map_unlocked). */
 static const weft_mem_ops_t *fixture_mem = &weft_mem_host_ops;
+/* The fixtures' communicator timeout (set before the registrar starts, which reads it). */
+static double fixture_timeout_s = PEER_TIMEOUT_MS / 1000.0;
 
 static _Atomic int inject_sock = -1;
 static _Atomic int inject_left;
@@ -158,7 +167,7 @@ static int fixture_open_sized(fixture_t *f, weft_registration_t mode, unsigned b
         return -1;
     f->comm->rank = 0;
     f->comm->nranks = 2;
-    f->comm->timeout_s = PEER_TIMEOUT_MS / 1000.0;
+    f->comm->timeout_s = fixture_timeout_s;
     f->comm->wait_policy = weft_wait_policy(2, 1); /* no spinning */
     weft_status_t st = mem->reserve(NULL, f->window_bytes, 0, &f->base);
     CHECK(st == WEFT_SUCCESS, "reserve: %s", weft_last_error());
@@ -1253,6 +1262,124 @@ static void test_quiet_only_no_memory(void)
     }
 }
 
+/* The number of descriptors this process has open (-1 if /proc cannot tell). */
+static int open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n - 1; /* the directory's own */
+}
+
+/* A registration whose export finds no descriptor left (RLIMIT_NOFILE lowered to the lowest free
+ * descriptor) is not sent, and nothing fails: it stays at the queue's head, with its segment, and
+ * is retried. Under a file size limit, so that the segment is a memfd of its own, which an export
+ * that destroyed it on failure would have closed. A backlog of 1 holds the registration back
+ * until the limit is lowered. lasting == 0: the limit is raised again after QUIET_MS; the
+ * registration then reaches the peer, which sees rank 0's data through it, and becomes ready, and
+ * the one queued behind it follows, in order. lasting != 0: the shortage outlasts the
+ * communicator's timeout: the communicator fails with WEFT_ERR_TIMEOUT, the peer sees the loss,
+ * and teardown closes the waiting segments (as many descriptors are open after as before). */
+static void test_export_no_descriptor(int lasting)
+{
+    enum { QUIET_MS = 200 };
+    const double timeout_s = 0.5; /* lasting: the communicator's */
+    const char *what = lasting ? "a lasting shortage" : "a passing shortage";
+    struct rlimit saved_fsize, saved_nofile;
+    CHECK(getrlimit(RLIMIT_FSIZE, &saved_fsize) == 0 &&
+              getrlimit(RLIMIT_NOFILE, &saved_nofile) == 0,
+          "getrlimit: %s", strerror(errno));
+    struct rlimit lim = saved_fsize;
+    lim.rlim_cur = 1ull << 30;
+    CHECK(setrlimit(RLIMIT_FSIZE, &lim) == 0, "setrlimit(RLIMIT_FSIZE): %s", strerror(errno));
+    int fds_before = open_fds();
+    if (lasting)
+        fixture_timeout_s = timeout_s;
+    fixture_t f;
+    int rc = fixture_open(&f, WEFT_REGISTRATION_ROA, 1);
+    fixture_timeout_s = PEER_TIMEOUT_MS / 1000.0;
+    if (rc != 0)
+        goto out;
+    size_t gran = weft_mem_host_ops.granularity();
+    void *p[3] = {NULL};
+    for (int i = 0; i < 3; i++) {
+        weft_status_t st = weft_registry_alloc(f.reg, gran, 0, &p[i]);
+        CHECK(st == WEFT_SUCCESS, "%s: alloc %d: %s", what, i, weft_last_error());
+        if (st != WEFT_SUCCESS)
+            goto out;
+        memset(p[i], 0x60 + i, gran);
+    }
+    weft_ctrl_msg_t first;
+    if (peer_recv(&f, WEFT_CTRL_REG, &first, NULL) != 0 || !peer_quiet(&f, QUIET_MS))
+        goto out;        /* the backlog of 1 holds the second back */
+    int lowest = dup(0); /* the lowest free descriptor number */
+    close(lowest);
+    lim = saved_nofile;
+    lim.rlim_cur = (rlim_t)lowest; /* the registrar's export finds none */
+    CHECK(setrlimit(RLIMIT_NOFILE, &lim) == 0, "setrlimit(RLIMIT_NOFILE): %s", strerror(errno));
+    uint64_t t0 = weft_now_ns();
+    peer_ack(&f, &first); /* room for the second, whose export fails */
+    if (!lasting) {
+        int quiet = peer_quiet(&f, QUIET_MS); /* neither a REG nor the end of the connection */
+        weft_status_t st = (weft_status_t)atomic_load(&f.comm->async_error);
+        CHECK(setrlimit(RLIMIT_NOFILE, &saved_nofile) == 0, "restore RLIMIT_NOFILE: %s",
+              strerror(errno));
+        CHECK(st == WEFT_SUCCESS, "%s: the registry recorded %s", what, weft_status_string(st));
+        if (!quiet || st != WEFT_SUCCESS)
+            goto out;
+        for (int i = 1; i < 3; i++) {
+            weft_ctrl_msg_t msg;
+            int fd = -1;
+            if (peer_recv(&f, WEFT_CTRL_REG, &msg, &fd) != 0)
+                goto out;
+            CHECK(msg.ticket == (uint64_t)i + 1 && msg.addr == (uintptr_t)p[i] && fd >= 0,
+                  "%s: REG of ticket %llu for 0x%llx (fd %d), expected ticket %d for %p", what,
+                  (unsigned long long)msg.ticket, (unsigned long long)msg.addr, fd, i + 1, p[i]);
+            uint8_t *view = fd >= 0 ? peer_map(&msg, fd) : NULL;
+            if (view) {
+                size_t wrong = 0;
+                for (size_t b = 0; b < gran; b++)
+                    wrong += view[b] != (uint8_t)(0x60 + i);
+                CHECK(wrong == 0, "%s: buffer %d seen by the peer: %zu of %zu bytes wrong", what, i,
+                      wrong, gran);
+                munmap(view, gran);
+            }
+            peer_ack(&f, &msg);
+            CHECK(ready(&f, p[i], gran), "%s: buffer %d not ready", what, i);
+        }
+        st = (weft_status_t)atomic_load(&f.comm->async_error);
+        CHECK(st == WEFT_SUCCESS, "%s: the registry recorded %s", what, weft_status_string(st));
+    } else {
+        weft_ctrl_msg_t msg;
+        int fd = -1;
+        ssize_t n = weft_fdpass_recv(f.peer, &msg, sizeof msg, PEER_TIMEOUT_MS, &fd);
+        double took_s = (double)(weft_now_ns() - t0) / 1e9;
+        CHECK(setrlimit(RLIMIT_NOFILE, &saved_nofile) == 0, "restore RLIMIT_NOFILE: %s",
+              strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        CHECK(n == 0, "%s: peer: recv returned %zd (type %u), not end of file", what, n,
+              n > 0 ? msg.type : 0u);
+        CHECK(took_s >= timeout_s && took_s < timeout_s + 2.0,
+              "%s: the connection ended after %.3f s, the timeout is %.3f s", what, took_s,
+              timeout_s);
+        weft_status_t st = (weft_status_t)atomic_load(&f.comm->async_error);
+        CHECK(st == WEFT_ERR_TIMEOUT, "%s: the registry recorded %s, not %s", what,
+              weft_status_string(st), weft_status_string(WEFT_ERR_TIMEOUT));
+    }
+out:
+    (void)setrlimit(RLIMIT_NOFILE, &saved_nofile);
+    fixture_close(&f);
+    CHECK(setrlimit(RLIMIT_FSIZE, &saved_fsize) == 0, "restore RLIMIT_FSIZE: %s", strerror(errno));
+    int fds_after = open_fds();
+    CHECK(fds_after == fds_before, "%s: %d descriptors open before the registry, %d after", what,
+          fds_before, fds_after);
+}
+
 /* The host provider, except that a map made while the gate is armed waits until the gate opens
  * (GATE_TIMEOUT_S at most). */
 static struct {
@@ -1374,6 +1501,8 @@ int main(void)
     test_inflight_no_memory();
     test_outbox_compacts();
     test_quiet_only_no_memory();
+    test_export_no_descriptor(0);
+    test_export_no_descriptor(1);
     test_map_unlocked();
     if (failures == 0)
         printf("PASS test_registry\n");
