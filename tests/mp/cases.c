@@ -83,6 +83,10 @@ typedef enum {
     ROW_A2AV_HUGE_DISPL,
     ROW_A2A_OVERLAP,
     ROW_A2AV_OVERLAP,
+    ROW_AR_OVERLAP,
+    ROW_RS_OVERLAP,
+    ROW_BC_OVERLAP,        /* only where every rank is the root: nranks == 1 */
+    ROW_A2AV_RECV_OVERLAP, /* needs two receive blocks: nranks >= 2 */
     ROW_AR_MISALIGNED,
     ROW_RS_MISALIGNED,
     ROW_FREE_FOREIGN_0, /* weft_free of f->foreign[0], if the caller supplied it */
@@ -100,6 +104,7 @@ _Static_assert(ROW_FREE_FOREIGN_1 - ROW_FREE_FOREIGN_0 + 1 == MP_ARGS_MAX_FOREIG
 typedef struct row_info {
     const char *what; /* NULL for the foreign rows: the fixture describes them */
     const char *fn;   /* the function weft_last_error() must name */
+    const char *arg;  /* what it must also say of the arguments at fault, or NULL */
 } row_info_t;
 
 static const row_info_t rows[NUM_ROWS] = {
@@ -160,6 +165,14 @@ static const row_info_t rows[NUM_ROWS] = {
     [ROW_A2A_OVERLAP] = {"all_to_all with sendbuf == recvbuf", "weft_all_to_all"},
     [ROW_A2AV_OVERLAP] = {"all_to_allv with send and receive blocks on the same bytes",
                           "weft_all_to_allv"},
+    [ROW_AR_OVERLAP] = {"all_reduce with recvbuf 8 bytes past sendbuf", "weft_all_reduce",
+                        "sendbuf and recvbuf overlap"},
+    [ROW_RS_OVERLAP] = {"reduce_scatter with recvbuf 8 bytes past its in-place block",
+                        "weft_reduce_scatter", "recvbuf overlaps sendbuf"},
+    [ROW_BC_OVERLAP] = {"broadcast on the root with recvbuf 8 bytes past sendbuf", "weft_broadcast",
+                        "sendbuf and recvbuf overlap"},
+    [ROW_A2AV_RECV_OVERLAP] = {"all_to_allv with every receive block at displacement 0",
+                               "weft_all_to_allv", "receive blocks 0 and 1 overlap"},
     [ROW_AR_MISALIGNED] = {"all_reduce float64 with recvbuf 4 bytes off", "weft_all_reduce"},
     [ROW_RS_MISALIGNED] = {"reduce_scatter float64 with sendbuf 4 bytes off",
                            "weft_reduce_scatter"},
@@ -174,8 +187,10 @@ static const row_info_t rows[NUM_ROWS] = {
 /* Whether row r applies to this job and fixture. */
 static int row_runs(const mp_ctx_t *ctx, const mp_args_fixture_t *f, row_t r)
 {
-    if (r == ROW_BC_NULL_SEND_ROOT)
-        return ctx->nranks == 1; /* non-roots may pass NULL: only the root's call would fail */
+    if (r == ROW_BC_NULL_SEND_ROOT || r == ROW_BC_OVERLAP)
+        return ctx->nranks == 1; /* non-roots' sendbuf is ignored: only the root's call fails */
+    if (r == ROW_A2AV_RECV_OVERLAP)
+        return ctx->nranks >= 2;
     if (r >= ROW_AR_STREAM && r <= ROW_BARRIER_STREAM)
         return f->host_stream != NULL;
     if (r >= ROW_FREE_FOREIGN_0 && r <= ROW_FREE_FOREIGN_1)
@@ -315,6 +330,15 @@ static weft_status_t bad_call(const mp_ctx_t *ctx, const mp_args_fixture_t *f, r
         return weft_all_to_all(c, a, a, 1, d, s);
     case ROW_A2AV_OVERLAP:
         return weft_all_to_allv(c, a, f->ones, f->displs, a, f->ones, f->displs, d, s);
+    /* Partial overlaps: aligned, neither equal nor in place, sharing some bytes. */
+    case ROW_AR_OVERLAP:
+        return weft_all_reduce(c, a, (char *)a + 8, 8, d, WEFT_SUM, s);
+    case ROW_RS_OVERLAP: /* 2 elements per rank: the in-place block is a + 16 * rank */
+        return weft_reduce_scatter(c, a, (char *)a + 16 * (size_t)ctx->rank + 8, 2, d, WEFT_SUM, s);
+    case ROW_BC_OVERLAP:
+        return weft_broadcast(c, a, (char *)a + 8, 8, d, 0, s);
+    case ROW_A2AV_RECV_OVERLAP: /* send blocks apart from the receive blocks, which coincide */
+        return weft_all_to_allv(c, a, f->ones, f->displs, b, f->ones, f->zeros, d, s);
     case ROW_AR_MISALIGNED:
         return weft_all_reduce(c, a, (char *)b + 4, 8, d, WEFT_SUM, s);
     case ROW_RS_MISALIGNED:
@@ -380,7 +404,10 @@ void mp_args_run_invalid(mp_ctx_t *ctx, const mp_args_fixture_t *f, mp_args_afte
         const char *what = row_what(f, (row_t)r);
         mp_case(ctx, "%s", what);
         weft_status_t st = bad_call(ctx, f, (row_t)r);
-        mp_expect_status(ctx, st, WEFT_ERR_INVALID_ARGUMENT, rows[r].fn, what);
+        if (mp_expect_status(ctx, st, WEFT_ERR_INVALID_ARGUMENT, rows[r].fn, what) && rows[r].arg)
+            mp_check(ctx, strstr(weft_last_error(), rows[r].arg) != NULL,
+                     "%s: weft_last_error() \"%s\" does not say \"%s\"", what, weft_last_error(),
+                     rows[r].arg);
         after(arg, f, what);
     }
 }

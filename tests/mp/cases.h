@@ -68,12 +68,17 @@ typedef void (*mp_args_after_fn)(void *arg, const mp_args_fixture_t *f, const ch
 /* The table of bad calls, made by all ranks in lockstep on ctx->comm, one case each: a NULL
  * communicator, NULL buffers with a non-zero count, dtype and reduction out of range, root out
  * of range, a stream on the host backend (only with f->host_stream), count * element size
- * overflowing size_t, all_to_all with overlapping buffers, all_to_allv with NULL count or
- * displacement arrays, weft_free of f->foreign[] and of an interior pointer, NULL output
- * pointers. Each must return WEFT_ERR_INVALID_ARGUMENT with a weft_last_error() text naming the
- * function (and weft_malloc must leave its output untouched); after(arg, f, what) runs after
- * each row. The row "broadcast NULL sendbuf on the root" runs only when nranks == 1 (non-roots
- * may pass NULL). */
+ * overflowing size_t, all_to_all with overlapping buffers, all_reduce, reduce_scatter and
+ * broadcast with buffers that partly overlap (neither equal nor in place), all_to_allv with
+ * send and receive blocks on the same bytes or receive blocks on each other, all_to_allv with
+ * NULL count or displacement arrays, weft_free of f->foreign[] and of an interior pointer, NULL
+ * output pointers. Each must return WEFT_ERR_INVALID_ARGUMENT with a weft_last_error() text
+ * naming the function, and for the overlap rows saying which arguments overlap (and weft_malloc
+ * must leave its output untouched); after(arg, f, what) runs after each row. The rows
+ * "broadcast NULL sendbuf on the root" and "broadcast on the root with recvbuf 8 bytes past
+ * sendbuf" run only when nranks == 1 (non-roots' sendbuf is ignored, so they would enter the
+ * broadcast), the row of overlapping receive blocks only when nranks >= 2. The rows pass f->reg
+ * as input and f->reg2 as output, and f->reg as output too where the buffers overlap. */
 void mp_args_run_invalid(mp_ctx_t *ctx, const mp_args_fixture_t *f, mp_args_after_fn after,
                          void *arg);
 

@@ -31,7 +31,9 @@
  * in each mode, handles kept past their communicator's destruction: destroying one then
  * succeeds, with or without a communicator open, and the next communicator refuses one
  * (WEFT_ERR_INVALID_ARGUMENT naming the handle's destroyed communicator), even where that one
- * reuses the old one's address; and handles destroyed on a thread while the communicator is.
+ * reuses the old one's address; a handle passed to another live communicator (a second one
+ * opened beside it), refused there both ways; and handles destroyed on a thread while the
+ * communicator is.
  */
 #include <stdio.h>
 #include <string.h>
@@ -634,6 +636,77 @@ static void run_stale_handle(mp_ctx_t *ctx, weft_registration_t reg)
     mp_ok(ctx, weft_barrier(ctx->comm, NULL), "weft_barrier after the refusals");
 }
 
+/* A handle passed to another live communicator (weft.h: combine must use the dispatch's): a
+ * second communicator of the same mode is opened on every rank (weft_comm_init is collective:
+ * after ctx->comm, in the same order everywhere); a combine and a reuse there of a handle from a
+ * dispatch on ctx->comm, and the other way round, must each give WEFT_ERR_INVALID_ARGUMENT naming
+ * the call and the handle, on every rank, before any communication; both communicators and both
+ * handles stay usable (a combine of each on its own communicator, checked). */
+static void run_other_comm_handle(mp_ctx_t *ctx, weft_registration_t reg)
+{
+    int n = ctx->nranks;
+    mp_case(ctx, "moe handle passed to another live communicator, reg=%s", mp_reg_name(reg));
+    weft_config_t cfg;
+    weft_config_default(&cfg);
+    cfg.backend = WEFT_BACKEND_HOST;
+    cfg.registration = reg;
+    weft_comm_t other = NULL;
+    weft_status_t st = weft_comm_init(&other, &cfg);
+    if (st != WEFT_SUCCESS)
+        mp_fatal(ctx, "weft_comm_init of a second communicator returned %s: %s",
+                 weft_status_string(st), weft_last_error());
+    enum { T = 2, H = 2 };
+    float x[T * H] = {1, 2, 3, 4}, w[T] = {1, 1}, rx[64 * T * H], rw[64 * T], out[T * H];
+    int64_t to_first[T] = {0, 0}, ridx[64 * T], rcnt[1], num = -5;
+    weft_comm_t comms[2] = {ctx->comm, other};
+    weft_moe_handle_t h[2] = {NULL, NULL}; /* h[i] from a dispatch on comms[i] */
+    size_t cap = (size_t)n * T;
+    for (int i = 0; i < 2; i++)
+        mp_ok(ctx,
+              weft_moe_dispatch(comms[i], x, T, H, WEFT_FLOAT32, to_first, w, 1, n, rx, ridx, rw,
+                                rcnt, cap, &num, &h[i], NULL),
+              "weft_moe_dispatch");
+    for (int i = 0; i < 2 && h[0] && h[1]; i++) {
+        weft_comm_t wrong = comms[1 - i];
+        weft_moe_handle_t keep = h[i];
+        mp_expect_status(ctx, weft_moe_combine(wrong, h[i], rx, out, NULL),
+                         WEFT_ERR_INVALID_ARGUMENT,
+                         "weft_moe_combine: handle comes from a dispatch on another communicator",
+                         i ? "combine on the first communicator of the second's handle"
+                           : "combine on the second communicator of the first's handle");
+        num = -5;
+        mp_expect_status(ctx,
+                         weft_moe_dispatch(wrong, x, T, H, WEFT_FLOAT32, NULL, NULL, WEFT_MOE_REUSE,
+                                           0, rx, NULL, NULL, NULL, cap, &num, &h[i], NULL),
+                         WEFT_ERR_INVALID_ARGUMENT,
+                         "weft_moe_dispatch: *handle comes from a dispatch on another communicator",
+                         i ? "reuse on the first communicator of the second's handle"
+                           : "reuse on the second communicator of the first's handle");
+        mp_check(ctx, h[i] == keep && num == -5,
+                 "a rejected reuse wrote *handle or *num_recv_tokens");
+    }
+    /* Each handle still combines on its own communicator: rank 0 received every rank's rows
+     * (rx, in rank order), so every token's out row is its own x row. */
+    for (int i = 0; i < 2 && h[0] && h[1]; i++) {
+        memset(out, 0xA5, sizeof out);
+        if (mp_ok(ctx, weft_moe_combine(comms[i], h[i], rx, out, NULL), "weft_moe_combine")) {
+            size_t bad = 0;
+            for (int e = 0; e < T * H; e++)
+                bad += out[e] != x[e];
+            mp_check(ctx, bad == 0,
+                     "combine on communicator %d after the refusals: %zu of %d "
+                     "values wrong",
+                     i, bad, T * H);
+        }
+    }
+    mp_ok(ctx, weft_moe_handle_destroy(h[1]), "weft_moe_handle_destroy");
+    mp_ok(ctx, weft_moe_handle_destroy(h[0]), "weft_moe_handle_destroy");
+    st = weft_comm_destroy(other);
+    mp_check(ctx, st == WEFT_SUCCESS,
+             "weft_comm_destroy of the second communicator returned %s: %s", weft_status_string(st),
+             weft_last_error());
+}
+
 /* Handles destroyed on another thread while this one destroys their communicator: every
  * destroy must succeed, whichever comes first, and nothing may touch freed memory (the sanitizer
  * builds run this). */
@@ -733,6 +806,7 @@ int main(void)
         run_reuse_other_dispatch(&ctx);
         run_bad_expert_one_rank(&ctx);
         run_stale_handle(&ctx, (weft_registration_t)reg);
+        run_other_comm_handle(&ctx, (weft_registration_t)reg);
         run_destroy_race(&ctx, (weft_registration_t)reg);
         mp_comm_close(&ctx);
     }
