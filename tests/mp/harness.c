@@ -1112,14 +1112,23 @@ void mp_check_path_expect(mp_ctx_t *ctx, const weft_stats_t *before, const weft_
         after->sm_blocks == before->sm_blocks && after->copy_engine_ops == before->copy_engine_ops,
         "stats: the host backend counted sm_blocks +%" PRIu64 ", copy_engine_ops +%" PRIu64,
         after->sm_blocks - before->sm_blocks, after->copy_engine_ops - before->copy_engine_ops);
-    /* A count of 0 returns at once and counts nowhere (api_coll.c). */
-    if (bytes == 0 || !mp_check_counted_once(ctx, before, after))
-        return;
-    if (ctx->nranks < 2 || bytes < MP_PATH_CHECK_BYTES)
+    if (!mp_check_counted_once(ctx, before, after))
         return;
     uint64_t dz = after->zero_copy_ops - before->zero_copy_ops;
     uint64_t ds = after->staged_ops - before->staged_ops;
     uint64_t di = after->inline_ops - before->inline_ops;
+    /* A count of 0 moves nothing but takes its turn in the handshake, a round of flags with no
+     * payload (weft_select_empty, coll_inline.c): an inline operation, with any number of
+     * ranks. */
+    if (bytes == 0) {
+        mp_check(ctx, di == 1,
+                 "stats: a count of 0 did not count in inline_ops: zero_copy_ops +%" PRIu64
+                 ", staged_ops +%" PRIu64 ", inline_ops +%" PRIu64,
+                 dz, ds, di);
+        return;
+    }
+    if (ctx->nranks < 2 || bytes < MP_PATH_CHECK_BYTES)
+        return;
     mp_check(ctx, zero_copy ? dz == 1 : ds == 1,
              "stats: expected the %s path (%s buffers, reg=%s): zero_copy_ops +%" PRIu64
              ", staged_ops +%" PRIu64 ", inline_ops +%" PRIu64,

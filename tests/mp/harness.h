@@ -300,12 +300,14 @@ int mp_check_counted_once(mp_ctx_t *ctx, const weft_stats_t *before, const weft_
 
 /* Check the path one successful collective took from the stats before and after it:
  * sm_blocks and copy_engine_ops did not grow (the host backend has neither); it counted exactly
- * once (mp_check_counted_once) when bytes > 0 (a count of 0 counts nowhere); and when nranks > 1
- * and bytes >= MP_PATH_CHECK_BYTES (smaller payloads may travel inline with the handshake), in
- * zero_copy_ops or in staged_ops as expected. The path is decided by the buffers peers read
- * (weft.h): mp_check_path assumes this rank's buffers of kind are read; mp_check_path_expect takes
- * the expectation itself (a broadcast's non-root ranks have nothing read remotely: always
- * zero-copy). */
+ * once (mp_check_counted_once); with bytes == 0 (a collective of count 0, which takes its turn in
+ * the handshake without payload) in inline_ops; and when nranks > 1 and bytes >=
+ * MP_PATH_CHECK_BYTES (smaller payloads may travel inline with the handshake), in zero_copy_ops
+ * or in staged_ops as expected. bytes == 0 means a count of 0: a call that still moves data
+ * with no payload of its own (a MoE call without tokens) is checked with mp_check_counted_once. The
+ * path is decided by the buffers peers read (weft.h): mp_check_path assumes this rank's buffers of
+ * kind are read; mp_check_path_expect takes the expectation itself (a broadcast's non-root ranks
+ * have nothing read remotely: always zero-copy). */
 void mp_check_path(mp_ctx_t *ctx, const weft_stats_t *before, const weft_stats_t *after,
                    mp_buf_kind_t kind, size_t bytes);
 void mp_check_path_expect(mp_ctx_t *ctx, const weft_stats_t *before, const weft_stats_t *after,
