@@ -395,8 +395,8 @@ static void run_handle_mismatch(mp_ctx_t *ctx)
         mp_expect_status(ctx, st, WEFT_ERR_MISMATCH, "weft_moe_combine", "mismatched handles");
         mp_ok(ctx, weft_barrier(ctx->comm, NULL), "weft_barrier after the mismatch");
     }
-    weft_moe_handle_destroy(h[1]);
-    weft_moe_handle_destroy(h[0]);
+    mp_ok(ctx, weft_moe_handle_destroy(h[1]), "weft_moe_handle_destroy after the mismatch");
+    mp_ok(ctx, weft_moe_handle_destroy(h[0]), "weft_moe_handle_destroy after the mismatch");
 }
 
 /* Ranks that disagree on num_experts (rank 0 has n experts, the others 2n) or on topk must all
@@ -494,8 +494,8 @@ static void run_reuse_other_dispatch(mp_ctx_t *ctx)
                          "combine with another dispatch's handle");
         mp_ok(ctx, weft_barrier(ctx->comm, NULL), "weft_barrier after the mismatches");
     }
-    weft_moe_handle_destroy(h[1]);
-    weft_moe_handle_destroy(h[0]);
+    mp_ok(ctx, weft_moe_handle_destroy(h[1]), "weft_moe_handle_destroy after the mismatches");
+    mp_ok(ctx, weft_moe_handle_destroy(h[0]), "weft_moe_handle_destroy after the mismatches");
 }
 
 /* An expert id out of range on the last rank only: every rank gets WEFT_ERR_INVALID_ARGUMENT
