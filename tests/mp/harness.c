@@ -620,8 +620,14 @@ size_t mp_counts(const mp_ctx_t *ctx, size_t *out)
 
 int mp_selected(const mp_ctx_t *ctx, unsigned combo, mp_buf_kind_t kind)
 {
+    /* The three kinds of a mode take slots 0, 1, 2, and so do the three modes of a kind. */
     unsigned slot = ((unsigned)kind + (unsigned)ctx->reg) % 3;
-    return ctx->quick ? combo % 6 == 2 * slot : combo % 3 == slot;
+    if (!ctx->quick)
+        return combo % 3 == slot;
+    /* Quick: half of the slot's combos, the lower half (combo % 6 == slot) in roa and staged
+     * mode, the upper (slot + 3) in jit mode. Each slot is held by one kind in each mode, so both
+     * halves of every slot run in some mode: one program run sees every combo, at least once. */
+    return combo % 6 == slot + 3 * ((unsigned)ctx->reg % 2);
 }
 
 /* The large spread case of mp_run_grid (one: a large reduce-scatter of 8 ranks costs seconds). */

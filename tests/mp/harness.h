@@ -198,7 +198,9 @@ size_t mp_counts(const mp_ctx_t *ctx, size_t *out);
 
 /* Whether grid point `combo` runs with buffer kind `kind` under ctx->reg. The buffer kinds of
  * one mode split the combos between them (and so do the modes of one buffer kind), so that each
- * mode and each buffer kind sees every combo; quick mode keeps every other one. */
+ * mode and each buffer kind sees every combo. Quick mode keeps half of each share (the half
+ * depending on the mode), so that the modes and kinds of one program run together still see
+ * every combo, at least once (a mode or a kind alone sees half of them). */
 int mp_selected(const mp_ctx_t *ctx, unsigned combo, mp_buf_kind_t kind);
 
 /* One case of a collective's grid: buffers of kind, count elements of dt, reduction op (WEFT_SUM
