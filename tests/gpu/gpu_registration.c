@@ -14,9 +14,11 @@
  *     zero-copy in roa/jit mode and staged in staged mode.
  *   address reuse: weft_free then weft_malloc of the same size, many times, each time with new
  *     data that peers read (all_gather); a stale peer mapping would show old data.
- *   first-use waits: allocate, barrier, sleep 50 ms, then use. In roa mode registration is done
- *     by then, so first_use_waits must not move; in jit mode the first use registers and must
- *     count a wait, and a second use of the same buffers must not.
+ *   first-use waits: allocate, barrier, then in roa mode poll the stats until every
+ *     registration started has been acknowledged (deadline REGISTER_WAIT_S, however slow the
+ *     registrar is under load) and use: first_use_waits must not move; in jit mode sleep 50 ms
+ *     and use: the first use registers and must count a wait, and a second use of the same
+ *     buffers must not.
  *   counters: registrations_completed <= registrations_started; a fresh allocation larger than
  *     everything registered so far raises registrations_started, registrations_completed and
  *     bytes_registered once used (roa: by at least its size; jit: nothing before first use).
@@ -127,8 +129,9 @@ static uint64_t many_value(const mp_ctx_t *ctx, int rank, int i, int j)
                    13);
 }
 
-/* Wait until every registration this rank started is acknowledged by all peers. */
-static void wait_registered(gpu_ctx_t *g, int k)
+/* Poll the stats until every registration this rank started is acknowledged by all peers, for
+ * at most REGISTER_WAIT_S (a failure if that runs out). Returns the seconds it took, or -1. */
+static double settle_registrations(gpu_ctx_t *g)
 {
     mp_ctx_t *ctx = &g->mp;
     double t0 = mp_now_s();
@@ -136,18 +139,25 @@ static void wait_registered(gpu_ctx_t *g, int k)
     for (;;) {
         mp_stats(ctx, &s);
         if (s.registrations_completed >= s.registrations_started)
-            break;
+            return mp_now_s() - t0;
         if (mp_now_s() - t0 > REGISTER_WAIT_S) {
             mp_fail(ctx,
                     "%" PRIu64 " of %" PRIu64 " registrations still unacknowledged after %.0f s",
                     s.registrations_started - s.registrations_completed, s.registrations_started,
                     REGISTER_WAIT_S);
-            return;
+            return -1;
         }
         mp_sleep_ms(5);
     }
-    mp_note(ctx, "reg=%s: %d allocations registered with %d peers in %.2f s (rank 0)",
-            mp_reg_name(ctx->reg), k, ctx->nranks - 1, mp_now_s() - t0);
+}
+
+/* Wait until every registration this rank started is acknowledged by all peers. */
+static void wait_registered(gpu_ctx_t *g, int k)
+{
+    double dt = settle_registrations(g);
+    if (dt >= 0)
+        mp_note(&g->mp, "reg=%s: %d allocations registered with %d peers in %.2f s (rank 0)",
+                mp_reg_name(g->mp.reg), k, g->mp.nranks - 1, dt);
 }
 
 static void many_buffers(gpu_ctx_t *g)
@@ -337,7 +347,12 @@ static void first_use_waits(gpu_ctx_t *g)
         return;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         size_t bytes = sizes[i], count = bytes / 4;
-        mp_case(ctx, "first use %.0f ms after weft_malloc, %zu bytes", SLEEP_BEFORE_USE_MS, bytes);
+        int roa = ctx->reg == WEFT_REGISTRATION_ROA;
+        if (roa)
+            mp_case(ctx, "first use after weft_malloc's registrations completed, %zu bytes", bytes);
+        else
+            mp_case(ctx, "first use %.0f ms after weft_malloc, %zu bytes", SLEEP_BEFORE_USE_MS,
+                    bytes);
         gpu_buf_t send, recv;
         gpu_buf_get(g, &send, NULL, GPU_BUF_WEFT, bytes, 4);
         gpu_buf_get(g, &recv, NULL, GPU_BUF_WEFT, bytes, 4);
@@ -345,7 +360,16 @@ static void first_use_waits(gpu_ctx_t *g)
         gpu_buf_push(g, &send, 0, bytes);
         mp_ok(ctx, weft_barrier(ctx->comm, g->stream), "weft_barrier");
         gpu_sync(g, "barrier");
-        mp_sleep_ms(SLEEP_BEFORE_USE_MS);
+        if (roa) {
+            /* Wait for the registrations of weft_malloc to complete, not for a time; the second
+             * barrier gives the registrar the moment between counting a registration completed
+             * and publishing the acknowledgement a use checks (registry.c, handle_ack). */
+            settle_registrations(g);
+            mp_ok(ctx, weft_barrier(ctx->comm, g->stream), "weft_barrier");
+            gpu_sync(g, "barrier after the registrations");
+        } else {
+            mp_sleep_ms(SLEEP_BEFORE_USE_MS);
+        }
         weft_stats_t s0, s1, s2;
         mp_stats(ctx, &s0);
         int ok = mp_ok(ctx,
@@ -374,7 +398,7 @@ static void first_use_waits(gpu_ctx_t *g)
                      s2.first_use_waits >= s1.first_use_waits &&
                      s1.first_use_wait_ns >= s0.first_use_wait_ns,
                  "first_use_waits or first_use_wait_ns went down");
-        mp_check_first_use_waits(ctx, &s0, &s1, &s2, SLEEP_BEFORE_USE_MS);
+        mp_check_first_use_waits(ctx, &s0, &s1, &s2);
         gpu_buf_put(g, &send);
         gpu_buf_put(g, &recv);
     }

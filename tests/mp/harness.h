@@ -352,11 +352,11 @@ void mp_check_remote_stores(mp_ctx_t *ctx, const weft_stats_t *before, const wef
 void mp_check_registration_invariants(mp_ctx_t *ctx, const weft_stats_t *s, const char *when);
 
 /* The first-use counters of two uses of the same fresh weft_malloc buffers under ctx->reg (roa
- * or jit), the first sleep_ms after the allocation: s0 before the first use, s1 between them, s2
- * after the second. roa: the first use waited for nothing (registration was done); jit: it
- * counted a wait, with time; the second use counted none. */
+ * or jit): s0 before the first use, s1 between them, s2 after the second. roa (the caller waited
+ * until every registration started had completed, mp_check_registrations_settle): the first use
+ * waited for nothing; jit: it counted a wait, with time; the second use counted none. */
 void mp_check_first_use_waits(mp_ctx_t *ctx, const weft_stats_t *s0, const weft_stats_t *s1,
-                              const weft_stats_t *s2, double sleep_ms);
+                              const weft_stats_t *s2);
 
 /* The counters before (s0) and after (s1) weft_malloc of a buffer larger than everything
  * registered so far: in jit mode, nothing registered (registrations_started and

@@ -5,9 +5,11 @@
  *     right after weft_malloc and freed right after; results must be exact.
  *   address reuse: weft_free then weft_malloc of the same size, many times, each time with new
  *     data read by peers (all_gather); a stale peer mapping would show old data.
- *   first-use waits: allocate, barrier, sleep 50 ms, then use. In roa mode registration is done
- *     by then, so first_use_waits must not move; in jit mode the first use registers and must
- *     count a wait, and a second use of the same buffers must not (cached).
+ *   first-use waits: allocate, then in roa mode poll the stats until every registration started
+ *     has completed (acknowledged by every peer; deadline SETTLE_LIMIT_S, however slow the
+ *     registrar is under load), then use: first_use_waits must not move. In jit mode, barrier,
+ *     sleep 50 ms, then use: the first use registers and must count a wait, and a second use of
+ *     the same buffers must not (cached).
  *   counters: registrations_completed <= registrations_started at every sample; a fresh
  *     allocation larger than everything registered so far must raise registrations_started,
  *     registrations_completed and bytes_registered once used (roa: by at least its size; jit: no
@@ -24,7 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SLEEP_BEFORE_USE_MS 50.0
+#define SLEEP_BEFORE_USE_MS 50.0 /* jit: nothing registers before the first use, pause or not */
+#define SETTLE_LIMIT_S 30.0      /* roa: acknowledgements of the registrations of weft_malloc */
 #define BIG_CAP_BYTES ((uint64_t)1 << 30)
 
 static const size_t use_sizes[] = {1, 3, 255, 1024, 4099, 65537, 300001};
@@ -133,16 +136,31 @@ static void first_use_waits(mp_ctx_t *ctx)
         return;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         size_t bytes = sizes[i], count = bytes / 4;
-        mp_case(ctx, "first use %.0f ms after weft_malloc, %zu bytes", SLEEP_BEFORE_USE_MS, bytes);
+        int roa = ctx->reg == WEFT_REGISTRATION_ROA;
+        if (roa)
+            mp_case(ctx, "first use after weft_malloc's registrations completed, %zu bytes", bytes);
+        else
+            mp_case(ctx, "first use %.0f ms after weft_malloc, %zu bytes", SLEEP_BEFORE_USE_MS,
+                    bytes);
+        weft_stats_t before, settled, s0, s1, s2;
+        mp_stats(ctx, &before);
         void *send = NULL, *recv = NULL;
         mp_ok(ctx, weft_malloc(ctx->comm, &send, bytes), "weft_malloc");
         mp_ok(ctx, weft_malloc(ctx->comm, &recv, bytes), "weft_malloc");
         if (!send || !recv)
             mp_fatal(ctx, "weft_malloc returned NULL");
         mp_red_fill(ctx, WEFT_FLOAT32, WEFT_SUM, ctx->rank, 0, count, send);
-        mp_ok(ctx, weft_barrier(ctx->comm, NULL), "weft_barrier");
-        mp_sleep_ms(SLEEP_BEFORE_USE_MS);
-        weft_stats_t s0, s1, s2;
+        if (roa) {
+            /* Registration started at weft_malloc (if the buffers needed a new chunk): wait
+             * for it to complete, not for a time. The barrier after it gives the registrar the
+             * moment between counting a registration completed and publishing the
+             * acknowledgement a use checks (registry.c, handle_ack). */
+            mp_check_registrations_settle(ctx, &before, 0, SETTLE_LIMIT_S, &settled);
+            mp_ok(ctx, weft_barrier(ctx->comm, NULL), "weft_barrier");
+        } else {
+            mp_ok(ctx, weft_barrier(ctx->comm, NULL), "weft_barrier");
+            mp_sleep_ms(SLEEP_BEFORE_USE_MS);
+        }
         mp_stats(ctx, &s0);
         mp_ok(ctx, weft_all_reduce(ctx->comm, send, recv, count, WEFT_FLOAT32, WEFT_SUM, NULL),
               "weft_all_reduce");
@@ -155,7 +173,7 @@ static void first_use_waits(mp_ctx_t *ctx)
         mp_red_check_result(ctx, "recvbuf (second use)", recv, WEFT_FLOAT32, WEFT_SUM, 0, count);
         check_monotonic(ctx, &s0, &s1, "first use");
         check_monotonic(ctx, &s1, &s2, "second use");
-        mp_check_first_use_waits(ctx, &s0, &s1, &s2, SLEEP_BEFORE_USE_MS);
+        mp_check_first_use_waits(ctx, &s0, &s1, &s2);
         mp_ok(ctx, weft_free(ctx->comm, send), "weft_free");
         mp_ok(ctx, weft_free(ctx->comm, recv), "weft_free");
     }
