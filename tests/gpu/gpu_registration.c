@@ -361,9 +361,9 @@ static void first_use_waits(gpu_ctx_t *g)
         mp_ok(ctx, weft_barrier(ctx->comm, g->stream), "weft_barrier");
         gpu_sync(g, "barrier");
         if (roa) {
-            /* Wait for the registrations of weft_malloc to complete, not for a time; the second
-             * barrier gives the registrar the moment between counting a registration completed
-             * and publishing the acknowledgement a use checks (registry.c, handle_ack). */
+            /* Wait for the registrations of weft_malloc to complete, not for a time (a
+             * registration counted as completed is acknowledged already: registry.c,
+             * handle_ack); the second barrier lines the ranks up, as the jit branch's does. */
             settle_registrations(g);
             mp_ok(ctx, weft_barrier(ctx->comm, g->stream), "weft_barrier");
             gpu_sync(g, "barrier after the registrations");

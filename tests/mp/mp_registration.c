@@ -152,9 +152,9 @@ static void first_use_waits(mp_ctx_t *ctx)
         mp_red_fill(ctx, WEFT_FLOAT32, WEFT_SUM, ctx->rank, 0, count, send);
         if (roa) {
             /* Registration started at weft_malloc (if the buffers needed a new chunk): wait
-             * for it to complete, not for a time. The barrier after it gives the registrar the
-             * moment between counting a registration completed and publishing the
-             * acknowledgement a use checks (registry.c, handle_ack). */
+             * for it to complete, not for a time (a registration counted as completed is
+             * acknowledged already: registry.c, handle_ack). The barrier after it lines the ranks
+             * up, as the jit branch does. */
             mp_check_registrations_settle(ctx, &before, 0, SETTLE_LIMIT_S, &settled);
             mp_ok(ctx, weft_barrier(ctx->comm, NULL), "weft_barrier");
         } else {
