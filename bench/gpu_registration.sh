@@ -16,9 +16,9 @@
 # Each runs under `timeout` with at most 240 s and never past the script's budget
 # (GPUREG_BUDGET_S, default 225 s, so the whole script ends within 4 minutes); a step that would
 # get less than 10 s is skipped. The ranks get WEFT_BACKEND=cuda, NCCL_NVLS_ENABLE=0 and
-# WEFT_TIMEOUT_S=60 (a hang fails within a minute, before the timeout). MPS (if needed) runs with its pipe
-# and log directories under /tmp, is stopped on exit (trap: `echo quit | nvidia-cuda-mps-control`)
-# and its logs are copied to OUT_DIR/mps/. OUT_DIR/env.txt records the machine and the commands.
+# WEFT_TIMEOUT_S=60 (a hang fails within a minute, before the timeout). MPS (if needed) is a daemon
+# of the script's own (tools/mps.sh), stopped on exit, its logs in OUT_DIR/mps/mps.log.
+# OUT_DIR/env.txt records the machine and the commands.
 # The tables are printed last.
 #
 # Exit status: 0 if every step succeeded, 1 if one failed or timed out, 2 on a usage error,
@@ -42,35 +42,22 @@ if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
     echo "SKIP: no CUDA device (nvidia-smi finds none)"
     exit 77
 fi
-if ! command -v nvidia-cuda-mps-control >/dev/null; then
-    echo "$0: nvidia-cuda-mps-control not found" >&2
-    exit 1
-fi
 mkdir -p "$out"
 start=$(date +%s)
 ranks=${GPUREG_RANKS:-4}
 ngpu=$(nvidia-smi -L | grep -c "^GPU")
 
-mps=$(mktemp -d /tmp/weft-mps.XXXXXX)
-export CUDA_MPS_PIPE_DIRECTORY=$mps/pipe CUDA_MPS_LOG_DIRECTORY=$mps/log
-mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-# shellcheck disable=SC2317 # called by the EXIT trap
-stop_mps() {
-    echo quit | nvidia-cuda-mps-control >/dev/null 2>&1
-    sleep 1
-    mkdir -p "$out/mps"
-    cp "$CUDA_MPS_LOG_DIRECTORY"/* "$out/mps/" 2>/dev/null
-    rm -rf "$mps"
-}
+# shellcheck source=tools/mps.sh
+source "$(dirname "$0")/../tools/mps.sh"
 if [ "$ranks" -le "$ngpu" ]; then
     echo "# $ranks ranks on $ngpu GPUs: one rank per GPU, no MPS"
-    rm -rf "$mps"
-elif ! nvidia-cuda-mps-control -d; then
+elif ! mps_start; then
     echo "$0: could not start the MPS control daemon" >&2
-    rm -rf "$mps"
+    mps_finish
     exit 1
 else
-    trap stop_mps EXIT
+    mkdir -p "$out/mps"
+    trap 'mps_finish "$out/mps/mps.log"' EXIT
 fi
 trap 'exit 130' INT TERM HUP
 

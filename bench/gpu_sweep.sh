@@ -16,12 +16,11 @@ ranks=${3:-4}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 WEFT_BACKEND=cuda WEFT_CUDA_COPY_ENGINE=0
 ngpu=$(nvidia-smi -L | wc -l)
-mps_started=0
+# shellcheck source=tools/mps.sh
+source "$(dirname "$0")/../tools/mps.sh"
 if [ "$ngpu" -lt "$ranks" ]; then
-    export CUDA_MPS_PIPE_DIRECTORY=/tmp/weft-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/weft-mps-log
-    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-    nvidia-cuda-mps-control -d && mps_started=1
-    trap 'echo quit | nvidia-cuda-mps-control' EXIT
+    trap mps_finish EXIT
+    mps_start
 fi
 log=$out/gpu_sweep.log
 : >"$log"
@@ -49,7 +48,7 @@ for coll in all_gather broadcast all_to_all; do
     WEFT_CUDA_COPY_ENGINE=1 run copy_engine "$coll" -t "$coll" -b 128M -e 1G -f 8 -n 10 -w 2 -c 0
 done
 run zero_copy barrier -t barrier -n 200 -w 20
-echo "# ranks $ranks on $ngpu GPU(s), MPS $mps_started; out-of-place: path coll size time_us busbw"
+echo "# ranks $ranks on $ngpu GPU(s), MPS $mps_on; out-of-place: path coll size time_us busbw"
 python3 - "$out" <<'PY'
 import glob, json, os, sys
 for f in sorted(glob.glob(os.path.join(sys.argv[1], "gpu_sweep_*.json"))):

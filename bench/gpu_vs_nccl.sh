@@ -18,11 +18,11 @@ ngpu=$(nvidia-smi -L | wc -l)
 ranks=${3:-$ngpu}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 WEFT_BACKEND=cuda
+# shellcheck source=tools/mps.sh
+source "$(dirname "$0")/../tools/mps.sh"
 if [ "$ngpu" -lt "$ranks" ]; then
-    export CUDA_MPS_PIPE_DIRECTORY=/tmp/weft-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/weft-mps-log
-    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-    nvidia-cuda-mps-control -d
-    trap 'echo quit | nvidia-cuda-mps-control' EXIT
+    trap mps_finish EXIT
+    mps_start
 fi
 log=$out/vs_nccl.log
 : >"$log"

@@ -9,6 +9,9 @@
 # verified (-c 1): 8 B .. 128 KiB (x4) with 1000 timed calls, then 1 MiB .. 64 MiB (x4) with 20;
 # then the barrier. About 20 s on a quiet 2-core host, well under two minutes on a busy one.
 # Extra weft-bench options can be passed in WEFT_BENCH_ARGS (e.g. "--registration staged").
+# When the ranks may take the CUDA backend and outnumber the GPUs, they share them under an MPS
+# daemon of the script's own (tools/mps.sh; without one a GPU time-slices between the processes
+# and every call costs milliseconds); without MPS the job still runs, slowly.
 # Exits non-zero if any run fails or any result is wrong.
 set -euo pipefail
 
@@ -30,8 +33,16 @@ done
 read -r -a extra <<< "${WEFT_BENCH_ARGS:-}"
 backend=${WEFT_BENCH_BACKEND:-auto}
 
+# shellcheck source=tools/mps.sh
+source "$(dirname "$0")/../tools/mps.sh"
+ngpu=$(mps_gpus)
+if [ "$backend" != host ] && [ "$ngpu" -gt 0 ] && [ "$ranks" -gt "$ngpu" ]; then
+    trap mps_finish EXIT
+    mps_start || echo "# no MPS: $ranks ranks time-slice $ngpu GPU(s), every call takes milliseconds"
+fi
+
 start=$(date +%s)
-echo "# weft collectives on $ranks local ranks ($(nproc) cores, $(uname -r))"
+echo "# weft collectives on $ranks local ranks ($(nproc) cores, $ngpu GPU(s), $(uname -r))"
 for coll in all_reduce all_gather reduce_scatter broadcast all_to_all all_to_allv; do
     # Small sizes: many short calls; large sizes: few long ones.
     "$weftrun" -n "$ranks" "$bench" -t "$coll" -b 8 -e 256K -f 4 -n 1000 -w 100 -c 1 \

@@ -128,25 +128,11 @@ with weft.init() as comm:
 export repo python
 export -f tp_mlp pip_install
 
-mps_pipe=$(mktemp -d /tmp/weft-py-mps-pipe.XXXXXX) || exit 1
-mps_logdir=$(mktemp -d /tmp/weft-py-mps-log.XXXXXX) || exit 1
-export CUDA_MPS_PIPE_DIRECTORY=$mps_pipe CUDA_MPS_LOG_DIRECTORY=$mps_logdir
-mps_on=0
+# shellcheck source=tools/mps.sh
+source "$repo/tools/mps.sh"
 cleanup() {
-    if [ "$mps_on" = 1 ]; then
-        mps_on=0
-        echo quit | nvidia-cuda-mps-control
-        for _ in $(seq 50); do
-            echo get_server_list | timeout 5 nvidia-cuda-mps-control >/dev/null 2>&1 || break
-            sleep 0.2
-        done
-    fi
-    if [ -d "$mps_logdir" ]; then
-        for f in "$mps_logdir"/*; do
-            [ -f "$f" ] && { echo "===== $(basename "$f")"; cat "$f"; }
-        done >"$out/mps.log"
-        rm -rf "$mps_pipe" "$mps_logdir"
-    fi
+    : >"$out/mps.log"
+    mps_finish "$out/mps.log"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
@@ -155,10 +141,7 @@ echo "run_gpu.sh: $(date -u '+%Y-%m-%d %H:%M:%S UTC'), build $build, logs in $ou
 nvidia-smi -L || true
 "$python" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
 "devices", torch.cuda.device_count())'
-if nvidia-cuda-mps-control -d; then
-    mps_on=1
-    echo "run_gpu.sh: MPS control daemon started"
-else
+if ! mps_start; then
     echo "FAIL MPS (nvidia-cuda-mps-control -d)"
     exit 1
 fi

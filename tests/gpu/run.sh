@@ -79,47 +79,13 @@ record() {
     esac
 }
 
-# ---------------------------------------------------------------------------------------------
-# MPS
-# ---------------------------------------------------------------------------------------------
-mps_pipe=$(mktemp -d /tmp/gpu-tests-mps-pipe.XXXXXX) || exit 1
-mps_logdir=$(mktemp -d /tmp/gpu-tests-mps-log.XXXXXX) || exit 1
-export CUDA_MPS_PIPE_DIRECTORY=$mps_pipe CUDA_MPS_LOG_DIRECTORY=$mps_logdir
-mps_on=0
-
-mps_start() {
-    if nvidia-cuda-mps-control -d; then
-        mps_on=1
-        echo "run.sh: MPS control daemon started (pipe directory $mps_pipe)"
-        return 0
-    fi
-    echo "run.sh: nvidia-cuda-mps-control -d failed"
-    return 1
-}
-
-mps_stop() {
-    [ "$mps_on" = 1 ] || return 0
-    mps_on=0
-    echo quit | nvidia-cuda-mps-control
-    # The daemon is gone once its pipe no longer answers.
-    for _ in $(seq 50); do
-        if ! echo get_server_list | timeout 5 nvidia-cuda-mps-control >/dev/null 2>&1; then
-            echo "run.sh: MPS stopped"
-            return 0
-        fi
-        sleep 0.2
-    done
-    echo "run.sh: the MPS control daemon still answers 10 s after quit"
-}
+# MPS (tools/mps.sh: a daemon of our own, stopped on exit)
+# shellcheck source=tools/mps.sh
+source "$here/../../tools/mps.sh"
 
 cleanup() {
-    mps_stop
-    if [ -d "$mps_logdir" ]; then
-        for f in "$mps_logdir"/*; do
-            [ -f "$f" ] && { echo "===== $(basename "$f")"; cat "$f"; }
-        done >"$out/mps.log"
-        rm -rf "$mps_pipe" "$mps_logdir"
-    fi
+    : >"$out/mps.log"
+    mps_finish "$out/mps.log"
     [ -n "$last_out" ] && rm -f "$last_out"
     last_out=""
 }
@@ -217,13 +183,8 @@ if ! nvidia-smi 2>&1 | tee "$out/nvidia-smi.txt"; then
     record nvidia-smi - FAIL 0
 fi
 
-# The GPUs the ranks can use: CUDA_VISIBLE_DEVICES's entries when it is set (CUDA_VISIBLE_DEVICES=0
-# runs the one-GPU suite on a larger machine), else every GPU nvidia-smi lists.
-if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
-    ngpu=$(echo "$CUDA_VISIBLE_DEVICES" | tr ',' '\n' | grep -c .)
-else
-    ngpu=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
-fi
+# The GPUs the ranks can use (CUDA_VISIBLE_DEVICES=0 runs the one-GPU suite on a larger machine).
+ngpu=$(mps_gpus)
 most=0
 for n in $ranks; do
     [ "$n" -gt "$most" ] && most=$n
