@@ -141,9 +141,10 @@ enum { ARRIVED_LAST = 1, ARRIVED_LAST_FAILED = 2 };
  * ARRIVED_LAST_FAILED when some block, this one included, arrived with failed set. Orders every
  * block's writes before the last block's later signals; with sys, at system scope (the block
  * stored into peers' memory, which a gpu-scope fence does not wait for). Each block's fence
- * before its add releases its writes; the last block's fence after the add acquires them, so
- * that any of its threads (ordered after thread 0 by the barrier) may signal: a signal posted by
- * another thread than the one that read the counter is ordered only through that fence. */
+ * before its add releases its writes; to acquire them, thread 0 of the last block (which read
+ * the counter) must fence before a barrier after which another of its threads signals (the
+ * closing path's fence and exchange()'s first barrier; the pre-copy path fences itself). The push
+ * path's last block only stores its own operation number, and pays no fence. */
 static __device__ int arrive_last(weft_cuda_flag_t *counter, bool sys = false, bool failed = false)
 {
     __shared__ int arrived;
@@ -156,10 +157,8 @@ static __device__ int arrive_last(weft_cuda_flag_t *counter, bool sys = false, b
         unsigned long long add = failed ? ARRIVE_FAILED + 1 : 1;
         unsigned long long now = atomicAdd((unsigned long long *)&counter->v, add) + add;
         arrived = (uint32_t)now != gridDim.x ? 0 : now >> 32 ? ARRIVED_LAST_FAILED : ARRIVED_LAST;
-        if (arrived) {
-            __threadfence();
+        if (arrived)
             counter->v = 0;
-        }
     }
     __syncthreads();
     return arrived;
@@ -396,6 +395,9 @@ static __device__ __forceinline__ void collective(const weft_cuda_params_t &p)
         if (p.pre_bytes > 0) {
             run_pre_copy(p);
             post = arrive_last(&me->copied);
+            /* Acquire every block's copy before exchange() posts (arrive_last). */
+            if (post && threadIdx.x == 0)
+                __threadfence();
         }
         st = exchange(p, 0, seq, post, p.pre_bytes > 0);
     }
