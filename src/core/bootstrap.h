@@ -58,7 +58,7 @@ weft_status_t weft_store_barrier(weft_store_t *store, const char *tag);
 
 /* The descriptor of the connection to the store, for a wait on something else to poll for
  * POLLIN beside it: between calls the server sends nothing, so the connection turns readable
- * only when the server closed it (the rendezvous broke: a rank was lost, store_proto.h). The
+ * only when the server closed it (a rank was lost, or failed a moment ago: store_proto.h). The
  * caller neither reads nor closes it. */
 int weft_store_fd(const weft_store_t *store);
 
@@ -71,7 +71,8 @@ void weft_store_close(weft_store_t *store);
  * the store (FAIL, store_proto.h), which then still answers GETs of keys that exist (so peers can
  * read a verdict every rank reaches), but closes the connection of a client waiting for a key
  * that does not exist, now or later: it fails with WEFT_ERR_PEER_LOST at once rather than at its
- * deadline (and rank 0 need not wait for it). NULL is a no-op. */
+ * deadline (and rank 0 need not wait for it); a second later it closes every connection then
+ * open. NULL is a no-op. */
 void weft_store_close_failed(weft_store_t *store);
 
 #endif /* WEFT_CORE_BOOTSTRAP_H */

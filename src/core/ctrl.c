@@ -64,7 +64,7 @@ static weft_status_t wait_fd(int sock, short events, int store_fd, uint64_t dead
         if (n > 0)
             return weft_error(WEFT_ERR_PEER_LOST,
                               "weft_comm_init: control sockets: %s: the rendezvous store closed "
-                              "the connection (a rank was lost)",
+                              "the connection (a rank failed or was lost)",
                               what);
     }
 }

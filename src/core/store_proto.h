@@ -11,7 +11,11 @@
  *   VALUE   server -> client  value (the rest of the body); the answer to the oldest GET
  *   FAIL    client -> server  (nothing more) the client failed what the store serves and leaves:
  *                             a GET of a key that does not exist, waiting or later, closes its
- *                             connection instead of waiting for a key that may never come
+ *                             connection instead of waiting for a key that may never come; the
+ *                             GETs of keys that exist are still answered (peers read a verdict
+ *                             every rank reaches) for STORE_FAIL_LINGER_NS, after which every
+ *                             connection then open is closed (a rank waiting on something else,
+ *                             watching the store's connection, learns of the failure)
  *   LEAVE   client -> server  (nothing more) the client is done and closes its connection
  * A client's connection that ends without LEAVE or FAIL after its HELLO was accepted (its process
  * died, or the connection broke) ends the rendezvous: the server closes every client's
@@ -55,6 +59,8 @@
 #define STORE_HELLO_WINDOW_NS 2000000000ull
 #define STORE_PENDING_MAX(nranks) (4 * (nranks) + 8)
 #define STORE_EVICT_AGE_NS 100000000ull
+/* After a FAIL: how long the connections then open may still read the keys that exist. */
+#define STORE_FAIL_LINGER_NS 1000000000ull
 
 /* Message types: the first byte of a body. */
 enum {

@@ -21,7 +21,8 @@
  * tries again, so a passing shortage does not keep later ranks out (they wait in the listen
  * backlog, and retry until their deadline). On stop the server keeps serving until every rank
  * has connected and disconnected, or the deadline passes; after rank 0 failed
- * (WEFT_STORE_STOP_FAIL) it closes every connection that waits for a missing key. A rank's
+ * (WEFT_STORE_STOP_FAIL) it closes every connection that waits for a missing key, and every
+ * rank's connection STORE_FAIL_LINGER_NS later. A rank's
  * connection that the client ends without LEAVE or FAIL (store_proto.h) breaks the rendezvous:
  * every rank's connection is closed, and a later one at its first request.
  *
@@ -120,6 +121,9 @@ struct weft_store_server {
     int accept_errno; /* the errno of the accept failure last recorded, 0 after a success */
     int failed_rank;  /* a rank that sent FAIL, or -1 (also rank 0 stopping with STOP_FAIL) */
     int broken;       /* a rank's connection was lost without a goodbye: serve no rank again */
+    /* After the first FAIL: when the connections then open are closed (fail_pending); 0 before,
+     * UINT64_MAX once done. */
+    uint64_t fail_close_ns;
 };
 static void conn_free(conn_t *c)
 {
@@ -311,13 +315,29 @@ static void handle_get(weft_store_server_t *s, conn_t *c, const uint8_t *body, u
 }
 
 /* rank failed what the store serves: every GET waiting for a key that does not exist, and every
- * later one, closes its connection (the client fails at once instead of at its deadline). */
+ * later one, closes its connection (the client fails at once instead of at its deadline), and
+ * STORE_FAIL_LINGER_NS later every rank's connection still open is closed (close_after_fail). */
 static void fail_pending(weft_store_server_t *s, int rank)
 {
     if (s->failed_rank < 0)
         s->failed_rank = rank;
+    if (s->fail_close_ns == 0)
+        s->fail_close_ns = weft_now_ns() + STORE_FAIL_LINGER_NS;
     for (pending_get_t *p = s->pending; p != NULL; p = p->next)
         p->conn->dead = 1; /* reap_dead frees them */
+}
+
+/* STORE_FAIL_LINGER_NS after a FAIL: close every rank's connection open now, so that a rank
+ * waiting on something else than the store (weft_store_fd) learns of the failure; a rank that
+ * connects later still reads what exists (store_proto.h). */
+static void close_after_fail(weft_store_server_t *s, uint64_t now)
+{
+    if (s->fail_close_ns == 0 || s->fail_close_ns == UINT64_MAX || now < s->fail_close_ns)
+        return;
+    s->fail_close_ns = UINT64_MAX;
+    for (size_t i = 0; i < s->nconns; i++)
+        if (s->conns[i]->rank >= 0)
+            s->conns[i]->dead = 1;
 }
 
 /* Whether c still owes its client an answer: a GET parked for its key, or output not yet sent.
@@ -680,6 +700,8 @@ static int round_timeout_ms(const weft_store_server_t *s, uint64_t next_hello_ns
         wake = s->deadline_ns;
     if (s->accept_resume_ns != 0 && s->accept_resume_ns < wake)
         wake = s->accept_resume_ns;
+    if (s->fail_close_ns != 0 && s->fail_close_ns < wake)
+        wake = s->fail_close_ns;
     return wake == UINT64_MAX ? -1 : weft_store_proto_ms_left(wake);
 }
 
@@ -690,6 +712,7 @@ static void *server_main(void *arg)
     while (!server_done(s)) {
         uint64_t now = weft_now_ns();
         uint64_t next_hello_ns = expire_pending(s, now);
+        close_after_fail(s, now);
         reap_dead(s);
         if (s->accept_resume_ns != 0 && now >= s->accept_resume_ns)
             s->accept_resume_ns = 0;

@@ -13,7 +13,10 @@
  *   ctrl/addr:after   its peers have its control-socket address and wait in accept() for it;
  *   ranks:before      after the registries exist: its peers wait on the store again.
  * (Before the store watched for lost connections, every survivor returned WEFT_ERR_TIMEOUT after
- * the suite's 60 s.) MP_CRASH=exec instead makes the victim fail on its own, at the last step
+ * the suite's 60 s.) "<tag>:fail" makes the victim fail on its own instead, its all-gather
+ * returning WEFT_ERR_SYSTEM: with ctrl/addr, its peers wait in accept() for a rank that told the
+ * store it failed (FAIL), which closes their connections a moment later (before, they waited for
+ * the timeout). MP_CRASH=exec instead makes the victim fail on its own, at the last step
  * that can: after the "ranks" all-gather it wraps pthread_create too, which then fails with
  * EAGAIN (as under a pids limit) when its executor starts a worker (cfg.host_workers 2). The
  * victim must return WEFT_ERR_SYSTEM; its peers too must fail (weft_comm_init fails on every rank
@@ -41,7 +44,7 @@
 /* The victim's crash point: the tag of an all-gather and whether to die before or after it;
  * or, with MP_CRASH=exec, whether its next thread is to fail (armed after the "ranks" one). */
 static const char *crash_tag;
-static int crash_after;
+static int crash_after, crash_fail;
 static int fail_exec, threads_fail;
 
 int __real_pthread_create(pthread_t *thread, const pthread_attr_t *attr, void *(*fn)(void *),
@@ -66,9 +69,11 @@ weft_status_t __wrap_weft_store_allgather(weft_store_t *store, const char *tag, 
                                           size_t len, void *all_out)
 {
     int here = crash_tag && strcmp(tag, crash_tag) == 0;
-    if (here && !crash_after)
+    if (here && !crash_after && !crash_fail)
         kill(getpid(), SIGKILL);
     weft_status_t st = __real_weft_store_allgather(store, tag, mine, len, all_out);
+    if (here && crash_fail)
+        return WEFT_ERR_SYSTEM;
     if (here)
         kill(getpid(), SIGKILL);
     if (fail_exec && strcmp(tag, "ranks") == 0)
@@ -87,8 +92,10 @@ int main(void)
     int exec = point && strcmp(point, "exec") == 0;
     const char *colon = point ? strrchr(point, ':') : NULL;
     if (!exec && (!colon || colon == point ||
-                  (strcmp(colon, ":before") != 0 && strcmp(colon, ":after") != 0)))
-        mp_fatal(&ctx, "MP_CRASH=%s is not exec, <tag>:before or <tag>:after", point ? point : "");
+                  (strcmp(colon, ":before") != 0 && strcmp(colon, ":after") != 0 &&
+                   strcmp(colon, ":fail") != 0)))
+        mp_fatal(&ctx, "MP_CRASH=%s is not exec, <tag>:before, <tag>:after or <tag>:fail",
+                 point ? point : "");
     static char tag[64];
     if (!exec) {
         size_t tag_len = (size_t)(colon - point);
@@ -100,6 +107,7 @@ int main(void)
         fail_exec = exec;
         crash_tag = exec ? NULL : tag;
         crash_after = !exec && strcmp(colon, ":after") == 0;
+        crash_fail = !exec && strcmp(colon, ":fail") == 0;
     }
 
     mp_case(&ctx, "weft_comm_init (timeout %.0f s) while rank %d dies at %s", TIMEOUT_S, victim,
@@ -113,7 +121,7 @@ int main(void)
     double t0 = mp_now_s();
     weft_status_t st = weft_comm_init(&comm, &cfg);
     double dt = mp_now_s() - t0;
-    /* The victim gets here with exec only. */
+    /* The victim gets here with exec and fail only. */
     weft_status_t want = ctx.rank == victim ? WEFT_ERR_SYSTEM : WEFT_ERR_PEER_LOST;
     mp_check(&ctx, st == want, "weft_comm_init returned %s, expected %s: %s",
              weft_status_string(st), weft_status_string(want), weft_last_error());
