@@ -45,10 +45,10 @@ fi
 mkdir -p "$out"
 start=$(date +%s)
 ranks=${GPUREG_RANKS:-4}
-ngpu=$(nvidia-smi -L | grep -c "^GPU")
 
 # shellcheck source=tools/mps.sh
 source "$(dirname "$0")/../tools/mps.sh"
+ngpu=$(mps_gpus)
 if [ "$ranks" -le "$ngpu" ]; then
     echo "# $ranks ranks on $ngpu GPUs: one rank per GPU, no MPS"
 elif ! mps_start; then

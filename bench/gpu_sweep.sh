@@ -15,9 +15,9 @@ out=$2
 ranks=${3:-4}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 WEFT_BACKEND=cuda WEFT_CUDA_COPY_ENGINE=0
-ngpu=$(nvidia-smi -L | wc -l)
 # shellcheck source=tools/mps.sh
 source "$(dirname "$0")/../tools/mps.sh"
+ngpu=$(mps_gpus)
 if [ "$ngpu" -lt "$ranks" ]; then
     trap mps_finish EXIT
     mps_start

@@ -14,12 +14,12 @@
 set -uo pipefail
 build=$1
 out=$2
-ngpu=$(nvidia-smi -L | wc -l)
+# shellcheck source=tools/mps.sh
+source "$(dirname "$0")/../tools/mps.sh"
+ngpu=$(mps_gpus)
 ranks=${3:-$ngpu}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0 WEFT_BACKEND=cuda
-# shellcheck source=tools/mps.sh
-source "$(dirname "$0")/../tools/mps.sh"
 if [ "$ngpu" -lt "$ranks" ]; then
     trap mps_finish EXIT
     mps_start

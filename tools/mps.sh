@@ -13,10 +13,12 @@
 #                       nvidia-cuda-mps-control is missing or fails (the variables then unset)
 #   mps_stop            quit the daemon and wait until its pipe no longer answers (at most 10 s);
 #                       it may be started again; a no-op when none of ours runs
-#   mps_finish [FILE]   mps_stop, then append the daemon's and servers' logs to FILE (when given)
-#                       and remove the directories: for the caller's EXIT trap
+#   mps_finish [FILE]   mps_stop, then write the daemon's and servers' logs to FILE (when given;
+#                       replaced) and remove the directories: for the caller's EXIT trap; a
+#                       no-op once done (FILE is left as it is)
 #
-# mps_on is 1 while a daemon of ours runs. Messages go to stdout, prefixed "mps:".
+# mps_on is 1 while a daemon of ours runs. Messages go to stdout, prefixed "mps:". Every function
+# returns 0 but as said, whatever the commands it runs return: callers run under set -e.
 
 mps_on=0
 mps_dir=""
@@ -55,7 +57,7 @@ mps_start() {
 mps_stop() {
     [ "$mps_on" = 1 ] || return 0
     mps_on=0
-    echo quit | nvidia-cuda-mps-control
+    echo quit | nvidia-cuda-mps-control || true # a daemon that is gone already answers nothing
     # The daemon is gone once its pipe no longer answers.
     for _ in $(seq 50); do
         if ! echo get_server_list | timeout 5 nvidia-cuda-mps-control >/dev/null 2>&1; then
@@ -72,9 +74,13 @@ mps_finish() {
     [ -n "$mps_dir" ] || return 0
     if [ -n "${1:-}" ]; then
         for f in "$mps_dir"/log/*; do
-            [ -f "$f" ] && { echo "===== $(basename "$f")"; cat "$f"; }
-        done >>"$1"
+            if [ -f "$f" ]; then
+                echo "===== $(basename "$f")"
+                cat "$f" || true
+            fi
+        done >"$1"
     fi
     rm -rf "$mps_dir"
     mps_dir=""
+    return 0
 }

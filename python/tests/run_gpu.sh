@@ -131,7 +131,6 @@ export -f tp_mlp pip_install
 # shellcheck source=tools/mps.sh
 source "$repo/tools/mps.sh"
 cleanup() {
-    : >"$out/mps.log"
     mps_finish "$out/mps.log"
 }
 trap cleanup EXIT

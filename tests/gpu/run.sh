@@ -84,7 +84,6 @@ record() {
 source "$here/../../tools/mps.sh"
 
 cleanup() {
-    : >"$out/mps.log"
     mps_finish "$out/mps.log"
     [ -n "$last_out" ] && rm -f "$last_out"
     last_out=""
