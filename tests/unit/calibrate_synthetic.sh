@@ -29,8 +29,10 @@ trap 'rm -f "$json" "$log"' EXIT
 failures=0
 
 for seed in 1 2 3 4; do
-    if ! "$build/weft-calibrate" --synthetic "$seed" -r 2 --json "$json" >"$log" 2>&1; then
-        echo "FAIL: calibrate_synthetic: --synthetic $seed -r 2 --json: exit status $?"
+    rc=0
+    "$build/weft-calibrate" --synthetic "$seed" -r 2 --json "$json" >"$log" 2>&1 || rc=$?
+    if [ "$rc" -ne 0 ]; then
+        echo "FAIL: calibrate_synthetic: --synthetic $seed -r 2 --json: exit status $rc"
         cat "$log"
         failures=$((failures + 1))
         continue
