@@ -1057,8 +1057,8 @@ static uint64_t pending_ticket(const weft_registry_t *reg)
  * the wait (weft_comm_check); a failed wait fails the communicator, as a failed wait of an
  * operation does. Acknowledgements come from the peers' registrars, not from their callers, so
  * a live peer answers within milliseconds. */
-static weft_status_t new_chunk(weft_registry_t *reg, size_t size, int internal,
-                               weft_chunk_t **chunk_out)
+static weft_status_t new_chunk_tries(weft_registry_t *reg, size_t size, int internal,
+                                     weft_chunk_t **chunk_out)
 {
     size_t grown = weft_heap_chunk_bytes(&reg->heap, size, 0);
     size_t smallest = weft_heap_chunk_bytes(&reg->heap, size, 1);
@@ -1103,6 +1103,20 @@ static weft_status_t new_chunk(weft_registry_t *reg, size_t size, int internal,
         return st;
     reclaim_pending(reg);
     return add_chunk(reg, smallest, internal, chunk_out);
+}
+
+/* new_chunk_tries, and after a success the last error as it was before: the failure of an
+ * attempt that a fallback made good is no error of the call (weft.h: weft_last_error is empty
+ * after a call that succeeded). Under mu. */
+static weft_status_t new_chunk(weft_registry_t *reg, size_t size, int internal,
+                               weft_chunk_t **chunk_out)
+{
+    char before[WEFT_ERROR_TEXT_BYTES];
+    snprintf(before, sizeof before, "%s", weft_last_error());
+    weft_status_t st = new_chunk_tries(reg, size, internal, chunk_out);
+    if (st == WEFT_SUCCESS)
+        weft_error_restore(before);
+    return st;
 }
 
 weft_status_t weft_registry_alloc(weft_registry_t *reg, size_t bytes, int internal, void **ptr_out)

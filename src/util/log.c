@@ -13,14 +13,12 @@
 
 #include "util/config.h"
 
-#define WEFT_LAST_ERROR_BYTES 512
-
 /* The number of statuses (they are 0, 1, ... in the order of WEFT_STATUS_MAP). */
 #define WEFT_STATUS_ONE_(name, text) +1
 enum { STATUS_COUNT = 0 WEFT_STATUS_MAP(WEFT_STATUS_ONE_) };
 #undef WEFT_STATUS_ONE_
 
-static _Thread_local char last_error[WEFT_LAST_ERROR_BYTES];
+static _Thread_local char last_error[WEFT_ERROR_TEXT_BYTES];
 static _Thread_local int quiet[STATUS_COUNT]; /* weft_error_quiet_begin depth, per status */
 static atomic_int log_rank = -1;
 
@@ -44,6 +42,11 @@ const char *weft_last_error(void)
 void weft_error_clear(void)
 {
     last_error[0] = '\0';
+}
+
+void weft_error_restore(const char *text)
+{
+    snprintf(last_error, sizeof last_error, "%s", text);
 }
 
 void weft_error_quiet_begin(weft_status_t expected)
@@ -77,7 +80,7 @@ static void log_line(weft_log_level_t level, const char *msg)
 
 void weft_log(weft_log_level_t level, const char *fmt, ...)
 {
-    char msg[WEFT_LAST_ERROR_BYTES];
+    char msg[WEFT_ERROR_TEXT_BYTES];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);

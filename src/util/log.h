@@ -45,8 +45,15 @@ weft_status_t weft_error_errno(weft_status_t status, int err, const char *fmt, .
  * buffer into itself.) */
 weft_status_t weft_error_prefix(weft_status_t status, const char *call);
 
+/* The size of this thread's last-error text, its terminating NUL included. */
+#define WEFT_ERROR_TEXT_BYTES 512
+
 /* Clear this thread's last-error text (called at the start of every public call). */
 void weft_error_clear(void);
+
+/* Set this thread's last-error text back to text (saved from weft_last_error() before an
+ * attempt whose expected failure a fallback made good), truncated to fit. Logs nothing. */
+void weft_error_restore(const char *text);
 
 /* Errors the calling thread expects and recovers from (a first attempt that has a fallback for
  * one kind of failure): between weft_error_quiet_begin(expected) and the matching
