@@ -312,6 +312,12 @@ static const char *trimmed(const char *text, char *buf, size_t cap)
     return buf;
 }
 
+/* Whether the row's value must never be shown (weft_config_print, warnings). */
+static int row_is_secret(const cfg_row_t *r)
+{
+    return strcmp(r->name, "WEFT_JOB_SECRET") == 0;
+}
+
 static void parse_all(void)
 {
     for (size_t i = 0; i < NROWS; i++)
@@ -320,7 +326,12 @@ static void parse_all(void)
         char buf[512];
         const char *v = row_env(&rows[i]);
         int parsed = v ? parse_row(&rows[i], trimmed(v, buf, sizeof buf)) : PARSE_OK;
-        if (parsed == PARSE_MALFORMED)
+        if (parsed == PARSE_MALFORMED && row_is_secret(&rows[i]))
+            fprintf(stderr,
+                    "weft WARN: %s (%zu bytes, not shown) is malformed; using the default "
+                    "\"%s\"\n",
+                    rows[i].name, strlen(v), rows[i].def);
+        else if (parsed == PARSE_MALFORMED)
             fprintf(stderr, "weft WARN: %s=\"%s\" is malformed; using the default \"%s\"\n",
                     rows[i].name, v, rows[i].def);
         else if (parsed == PARSE_OUT_OF_RANGE) {
@@ -392,7 +403,7 @@ void weft_config_print(FILE *out)
     for (size_t i = 0; i < NROWS; i++) {
         char value[WEFT_CONFIG_STR_BYTES];
         format_value(&rows[i], value, sizeof value);
-        if (strcmp(rows[i].name, "WEFT_JOB_SECRET") == 0 && value[0])
+        if (row_is_secret(&rows[i]) && value[0])
             snprintf(value, sizeof value, "(set)");
         fprintf(out, "%-30s %-12s %-10s %-8s %s", rows[i].name, value, rows[i].def, rows[i].unit,
                 rows[i].help);

@@ -5,12 +5,14 @@
  * number past 2^62 (by one: counts are compared exactly, not as doubles); values inside the
  * range still parse. Durations in ns are plain counts: a byte unit ("20K", once read as 20480 ns)
  * is malformed there. Blanks around a value are ignored, and a value of blanks only counts as
- * unset (the fallback variable is read); a negative block count is out of range.
+ * unset (the fallback variable is read); a negative block count is out of range. A job secret
+ * too long to hold is malformed, and its warning (stderr, captured) must not show it.
  * The configuration is read once per process, so this case has a process of its own.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "util/config.h"
 
@@ -55,7 +57,36 @@ int main(void)
     setenv("MASTER_ADDR", "10.0.0.5", 1);
     /* 2^62 + 1: above 2^62, compared exactly (as a double it rounds to 2^62): default 0 */
     setenv("WEFT_SEQ_START", "4611686018427387905", 1);
+    char secret[301];
+    memset(secret, 'k', sizeof secret - 1); /* past WEFT_CONFIG_STR_BYTES: malformed */
+    memcpy(secret, "TOPSECRET", 9);
+    secret[sizeof secret - 1] = '\0';
+    setenv("WEFT_JOB_SECRET", secret, 1);
+    /* The warnings go to stderr: read them from a file standing in for it. */
+    FILE *cap = tmpfile();
+    int saved = dup(2);
+    if (!cap || saved < 0 || dup2(fileno(cap), 2) < 0) {
+        printf("FAIL: cannot capture stderr\n");
+        return 1;
+    }
     const weft_env_t *env = weft_config_get();
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    char warnings[16384];
+    rewind(cap);
+    size_t got = fread(warnings, 1, sizeof warnings - 1, cap);
+    warnings[got] = '\0';
+    fclose(cap);
+    fputs(warnings, stderr); /* as they were, for the log */
+    if (strstr(warnings, "TOPSECRET") || !strstr(warnings, "WEFT_JOB_SECRET")) {
+        printf("FAIL: the warning about WEFT_JOB_SECRET is missing or shows its value\n");
+        failures++;
+    }
+    if (env->job_secret[0] != '\0') {
+        printf("FAIL: a malformed WEFT_JOB_SECRET was kept\n");
+        failures++;
+    }
     expect_double("tier_peer_bw_gbps (0)", env->tier_peer_bw_gbps, 8.0);
     expect_double("tier_peer_lat_us (inf)", env->tier_peer_lat_us, 0.5);
     expect_double("tier_self_bw_gbps (nan)", env->tier_self_bw_gbps, 10.0);
