@@ -20,7 +20,10 @@
  * wait and weft_free outside it, counted in `in_flight`, so that a free waiting for the device
  * holds up no other thread's allocation; a bind closes the gate to new calls and waits (up to the
  * bound communicator's timeout) until none is in flight, so that an unbind before
- * weft_comm_destroy never leaves a call running on the destroyed communicator.
+ * weft_comm_destroy never leaves a call running on the destroyed communicator. Fork handlers
+ * take the mutex around fork(); the child starts with no call in flight and no bind waiting (the
+ * threads that made them are not in it), and its calls on the parent's communicator are refused
+ * before they touch CUDA (weft_comm_owned), as every call on an inherited communicator is.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -40,6 +43,40 @@ static weft_comm_t bound_comm;
 static uint64_t held_segments; /* from weft_torch_alloc, not yet freed */
 static unsigned in_flight;     /* allocations and frees running on bound_comm outside the mutex */
 static unsigned binding;       /* binds waiting for in_flight to drain: new calls wait */
+static pthread_once_t torch_once = PTHREAD_ONCE_INIT;
+
+static void torch_before_fork(void)
+{
+    pthread_mutex_lock(&torch_mu);
+}
+
+static void torch_after_fork_parent(void)
+{
+    pthread_mutex_unlock(&torch_mu);
+}
+
+static void torch_after_fork_child(void)
+{
+    in_flight = 0;
+    binding = 0;
+    pthread_cond_init(&torch_cv, NULL); /* no thread of the child waits on it */
+    pthread_mutex_unlock(&torch_mu);
+}
+
+static void torch_init(void)
+{
+    /* Without the handlers (out of memory) a child forked while another thread held the state
+     * could wait on it forever: said once, not fatal. */
+    if (pthread_atfork(torch_before_fork, torch_after_fork_parent, torch_after_fork_child) != 0)
+        WEFT_LOG_WARN("weft_torch: pthread_atfork failed: a process forked while another thread "
+                      "allocates through PyTorch could hang in its allocator");
+}
+
+static void torch_lock(void)
+{
+    pthread_once(&torch_once, torch_init);
+    pthread_mutex_lock(&torch_mu);
+}
 
 /* Start an allocation or free (under torch_mu): waits while a bind drains the calls in flight
  * (a bounded wait: the bind gives up at its deadline). Returns the communicator to use, NULL if
@@ -88,11 +125,16 @@ static weft_status_t drain_calls(void)
 weft_status_t weft_torch_bind(weft_comm_t comm)
 {
     weft_error_clear();
+    if (comm) {
+        weft_status_t owned = weft_comm_owned(comm, "weft_torch_bind");
+        if (owned != WEFT_SUCCESS)
+            return owned; /* a forked child's copy of the parent's communicator */
+    }
     if (comm && weft_comm_backend(comm) != WEFT_BACKEND_CUDA)
         return weft_error(WEFT_ERR_INVALID_ARGUMENT,
                           "weft_torch_bind: comm does not use the CUDA backend (PyTorch's "
                           "allocator hands out device memory)");
-    pthread_mutex_lock(&torch_mu);
+    torch_lock();
     binding++;
     weft_status_t st = drain_calls();
     if (st != WEFT_SUCCESS)
@@ -120,7 +162,7 @@ void *weft_torch_alloc(ssize_t size, int device, void *stream)
         return NULL;
     }
     void *ptr = NULL;
-    pthread_mutex_lock(&torch_mu);
+    torch_lock();
     weft_comm_t comm = call_begin();
     pthread_mutex_unlock(&torch_mu);
     if (!comm) {
@@ -133,8 +175,13 @@ void *weft_torch_alloc(ssize_t size, int device, void *stream)
                    "weft_torch_alloc: device %d is not the communicator's device %d (weft's "
                    "allocator serves only that device)",
                    device, weft_cuda_device(comm));
-    else if (weft_malloc(comm, &ptr, (size_t)size) != WEFT_SUCCESS)
-        ptr = NULL;
+    else {
+        weft_status_t st = weft_malloc(comm, &ptr, (size_t)size);
+        if (st != WEFT_SUCCESS) {
+            weft_error_prefix(st, "weft_torch_alloc"); /* the call PyTorch made */
+            ptr = NULL;
+        }
+    }
     call_end(ptr != NULL, 0);
     return ptr;
 }
@@ -145,7 +192,7 @@ void weft_torch_free(void *ptr, ssize_t size, int device, void *stream)
     (void)size, (void)device, (void)stream;
     if (!ptr)
         return;
-    pthread_mutex_lock(&torch_mu);
+    torch_lock();
     if (held_segments == 0) {
         pthread_mutex_unlock(&torch_mu);
         weft_error(WEFT_ERR_INVALID_ARGUMENT,
@@ -162,11 +209,18 @@ void weft_torch_free(void *ptr, ssize_t size, int device, void *stream)
     pthread_mutex_unlock(&torch_mu);
     if (!comm)
         return;
-    weft_status_t st = WEFT_SUCCESS;
+    /* A forked child's copy of the parent's communicator: no CUDA call (it cannot work there),
+     * and the count stays as it was (it is the parent's, copied). */
+    weft_status_t st = weft_comm_owned(comm, "weft_torch_free");
+    if (st != WEFT_SUCCESS) {
+        call_end(0, 0);
+        return;
+    }
     weft_cuda_prev_t prev;
     if (weft_cuda_device_enter(comm, "weft_torch_free", &prev) == WEFT_SUCCESS &&
-        weft_cuda_synchronize("weft_torch_free") == WEFT_SUCCESS)
-        st = weft_free(comm, ptr);
+        weft_cuda_synchronize("weft_torch_free") == WEFT_SUCCESS &&
+        (st = weft_free(comm, ptr)) != WEFT_SUCCESS)
+        weft_error_prefix(st, "weft_torch_free");
     weft_cuda_device_leave(prev);
     call_end(0, st != WEFT_ERR_INVALID_ARGUMENT);
 }

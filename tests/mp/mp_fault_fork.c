@@ -10,7 +10,8 @@
  *      WEFT_ERR_PEER_LOST within DETECT_LIMIT_S (the suite runs it with WEFT_TIMEOUT_S=60), then
  *      weft_comm_destroy must return promptly. Survivors print a PASS line; the victim's child
  *      outlives the job until weftrun kills what the ranks left behind. Needs 2 ranks.
- *   calls: rank 0 forks a child that calls the public functions on the inherited communicator.
+ *   calls: rank 0 forks a child that calls the public functions on the inherited communicator
+ *      (weft_torch_bind too, which before checked only the backend).
  *      Each must return WEFT_ERR_INVALID_ARGUMENT within CHILD_CALL_LIMIT_S, saying the
  *      communicator was forked (weft.h, "Fork"), while the weft memory the child inherited stays
  *      readable; the child reports through a pipe within CHILD_LIMIT_S. Then every rank
@@ -20,6 +21,7 @@
  * Run through mp_fault.sh: weftrun exits 137 after the SIGKILL, 0 otherwise.
  */
 #include "harness.h"
+#include "weft_torch.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -81,6 +83,9 @@ static void child_calls(mp_ctx_t *ctx, float *buf, int report_fd)
     t0 = mp_now_s();
     st = weft_free(comm, buf);
     expect_refused(ctx, st, mp_now_s() - t0, "weft_free");
+    t0 = mp_now_s();
+    st = weft_torch_bind(comm);
+    expect_refused(ctx, st, mp_now_s() - t0, "weft_torch_bind");
     t0 = mp_now_s();
     st = weft_comm_abort(comm);
     expect_refused(ctx, st, mp_now_s() - t0, "weft_comm_abort");
