@@ -276,7 +276,7 @@ weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store)
     }
     cs->fused_copy_bytes =
         cs->copy_engine == WEFT_COPY_ENGINE_ALWAYS ? 0 : env->cuda_fused_copy_bytes;
-    uint64_t unit = env->cuda_unit_bytes ? env->cuda_unit_bytes : (1u << 20);
+    uint64_t unit = env->cuda_unit_bytes; /* at least 1 (config.c) */
     int fanout = env->cuda_fanout > 0 ? env->cuda_fanout : cs->nblocks;
     for (int t = 0; t < WEFT_NUM_TIERS; t++) {
         cs->model.tier[t] = comm->model.tier[t];

@@ -50,7 +50,8 @@ static const cfg_row_t rows[] = {
     {"WEFT_NRANKS", "WORLD_SIZE", "-1", "", CFG_INT, OFF(nranks), NULL,
      "number of ranks in the job", NO_RANGE},
     {"WEFT_LOCAL_RANK", "LOCAL_RANK", "-1", "", CFG_INT, OFF(local_rank), NULL,
-     "rank within the node; picks the GPU on the CUDA backend (default: rank)", NO_RANGE},
+     "rank within the node; picks the GPU on the CUDA backend (-1: the rank)",
+     RANGE(-1, INT_MAX)},
     {"WEFT_MASTER_ADDR", "MASTER_ADDR", "127.0.0.1", "", CFG_STRING, OFF(master_addr), NULL,
      "address of the rendezvous store hosted by rank 0", NO_RANGE},
     {"WEFT_MASTER_PORT", "MASTER_PORT", "29500", "", CFG_INT, OFF(master_port), NULL,
@@ -134,7 +135,8 @@ static const cfg_row_t rows[] = {
      RANGE(1, 128)},
     {"WEFT_CUDA_UNIT_BYTES", NULL, "1M", "bytes", CFG_BYTES, OFF(cuda_unit_bytes), NULL,
      "CUDA: partitioner unit size (smaller so every block gets work, larger past the launch's "
-     "unit capacity)", NO_RANGE},
+     "unit capacity)",
+     RANGE(1, 1ull << 40)},
     {"WEFT_CUDA_FANOUT", NULL, "0", "blocks", CFG_INT, OFF(cuda_fanout), NULL,
      "CUDA: at most this many blocks read one peer at once (0: no cap)", RANGE(0, 65536)},
     {"WEFT_CUDA_MOE_BLOCKS", NULL, "0", "blocks", CFG_INT, OFF(cuda_moe_blocks), NULL,
@@ -159,7 +161,8 @@ static const cfg_row_t rows[] = {
      "a multiple of 256)",
      RANGE(0, 16777216)},
     {"WEFT_CUDA_CHUNK_BYTES", NULL, "64M", "bytes", CFG_BYTES, OFF(cuda_chunk_bytes), NULL,
-     "CUDA: device memory is registered in chunks of at least this size (doubling up to 1G)",
+     "CUDA: device memory is registered in chunks of at least this size (doubling up to 1G; 0: "
+     "every allocation is a chunk of its own)",
      NO_RANGE},
     {"WEFT_SEQ_START", NULL, "0", "", CFG_BYTES, OFF(seq_start), NULL,
      "For tests: every communicator's operation numbers (the host handshake's, and on CUDA the "

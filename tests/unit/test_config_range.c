@@ -1,7 +1,8 @@
 /*
  * test_config_range.c - numeric variables outside their accepted range, or not finite, keep
  * their default (with a warning) instead of reaching the library: a zero bandwidth, an infinite
- * latency, too many workers, a push limit above 16M, a zero partition unit, a first operation
+ * latency, too many workers, a push limit above 16M, a zero partition unit (host and CUDA), a
+ * local rank below -1, a first operation
  * number past 2^62 (by one: counts are compared exactly, not as doubles); values inside the
  * range still parse. Durations in ns are plain counts: a byte unit ("20K", once read as 20480 ns)
  * is malformed there. Blanks around a value are ignored, and a value of blanks only counts as
@@ -52,7 +53,9 @@ int main(void)
     setenv("WEFT_WAIT_YIELD_NS", "150000 ", 1);        /* a count, a blank after it: parsed */
     setenv("WEFT_CUDA_FANOUT", "-3", 1);               /* negative: default 0 */
     setenv("WEFT_CUDA_MOE_BLOCKS", "\t7", 1);          /* a blank before it: parsed */
-    setenv("WEFT_CUDA_UNIT_BYTES", " 2M\n", 1);        /* blanks around it: parsed */
+    setenv("WEFT_CUDA_UNIT_BYTES", "0", 1);            /* below 1: default 1M */
+    setenv("WEFT_LOCAL_RANK", "-7", 1);                /* below -1: default -1 (the rank) */
+    setenv("WEFT_CUDA_MAX_BLOCKS", " 24\n", 1);        /* blanks around it: parsed */
     setenv("WEFT_MASTER_ADDR", " ", 1);                /* blanks only: unset, so the fallback */
     setenv("MASTER_ADDR", "10.0.0.5", 1);
     /* 2^62 + 1: above 2^62, compared exactly (as a double it rounds to 2^62): default 0 */
@@ -102,7 +105,9 @@ int main(void)
     expect_u64("wait_yield_ns (150000)", env->wait_yield_ns, 150000);
     expect_u64("cuda_fanout (-3)", (uint64_t)env->cuda_fanout, 0);
     expect_u64("cuda_moe_blocks (\\t7)", (uint64_t)env->cuda_moe_blocks, 7);
-    expect_u64("cuda_unit_bytes ( 2M\\n)", env->cuda_unit_bytes, 2u << 20);
+    expect_u64("cuda_unit_bytes (0)", env->cuda_unit_bytes, 1u << 20);
+    expect_u64("local_rank (-7)", (uint64_t)(int64_t)env->local_rank, (uint64_t)(int64_t)-1);
+    expect_u64("cuda_max_blocks ( 24\\n)", (uint64_t)env->cuda_max_blocks, 24);
     if (strcmp(env->master_addr, "10.0.0.5") != 0) {
         printf("FAIL: master_addr = \"%s\", expected MASTER_ADDR's 10.0.0.5\n", env->master_addr);
         failures++;
