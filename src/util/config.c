@@ -16,6 +16,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "util/log.h"
 #include "util/parse_bytes.h"
 
 /* CFG_U64: a plain unsigned decimal count (durations in ns); CFG_BYTES also takes "64K". */
@@ -321,36 +322,46 @@ static int row_is_secret(const cfg_row_t *r)
     return strcmp(r->name, "WEFT_JOB_SECRET") == 0;
 }
 
+/* The warning about a row whose value from the environment (v) is not taken. */
+static void warn_row(const cfg_row_t *row, int parsed, const char *v)
+{
+    if (parsed == PARSE_MALFORMED && row_is_secret(row))
+        fprintf(stderr,
+                "weft WARN: %s (%zu bytes, not shown) is malformed; using the default \"%s\"\n",
+                row->name, strlen(v), row->def);
+    else if (parsed == PARSE_MALFORMED)
+        fprintf(stderr, "weft WARN: %s=\"%s\" is malformed; using the default \"%s\"\n", row->name,
+                v, row->def);
+    else if (parsed == PARSE_OUT_OF_RANGE) {
+        char lo[32], hi[32];
+        format_bound(row, row->lo, lo, sizeof lo);
+        format_bound(row, row->hi, hi, sizeof hi);
+        fprintf(stderr, "weft WARN: %s=\"%s\" is outside [%s, %s]; using the default \"%s\"\n",
+                row->name, v, lo, hi, row->def);
+    }
+}
+
 static void parse_all(void)
 {
+    int parsed[NROWS];
+    const char *given[NROWS];
     for (size_t i = 0; i < NROWS; i++)
         (void)parse_row(&rows[i], rows[i].def); /* defaults are valid by construction */
     for (size_t i = 0; i < NROWS; i++) {
         char buf[512];
-        const char *v = row_env(&rows[i]);
-        int parsed = v ? parse_row(&rows[i], trimmed(v, buf, sizeof buf)) : PARSE_OK;
-        if (parsed == PARSE_MALFORMED && row_is_secret(&rows[i]))
-            fprintf(stderr,
-                    "weft WARN: %s (%zu bytes, not shown) is malformed; using the default "
-                    "\"%s\"\n",
-                    rows[i].name, strlen(v), rows[i].def);
-        else if (parsed == PARSE_MALFORMED)
-            fprintf(stderr, "weft WARN: %s=\"%s\" is malformed; using the default \"%s\"\n",
-                    rows[i].name, v, rows[i].def);
-        else if (parsed == PARSE_OUT_OF_RANGE) {
-            char lo[32], hi[32];
-            format_bound(&rows[i], rows[i].lo, lo, sizeof lo);
-            format_bound(&rows[i], rows[i].hi, hi, sizeof hi);
-            fprintf(stderr, "weft WARN: %s=\"%s\" is outside [%s, %s]; using the default \"%s\"\n",
-                    rows[i].name, v, lo, hi, rows[i].def);
-        }
+        given[i] = row_env(&rows[i]);
+        parsed[i] = given[i] ? parse_row(&rows[i], trimmed(given[i], buf, sizeof buf)) : PARSE_OK;
     }
+    /* Said once every row is parsed, so that WEFT_LOG_LEVEL (a row too) silences them. */
+    int warn = env.log_level >= WEFT_LOG_WARN;
+    for (size_t i = 0; i < NROWS && warn; i++)
+        warn_row(&rows[i], parsed[i], given[i]);
     /* torchrun (it sets TORCHELASTIC_RUN_ID) keeps its own store listening on MASTER_PORT for
      * the whole job: weft's store takes the next port, the same on every rank. */
     if (!is_set("WEFT_MASTER_PORT") && is_set("MASTER_PORT") && is_set("TORCHELASTIC_RUN_ID")) {
         if (env.master_port < 65535)
             env.master_port++;
-        else
+        else if (warn)
             fprintf(stderr, "weft WARN: MASTER_PORT=65535 under torchrun: weft's store cannot "
                             "take the next port and meets torchrun's; set WEFT_MASTER_PORT\n");
     }
