@@ -17,8 +17,8 @@
  * such a communicator returns WEFT_ERR_INVALID_ARGUMENT, saying it was forked, and touches
  * nothing of it: weft_comm_destroy and weft_comm_abort too (the child's copy is left as it is,
  * and the parent's communicator stays usable in the parent), as well as weft_malloc, weft_free,
- * weft_get_stats, the collectives and MoE calls, and weft_moe_handle_destroy of a CUDA backend
- * handle still attached to it; only weft_comm_rank, weft_comm_size, weft_comm_backend and
+ * weft_get_stats, the collectives and MoE calls, weft_moe_handle_destroy of a CUDA backend
+ * handle still attached to it, and weft_torch_bind (weft_torch.h); only weft_comm_rank, weft_comm_size, weft_comm_backend and
  * weft_comm_device still answer. Memory from weft_malloc on the host backend stays mapped in the
  * child (arrays over it still read; writes reach the memory the ranks share) until the parent
  * frees it; from then on the child's view never shows a later allocation, and its writes there

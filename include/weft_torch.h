@@ -12,6 +12,10 @@
  * different threads run concurrently (a free waiting for the device holds up no allocation);
  * binding waits for those in flight on other threads.
  *
+ * Fork (weft.h): in a forked child, weft_torch_bind of the parent's communicator, and an
+ * allocation or free while it is bound, fail with WEFT_ERR_INVALID_ARGUMENT (the free's in
+ * weft_last_error()) before any CUDA call.
+ *
  * This header compiles alone, as C11 and as C++.
  */
 #ifndef WEFT_TORCH_H

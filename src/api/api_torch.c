@@ -59,7 +59,10 @@ static void torch_after_fork_child(void)
 {
     in_flight = 0;
     binding = 0;
-    pthread_cond_init(&torch_cv, NULL); /* no thread of the child waits on it */
+    /* The child's copy may still count the parent's waiters, on which a broadcast of some glibc
+     * versions blocks: no thread of the child waits on it, so it starts afresh (re-initialising
+     * it, formally undefined, only overwrites it on glibc and musl). */
+    pthread_cond_init(&torch_cv, NULL);
     pthread_mutex_unlock(&torch_mu);
 }
 

@@ -65,6 +65,7 @@ int main(void)
     memcpy(secret, "TOPSECRET", 9);
     secret[sizeof secret - 1] = '\0';
     setenv("WEFT_JOB_SECRET", secret, 1);
+    setenv("WEFT_LOG_LEVEL", "warn", 1); /* the warnings must be printed, whatever ctest inherits */
     /* The warnings go to stderr: read them from a file standing in for it. */
     FILE *cap = tmpfile();
     int saved = dup(2);
