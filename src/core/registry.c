@@ -342,17 +342,34 @@ static void peer_lost(weft_registry_t *reg, int peer, const char *why)
 
 static void receive_from(weft_registry_t *reg, int peer);
 
+/* A retry parked until *at_ns (0: none): whether it may run now (then *at_ns is cleared). */
+static int retry_due(uint64_t *at_ns)
+{
+    if (*at_ns != 0) {
+        if (weft_now_ns() < *at_ns)
+            return 0; /* poll's timeout will bring us back (wake_at) */
+        *at_ns = 0;
+    }
+    return 1;
+}
+
+/* timeout_ms (-1: none) lowered to wake the registrar by at_ns (0: nothing parked). */
+static int wake_at(int timeout_ms, uint64_t at_ns, uint64_t now)
+{
+    if (at_ns == 0)
+        return timeout_ms;
+    int ms = at_ns > now ? (int)((at_ns - now) / 1000000 + 1) : 0;
+    return timeout_ms < 0 || ms < timeout_ms ? ms : timeout_ms;
+}
+
 /* Send what is queued for peer, as far as its socket takes it. A transient failure (the kernel
  * short of buffers or of room for descriptors in flight) leaves the message queued and parks the
  * outbox until retry_ns[peer]; the waits for its acknowledgement keep their own deadlines. */
 static void flush_outbox(weft_registry_t *reg, int peer)
 {
     outbox_t *ob = &reg->out[peer];
-    if (reg->retry_ns[peer] != 0) {
-        if (weft_now_ns() < reg->retry_ns[peer])
-            return;
-        reg->retry_ns[peer] = 0;
-    }
+    if (!retry_due(&reg->retry_ns[peer]))
+        return;
     while (ob->head < ob->n && !reg->closed[peer]) {
         outmsg_t *m = &ob->msgs[ob->head];
         weft_status_t st = weft_ctrl_send(reg->socks[peer], &m->msg, m->sfd ? m->sfd->fd : -1);
@@ -489,11 +506,8 @@ static void run_queue(weft_registry_t *reg)
         job_t *job = &reg->queue.data[reg->queue_head];
         if (job->type == WEFT_CTRL_REG && reg->inflight.n >= reg->backlog)
             return; /* an acknowledgement will bring us back (handle_ack) */
-        if (reg->export_retry_ns != 0) {
-            if (weft_now_ns() < reg->export_retry_ns)
-                return; /* poll's timeout will bring us back */
-            reg->export_retry_ns = 0;
-        }
+        if (!retry_due(&reg->export_retry_ns))
+            return;
         if (!run_job(reg, job))
             return; /* parked until export_retry_ns */
         reg->queue_head++;
@@ -719,23 +733,15 @@ static void *registrar_main(void *arg)
         pfds[n] = (struct pollfd){.fd = reg->efd, .events = POLLIN};
         who[n++] = -1;
         uint64_t now = weft_now_ns();
-        if (reg->export_retry_ns != 0) { /* the queue's head waits to retry its export */
-            int ms =
-                reg->export_retry_ns > now ? (int)((reg->export_retry_ns - now) / 1000000 + 1) : 0;
-            if (timeout_ms < 0 || ms < timeout_ms)
-                timeout_ms = ms;
-        }
+        timeout_ms = wake_at(timeout_ms, reg->export_retry_ns, now); /* the queue's head */
         for (int p = 0; p < reg->nranks; p++) {
             if (p == reg->rank || reg->closed[p])
                 continue;
             short ev = POLLIN;
-            if (reg->retry_ns[p] != 0) { /* parked: wake up when it may retry */
-                int ms = reg->retry_ns[p] > now ? (int)((reg->retry_ns[p] - now) / 1000000 + 1) : 0;
-                if (timeout_ms < 0 || ms < timeout_ms)
-                    timeout_ms = ms;
-            } else if (reg->out[p].head < reg->out[p].n) {
+            if (reg->retry_ns[p] != 0) /* parked: wake up when it may retry */
+                timeout_ms = wake_at(timeout_ms, reg->retry_ns[p], now);
+            else if (reg->out[p].head < reg->out[p].n)
                 ev |= POLLOUT;
-            }
             pfds[n] = (struct pollfd){.fd = reg->socks[p], .events = ev};
             who[n++] = p;
         }
