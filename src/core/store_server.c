@@ -22,9 +22,9 @@
  * backlog, and retry until their deadline). On stop the server keeps serving until every rank
  * has connected and disconnected, or the deadline passes; after rank 0 failed
  * (WEFT_STORE_STOP_FAIL) it closes every connection that waits for a missing key, and every
- * rank's connection STORE_FAIL_LINGER_NS later. A rank's
- * connection that the client ends without LEAVE or FAIL (store_proto.h) breaks the rendezvous:
- * every rank's connection is closed, and a later one at its first request.
+ * rank's connection STORE_FAIL_LINGER_NS later. A rank's connection that the client ends
+ * without LEAVE or FAIL (store_proto.h) breaks the rendezvous: every rank's connection is
+ * closed, and a later one at its first request.
  *
  * Thread safety: the server thread shares nothing with the thread that starts and stops it but
  * the eventfd it is woken through; its structures are created before it starts and freed after
@@ -327,6 +327,14 @@ static void fail_pending(weft_store_server_t *s, int rank)
         p->conn->dead = 1; /* reap_dead frees them */
 }
 
+/* Close every rank's connection open now (reap_dead frees them). */
+static void close_ranked(weft_store_server_t *s)
+{
+    for (size_t i = 0; i < s->nconns; i++)
+        if (s->conns[i]->rank >= 0)
+            s->conns[i]->dead = 1;
+}
+
 /* STORE_FAIL_LINGER_NS after a FAIL: close every rank's connection open now, so that a rank
  * waiting on something else than the store (weft_store_fd) learns of the failure; a rank that
  * connects later still reads what exists (store_proto.h). */
@@ -335,9 +343,7 @@ static void close_after_fail(weft_store_server_t *s, uint64_t now)
     if (s->fail_close_ns == 0 || s->fail_close_ns == UINT64_MAX || now < s->fail_close_ns)
         return;
     s->fail_close_ns = UINT64_MAX;
-    for (size_t i = 0; i < s->nconns; i++)
-        if (s->conns[i]->rank >= 0)
-            s->conns[i]->dead = 1;
+    close_ranked(s);
 }
 
 /* Whether c still owes its client an answer: a GET parked for its key, or output not yet sent.
@@ -645,9 +651,7 @@ static void break_rendezvous(weft_store_server_t *s, int rank)
     s->broken = 1;
     if (s->failed_rank < 0)
         s->failed_rank = rank;
-    for (size_t i = 0; i < s->nconns; i++)
-        if (s->conns[i]->rank >= 0)
-            s->conns[i]->dead = 1;
+    close_ranked(s);
 }
 
 /* Free dead connections and the GETs they left pending. */
