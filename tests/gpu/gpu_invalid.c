@@ -5,17 +5,19 @@
  * device buffers, with the test's stream passed to every call (a stream is valid on this
  * backend, so the host backend's "stream must be NULL" rows are left out): each bad call must
  * return WEFT_ERR_INVALID_ARGUMENT at once, with a weft_last_error() text naming the function,
- * and leave the communicator usable: a valid all_reduce on the stream right after each row must
- * give the exact result. The foreign pointers weft_free must refuse are cudaMalloc'd and host
- * malloc'd memory. Valid edge cases must succeed: count 0 with NULL buffers, a 0-byte
- * weft_malloc, weft_free(NULL), the legacy default stream (NULL) for a collective, and a
- * collective while the caller's own failed cudaMalloc is pending (which it leaves pending). Then
- * the mismatched calls of cases.h (mp_mismatch_run, shared with mp_mismatch) on the stream: every
- * rank must get WEFT_ERR_MISMATCH before any launch, so nothing may move (both buffers, poisoned
- * before each case, keep their contents on every rank once the stream is idle, as in mp_mismatch),
- * and the valid all_reduce after each case must be exact; the all-reduce thresholds are set to the
- * one-GPU defaults, which that table's in-place case needs, wherever the ranks run. Under each
- * registration mode.
+ * write nothing (before each row the fixture's output buffer is poisoned and its input filled with
+ * fresh random bytes; once the stream is idle after it, both are read back: the output must still
+ * be all poison and the input unchanged, as in mp_invalid), and leave the communicator usable: a
+ * valid all_reduce on the stream right after each row must give the exact result. The foreign
+ * pointers weft_free must refuse are cudaMalloc'd and host malloc'd memory. Valid edge cases must
+ * succeed: count 0 with NULL buffers, a 0-byte weft_malloc, weft_free(NULL), the legacy default
+ * stream (NULL) for a collective, and a collective while the caller's own failed cudaMalloc is
+ * pending (which it leaves pending). Then the mismatched calls of cases.h (mp_mismatch_run, shared
+ * with mp_mismatch) on the stream: every rank must get WEFT_ERR_MISMATCH before any launch, so
+ * nothing may move (both buffers, poisoned before each case, keep their contents on every rank once
+ * the stream is idle, as in mp_mismatch), and the valid all_reduce after each case must be exact;
+ * the all-reduce thresholds are set to the one-GPU defaults, which that table's in-place case
+ * needs, wherever the ranks run. Under each registration mode.
  */
 #include "../mp/cases.h"
 #include "gpu_harness.h"
@@ -50,11 +52,53 @@ static void valid_all_reduce(gpu_ctx_t *g, const mp_args_fixture_t *f, const cha
         mp_red_check_result(ctx, "recvbuf", out, WEFT_INT32, WEFT_SUM, 0, MP_ARGS_ELEMS);
 }
 
-/* After each row of the table: a valid all_reduce on the test's stream. */
+/* Bytes of each of the fixture's weft_malloc buffers (cases.h). */
+#define FIXTURE_BYTES (2 * MP_ARGS_ELEMS * 8)
+
+/* What a row may not change: f->reg as the row found it. */
+typedef struct rows_state {
+    gpu_ctx_t *g;
+    unsigned char input[FIXTURE_BYTES];
+    unsigned char host[FIXTURE_BYTES]; /* a buffer read back */
+} rows_state_t;
+
+/* Before a row, in stream order: fresh random bytes in f->reg (the rows' input, and their
+ * output where the buffers overlap), kept in st->input, and poison in all of f->reg2 (the rows'
+ * output). */
+static void arm_row(rows_state_t *st, const mp_args_fixture_t *f)
+{
+    gpu_ctx_t *g = st->g;
+    mp_raw_fill(&g->mp, WEFT_UINT64, g->mp.rank, 0, FIXTURE_BYTES / 8, st->input);
+    gpu_cuda_ok(
+        g, cudaMemcpyAsync(f->reg, st->input, FIXTURE_BYTES, cudaMemcpyHostToDevice, g->stream),
+        "cudaMemcpyAsync");
+    gpu_cuda_ok(g, cudaMemsetAsync(f->reg2, 0xA5, FIXTURE_BYTES, g->stream), "cudaMemsetAsync");
+    gpu_sync(g, "arming a row"); /* st->input is rewritten before the copy could have read it */
+}
+
+/* After each row of the table: it wrote nothing (once the stream is idle, so that a launch the
+ * rejected call should not have made would have finished), then a valid all_reduce on the test's
+ * stream; then arm the next row. */
 static void after_row(void *arg, const mp_args_fixture_t *f, const char *what)
 {
-    gpu_ctx_t *g = arg;
+    rows_state_t *st = arg;
+    gpu_ctx_t *g = st->g;
+    mp_ctx_t *ctx = &g->mp;
+    gpu_sync(g, what);
+    gpu_cuda_ok(g, cudaMemcpy(st->host, f->reg2, FIXTURE_BYTES, cudaMemcpyDeviceToHost),
+                "cudaMemcpy");
+    mp_check_poison(ctx, "f->reg2 (output) after the rejected call", st->host, FIXTURE_BYTES);
+    gpu_cuda_ok(g, cudaMemcpy(st->host, f->reg, FIXTURE_BYTES, cudaMemcpyDeviceToHost),
+                "cudaMemcpy");
+    size_t first = 0;
+    while (first < FIXTURE_BYTES && st->host[first] == st->input[first])
+        first++;
+    mp_check(ctx, first == FIXTURE_BYTES,
+             "f->reg (input) changed by the rejected call: byte %zu is 0x%02x, was 0x%02x", first,
+             first < FIXTURE_BYTES ? st->host[first] : 0,
+             first < FIXTURE_BYTES ? st->input[first] : 0);
     valid_all_reduce(g, f, what, g->stream);
+    arm_row(st, f);
 }
 
 #define A_BYTE 0x11 /* the contents of a and b during a mismatched call */
@@ -166,7 +210,9 @@ int main(void)
         f.foreign[f.nforeign++] = (mp_args_foreign_t){cuda, "weft_free of cudaMalloc'd memory"};
         f.foreign[f.nforeign++] = (mp_args_foreign_t){f.plain, "weft_free of host malloc'd memory"};
         valid_all_reduce(&g, &f, "communicator creation", g.stream);
-        mp_args_run_invalid(ctx, &f, after_row, &g);
+        rows_state_t st = {.g = &g};
+        arm_row(&st, &f);
+        mp_args_run_invalid(ctx, &f, after_row, &st);
         valid_edges(&g, &f);
         if (ctx->nranks > 1)
             mismatches(&g, &f);
