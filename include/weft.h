@@ -18,13 +18,13 @@
  * nothing of it: weft_comm_destroy and weft_comm_abort too (the child's copy is left as it is,
  * and the parent's communicator stays usable in the parent), as well as weft_malloc, weft_free,
  * weft_get_stats, the collectives and MoE calls, weft_moe_handle_destroy of a CUDA backend
- * handle still attached to it, and weft_torch_bind (weft_torch.h); only weft_comm_rank, weft_comm_size, weft_comm_backend and
- * weft_comm_device still answer. Memory from weft_malloc on the host backend stays mapped in the
- * child (arrays over it still read; writes reach the memory the ranks share) until the parent
- * frees it; from then on the child's view never shows a later allocation, and its writes there
- * reach no live allocation. A child may create communicators of its own. Only fork() runs the
- * handler: a child made by vfork or posix_spawn keeps the descriptors until it execs (they are
- * close-on-exec). CUDA itself cannot be used in a forked child.
+ * handle still attached to it, and weft_torch_bind (weft_torch.h); only weft_comm_rank,
+ * weft_comm_size, weft_comm_backend and weft_comm_device still answer. Memory from weft_malloc on
+ * the host backend stays mapped in the child (arrays over it still read; writes reach the memory
+ * the ranks share) until the parent frees it; from then on the child's view never shows a later
+ * allocation, and its writes there reach no live allocation. A child may create communicators of
+ * its own. Only fork() runs the handler: a child made by vfork or posix_spawn keeps the descriptors
+ * until it execs (they are close-on-exec). CUDA itself cannot be used in a forked child.
  *
  * This header compiles alone, as C11 and as C++.
  */
@@ -386,8 +386,9 @@ WEFT_API weft_status_t weft_moe_handle_destroy(weft_moe_handle_t handle);
  * ------------------------------------------------------------------------------------------- */
 typedef struct weft_stats {
     uint64_t registrations_started, registrations_completed, bytes_registered;
-    uint64_t first_use_waits;   /* collectives that had to wait for a registration */
-    uint64_t first_use_wait_ns; /* total time spent in those waits */
+    /* Operations that had to wait for a registration of a buffer they use (once per operation,
+     * however many of its buffers it waited for), and the time they spent waiting. */
+    uint64_t first_use_waits, first_use_wait_ns;
     /* Every successful operation counts once on each rank, in exactly one of zero_copy_ops,
      * staged_ops and inline_ops. staged: this rank copied a buffer that peers read through the
      * registered staging scratch, because it was not weft_malloc memory or the registration mode

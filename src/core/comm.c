@@ -478,15 +478,17 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, uint32_t generation,
                              : infos[r].numa == mine.numa ? WEFT_TIER_PEER
                                                           : WEFT_TIER_REMOTE_NUMA;
     }
-    /* Each acquire is a wait of its own, but init as a whole ends by its deadline (weft.h). */
+    /* Each acquire is a wait of its own, but init as a whole ends by its deadline (weft.h). Its
+     * waits are no collective's first use: not counted. */
     weft_wait_ctx_t ctx = {.comm = comm, .cap_ns = deadline, .what = "weft_comm_init"};
     int ready;
-    st = weft_comm_acquire(comm, comm->staging, comm->staging_bytes, &ctx, &ready);
+    uint64_t waited_ns = 0;
+    st = weft_comm_acquire(comm, comm->staging, comm->staging_bytes, &ctx, &ready, &waited_ns);
     if (st == WEFT_SUCCESS && cfg.backend == WEFT_BACKEND_CUDA) {
         st = weft_cuda_comm_setup(comm, store);
         if (st == WEFT_SUCCESS)
             st = weft_comm_acquire(comm, weft_cuda_ctl(comm), weft_cuda_ctl_bytes(comm), &ctx,
-                                   &ready);
+                                   &ready, &waited_ns);
     }
     if (st != WEFT_SUCCESS)
         goto err_destroy_registry;
@@ -606,23 +608,20 @@ weft_status_t weft_comm_teardown(struct weft_comm *comm)
 }
 
 weft_status_t weft_comm_acquire(struct weft_comm *comm, const void *ptr, size_t bytes,
-                                weft_wait_ctx_t *ctx, int *ready_out)
+                                weft_wait_ctx_t *ctx, int *ready_out, uint64_t *waited_ns)
 {
     weft_buf_state_t state;
     uint64_t waited;
     weft_status_t st =
         weft_registry_acquire(comm->registry, ptr, bytes, &comm->wait_policy, weft_comm_check,
                               weft_wait_begin(ctx), &state, &waited);
-    if (waited > 0) {
-        atomic_fetch_add_explicit(&comm->stats.first_use_waits, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&comm->stats.first_use_wait_ns, waited, memory_order_relaxed);
-    }
+    *waited_ns += waited;
     *ready_out = state == WEFT_BUF_READY;
     return st;
 }
 
 weft_status_t weft_comm_staging(struct weft_comm *comm, size_t bytes, weft_wait_ctx_t *ctx,
-                                void **ptr_out)
+                                void **ptr_out, uint64_t *waited_ns)
 {
     if (bytes > comm->staging_bytes) {
         size_t grown = comm->staging_bytes * 2 > bytes ? comm->staging_bytes * 2 : bytes;
@@ -647,7 +646,7 @@ weft_status_t weft_comm_staging(struct weft_comm *comm, size_t bytes, weft_wait_
         comm->staging_bytes = grown;
     }
     int ready;
-    weft_status_t st = weft_comm_acquire(comm, comm->staging, bytes, ctx, &ready);
+    weft_status_t st = weft_comm_acquire(comm, comm->staging, bytes, ctx, &ready, waited_ns);
     if (st != WEFT_SUCCESS)
         return st;
     *ptr_out = comm->staging;

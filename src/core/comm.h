@@ -357,16 +357,18 @@ void weft_comm_abort_leave(struct weft_comm *comm);
 void weft_comm_mark_aborted(struct weft_comm *comm);
 
 /* A registered scratch area of at least bytes for the staged path, grown (registered anew, the
- * wait counted as a first-use wait) when too small; on the CUDA backend an outgrown one is kept
- * until destroy (captured graphs use its address). Local: peers learn the address through the
- * handshake. Statuses: WEFT_ERR_NO_MEMORY, wait errors. */
+ * wait for it added to *waited_ns as by weft_comm_acquire) when too small; on the CUDA backend an
+ * outgrown one is kept until destroy (captured graphs use its address). Local: peers learn the
+ * address through the handshake. Statuses: WEFT_ERR_NO_MEMORY, wait errors. */
 weft_status_t weft_comm_staging(struct weft_comm *comm, size_t bytes, weft_wait_ctx_t *ctx,
-                                void **ptr_out);
+                                void **ptr_out, uint64_t *waited_ns);
 
 /* Make [ptr, ptr + bytes) readable by peers at the same address if it is registered memory
- * (waiting for its registration if needed, counted in the statistics); *ready_out = 1 then, 0 if
- * the caller must stage it. */
+ * (waiting for its registration if needed); *ready_out = 1 then, 0 if the caller must stage it.
+ * The time spent waiting is added to *waited_ns (nothing when it did not wait); the caller counts
+ * it in the statistics: an operation counts one first-use wait however many of its buffers it
+ * waited for (weft_op_end). */
 weft_status_t weft_comm_acquire(struct weft_comm *comm, const void *ptr, size_t bytes,
-                                weft_wait_ctx_t *ctx, int *ready_out);
+                                weft_wait_ctx_t *ctx, int *ready_out, uint64_t *waited_ns);
 
 #endif /* WEFT_CORE_COMM_H */

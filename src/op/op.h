@@ -45,6 +45,7 @@ typedef struct weft_op {
     int posted;               /* its descriptor went to the peers (weft_op_exchange) */
     int staged;               /* some source went through the staging scratch */
     int remote_stores;        /* the work writes into peers' buffers (counted in the stats) */
+    uint64_t first_use_ns;    /* time spent waiting for its buffers' registrations */
     weft_cuda_copy_t pending; /* CUDA: a local copy the next launch runs (weft_op_local_copy) */
     weft_cuda_push_t push;    /* CUDA: the push path's payloads for the next launch (coll_push.c) */
     weft_cuda_usage_t usage;  /* CUDA: what its launches held of the GPU (counted in the stats) */
@@ -59,15 +60,17 @@ typedef struct weft_op {
 weft_status_t weft_op_begin(struct weft_comm *comm, const char *call, void *stream, weft_op_t *op);
 
 /* Finish: give the caller's device back; count the operation (zero-copy, staged or inline; on CUDA
- * also its usage); on WEFT_ERR_PEER_LOST / TIMEOUT / ABORTED / INTERNAL store the status so every
- * later call returns it; let the next operation begin. A failure before the descriptor went to the
- * peers (out of staging memory, say) is fatal too, and closes the connections: the peers wait in
- * the handshake for a descriptor that will never come, and this rank's sequence number has moved on
- * without theirs; they see WEFT_ERR_PEER_LOST at once instead of their timeout. Returns st. */
+ * also its usage; a first-use wait if it waited for any registration, whatever its status); on
+ * WEFT_ERR_PEER_LOST / TIMEOUT / ABORTED / INTERNAL store the status so every later call returns
+ * it; let the next operation begin. A failure before the descriptor went to the peers (out of
+ * staging memory, say) is fatal too, and closes the connections: the peers wait in the handshake
+ * for a descriptor that will never come, and this rank's sequence number has moved on without
+ * theirs; they see WEFT_ERR_PEER_LOST at once instead of their timeout. Returns st. */
 weft_status_t weft_op_end(weft_op_t *op, weft_status_t st, int inline_payload);
 
 /* Whether [ptr, ptr + bytes) is registered memory readable by every peer at the same address
- * (waiting for its registration if needed; the wait is counted as a first use). With a single
+ * (waiting for its registration if needed; the wait makes the operation a first use, counted once
+ * by weft_op_end). With a single
  * rank nothing is read remotely: always ready. */
 weft_status_t weft_op_acquire(weft_op_t *op, const void *ptr, size_t bytes, int *ready_out);
 

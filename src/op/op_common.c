@@ -44,6 +44,11 @@ static weft_status_t op_finish(weft_op_t *op, weft_status_t st, int inline_paylo
 {
     struct weft_comm *comm = op->comm;
     weft_registry_reads_done(comm->registry);
+    if (op->first_use_ns > 0) { /* once, however many of its buffers it waited for */
+        atomic_fetch_add_explicit(&comm->stats.first_use_waits, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&comm->stats.first_use_wait_ns, op->first_use_ns,
+                                  memory_order_relaxed);
+    }
     if (st == WEFT_SUCCESS && op->pending.bytes > 0)
         st = weft_error(WEFT_ERR_INTERNAL, "%s: a local copy was never issued", op->call);
     /* The communicator's state first, then the next operation may begin (another thread's
@@ -97,7 +102,8 @@ weft_status_t weft_op_acquire(weft_op_t *op, const void *ptr, size_t bytes, int 
         *ready_out = 1;
         return WEFT_SUCCESS;
     }
-    weft_status_t st = weft_comm_acquire(op->comm, ptr, bytes, &op->wait, ready_out);
+    weft_status_t st =
+        weft_comm_acquire(op->comm, ptr, bytes, &op->wait, ready_out, &op->first_use_ns);
     if (st != WEFT_SUCCESS) /* the registry's message does not know the call */
         return weft_error_prefix(st, op->call);
     return WEFT_SUCCESS;
@@ -106,7 +112,7 @@ weft_status_t weft_op_acquire(weft_op_t *op, const void *ptr, size_t bytes, int 
 weft_status_t weft_op_stage(weft_op_t *op, size_t bytes, uint8_t **base_out)
 {
     void *base;
-    weft_status_t st = weft_comm_staging(op->comm, bytes, &op->wait, &base);
+    weft_status_t st = weft_comm_staging(op->comm, bytes, &op->wait, &base, &op->first_use_ns);
     if (st != WEFT_SUCCESS)
         return st;
     op->staged = 1;

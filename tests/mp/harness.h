@@ -354,7 +354,8 @@ void mp_check_registration_invariants(mp_ctx_t *ctx, const weft_stats_t *s, cons
 /* The first-use counters of two uses of the same fresh weft_malloc buffers under ctx->reg (roa
  * or jit): s0 before the first use, s1 between them, s2 after the second. roa (the caller waited
  * until every registration started had completed, mp_check_registrations_settle): the first use
- * waited for nothing; jit: it counted a wait, with time; the second use counted none. */
+ * waited for nothing; jit: it counted exactly one wait (one operation), with time; the second use
+ * counted none. */
 void mp_check_first_use_waits(mp_ctx_t *ctx, const weft_stats_t *s0, const weft_stats_t *s1,
                               const weft_stats_t *s2);
 
