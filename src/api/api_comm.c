@@ -34,7 +34,10 @@ weft_status_t weft_comm_init(weft_comm_t *comm, const weft_config_t *cfg)
     uint32_t generation = weft_comm_take_generation();
     if (!comm)
         return weft_error(WEFT_ERR_INVALID_ARGUMENT, "weft_comm_init: comm is NULL");
-    return weft_comm_create(cfg, generation, comm);
+    weft_status_t st = weft_comm_create(cfg, generation, comm);
+    if (st != WEFT_SUCCESS) /* inner steps (the store, the registry) do not know the call */
+        weft_error_prefix(st, "weft_comm_init");
+    return st;
 }
 
 weft_status_t weft_comm_destroy(weft_comm_t comm)
@@ -114,6 +117,8 @@ weft_status_t weft_malloc(weft_comm_t comm, void **ptr, size_t bytes)
     if (st == WEFT_SUCCESS)
         st = weft_registry_alloc(comm->registry, bytes, 0, ptr);
     weft_cuda_device_leave(prev);
+    if (st != WEFT_SUCCESS) /* the registry's and the provider's messages do not know the call */
+        weft_error_prefix(st, "weft_malloc");
     return st;
 }
 
@@ -132,6 +137,8 @@ weft_status_t weft_free(weft_comm_t comm, void *ptr)
     if (st == WEFT_SUCCESS)
         st = weft_registry_free(comm->registry, ptr);
     weft_cuda_device_leave(prev);
+    if (st != WEFT_SUCCESS) /* the registry's messages do not know the call */
+        weft_error_prefix(st, "weft_free");
     return st;
 }
 

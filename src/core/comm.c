@@ -464,8 +464,10 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, uint32_t generation,
     /* Staging scratch: internal, registered at once; weft_registry_destroy unmaps it. */
     comm->staging_bytes = env->staging_bytes; /* at least 4096 (config.c) */
     st = weft_registry_alloc(comm->registry, comm->staging_bytes, 1, &comm->staging);
-    if (st != WEFT_SUCCESS)
+    if (st != WEFT_SUCCESS) {
+        weft_error_prefix(st, "the staging scratch (WEFT_STAGING_BYTES)");
         goto err_destroy_registry;
+    }
 
     unsigned cpu = 0, node = 0;
     (void)getcpu(&cpu, &node);
@@ -497,10 +499,8 @@ weft_status_t weft_comm_create(const weft_config_t *cfg_in, uint32_t generation,
      * whole (weft.h: init fails on every rank or on none). Listed, the communicator can be
      * aborted, but only through a pointer no caller has before we return. */
     st = comm->exec_ops->create(cfg.host_workers, &comm->wait_policy, &comm->exec);
-    if (st != WEFT_SUCCESS) {
-        weft_error_prefix(st, "weft_comm_init"); /* the executor's message names itself */
+    if (st != WEFT_SUCCESS)
         goto err_destroy_registry;
-    }
     if (live_add(comm) != 0) {
         st = weft_error(WEFT_ERR_NO_MEMORY, "weft_comm_init: the list of live communicators");
         goto err_destroy_exec;

@@ -199,8 +199,10 @@ weft_status_t weft_cuda_comm_setup(struct weft_comm *comm, weft_store_t *store)
     cs->ctl_bytes = sizeof(weft_cuda_ctl_t) + cs->push_headers + 5 * n * push;
     void *ctl;
     st = weft_registry_alloc(comm->registry, cs->ctl_bytes, 1, &ctl);
-    if (st != WEFT_SUCCESS)
+    if (st != WEFT_SUCCESS) {
+        weft_error_prefix(st, "the device control block");
         goto out;
+    }
     err = cudaMemset(ctl, 0, cs->ctl_bytes);
     if (err == cudaSuccess)
         err = cudaDeviceSynchronize();

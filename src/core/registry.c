@@ -948,15 +948,15 @@ static weft_status_t add_chunk(weft_registry_t *reg, size_t bytes, int internal,
 {
     uintptr_t addr;
     if (weft_heap_take_range(&reg->heap, bytes, &addr) != 0)
-        return weft_error(WEFT_ERR_NO_MEMORY,
-                          "weft_malloc: no %zu bytes left in this rank's window slice", bytes);
+        return weft_error(WEFT_ERR_NO_MEMORY, "no %zu bytes left in this rank's window slice",
+                          bytes);
     weft_mem_seg_t seg = {.fd = -1};
     weft_status_t st = WEFT_SUCCESS;
     int sparse = reg->file.fd >= 0;
     if (sparse) {
         if (reg->file.bytes - reg->file_next < bytes) {
             st = weft_error(WEFT_ERR_NO_MEMORY,
-                            "weft_malloc: this rank's memfd has no unused %zu bytes left (%zu "
+                            "this rank's memfd has no unused %zu bytes left (%zu "
                             "bytes were handed out, and are never reused)",
                             bytes, reg->file_next);
             goto err_give;
@@ -977,7 +977,7 @@ static weft_status_t add_chunk(weft_registry_t *reg, size_t bytes, int internal,
         goto err_give;
     weft_chunk_t *c = weft_heap_add_chunk(&reg->heap, addr, bytes, seg, 0, internal);
     if (!c) {
-        st = weft_error(WEFT_ERR_NO_MEMORY, "weft_malloc: chunk table");
+        st = weft_error(WEFT_ERR_NO_MEMORY, "out of memory for the chunk table");
         goto err_unmap;
     }
     c->file_offset = seg.offset;
@@ -985,7 +985,7 @@ static weft_status_t add_chunk(weft_registry_t *reg, size_t bytes, int internal,
         c->ticket = push_job(reg, WEFT_CTRL_REG, addr, bytes, seg);
         if (c->ticket == 0) {
             (void)weft_heap_remove_chunk(&reg->heap, c);
-            st = weft_error(WEFT_ERR_NO_MEMORY, "weft_malloc: registration queue");
+            st = weft_error(WEFT_ERR_NO_MEMORY, "out of memory for the registration queue");
             goto err_unmap;
         }
         c->seg = (weft_mem_seg_t){.fd = -1}; /* the job owns the segment now */
@@ -1085,7 +1085,7 @@ static weft_status_t new_chunk_tries(weft_registry_t *reg, size_t size, int inte
     size_t released = release_empty_chunks(reg);
     reclaim_pending(reg); /* what the peers acknowledged already (with one rank: everything) */
     uint64_t unmapping = pending_ticket(reg);
-    WEFT_LOG_DEBUG("weft_malloc: no chunk of %zu bytes (%s); %zu spare chunk(s) released, trying "
+    WEFT_LOG_DEBUG("registry: no chunk of %zu bytes (%s); %zu spare chunk(s) released, trying "
                    "%zu bytes",
                    grown, weft_last_error(), released, smallest);
     if (unmapping != 0) /* the attempt after the wait reports what still fails */
@@ -1095,12 +1095,12 @@ static weft_status_t new_chunk_tries(weft_registry_t *reg, size_t size, int inte
         weft_error_quiet_end(WEFT_ERR_NO_MEMORY);
     if (st != WEFT_ERR_NO_MEMORY || unmapping == 0)
         return st;
-    WEFT_LOG_DEBUG("weft_malloc: no chunk of %zu bytes (%s); waiting until every peer "
+    WEFT_LOG_DEBUG("registry: no chunk of %zu bytes (%s); waiting until every peer "
                    "acknowledged ticket %llu, the unmapping of the released chunks",
                    smallest, weft_last_error(), (unsigned long long)unmapping);
     pthread_mutex_unlock(&reg->mu);
-    weft_wait_ctx_t ctx = weft_comm_wait_ctx(
-        reg->comm, "weft_malloc: waiting for the peers to unmap memory released for room");
+    weft_wait_ctx_t ctx =
+        weft_comm_wait_ctx(reg->comm, "waiting for the peers to unmap memory released for room");
     st = wait_acked(reg, unmapping, &reg->comm->wait_policy, weft_comm_check, &ctx);
     if (st != WEFT_SUCCESS)
         fail_comm(reg, st);
@@ -1133,8 +1133,7 @@ weft_status_t weft_registry_alloc(weft_registry_t *reg, size_t bytes, int intern
         return weft_error(WEFT_ERR_INVALID_ARGUMENT,
                           "weft_registry_alloc: bytes is 0 (an allocation takes at least 1)");
     if (bytes > reg->win.slice_bytes)
-        return weft_error(WEFT_ERR_NO_MEMORY, "weft_malloc: %zu bytes exceed the window slice",
-                          bytes);
+        return weft_error(WEFT_ERR_NO_MEMORY, "%zu bytes exceed the window slice", bytes);
     pthread_mutex_lock(&reg->mu);
     reclaim_pending(reg);
     size_t size = weft_heap_alloc_size(&reg->heap, bytes);
@@ -1147,7 +1146,7 @@ weft_status_t weft_registry_alloc(weft_registry_t *reg, size_t bytes, int intern
         if (st == WEFT_SUCCESS) {
             /* Usually from fresh; from another chunk if one was freed while mu was dropped. */
             if (weft_heap_alloc(&reg->heap, size, internal, &addr, &c) != 0)
-                st = weft_error(WEFT_ERR_NO_MEMORY, "weft_malloc: allocation table");
+                st = weft_error(WEFT_ERR_NO_MEMORY, "out of memory for the allocation table");
             if (weft_heap_should_release(&reg->heap, fresh))
                 release_chunk(reg, fresh); /* left empty, and not needed as the spare */
         }
@@ -1167,11 +1166,11 @@ weft_status_t weft_registry_free(weft_registry_t *reg, void *ptr)
         pthread_mutex_unlock(&reg->mu);
         if (rc == WEFT_HEAP_NO_MEMORY)
             return weft_error(WEFT_ERR_NO_MEMORY,
-                              "weft_free: ptr %p: out of memory recording its range as free (it "
+                              "ptr %p: out of memory recording its range as free (it "
                               "stays allocated; freeing it again may succeed)",
                               ptr);
         return weft_error(WEFT_ERR_INVALID_ARGUMENT,
-                          "weft_free: ptr %p is not the start of a weft_malloc allocation", ptr);
+                          "ptr %p is not the start of a weft_malloc allocation", ptr);
     }
     if (weft_heap_should_release(&reg->heap, c))
         release_chunk(reg, c);

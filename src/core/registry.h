@@ -110,7 +110,8 @@ void weft_registry_shutdown_sockets(weft_registry_t *reg);
  *     a memfd of its own.
  *   WEFT_ERR_CUDA: cuMemCreate, cuMemMap or cuMemSetAccess fails otherwise.
  *   WEFT_ERR_INVALID_ARGUMENT: 0 bytes (weft_malloc answers those itself).
- * None of these fails the communicator. */
+ * None of these fails the communicator. The messages of this function and of weft_registry_free
+ * say what failed, not for which call: the caller prefixes its own name (weft_error_prefix). */
 weft_status_t weft_registry_alloc(weft_registry_t *reg, size_t bytes, int internal, void **ptr_out);
 
 /* Free an allocation made by weft_registry_alloc (ptr must be its start). Returns at once. A
