@@ -1,7 +1,7 @@
 /*
  * weft.h - public C API of weft, a collective communication library for scale-up domains.
  *
- * The contract is ../shared/API.md (names are fixed; functions may be added, never removed).
+ * This header is the contract (names are fixed; functions may be added, never removed).
  * Semantics follow NCCL where this header is silent: counts are in elements, and the in-place
  * rules are written next to each collective.
  *
@@ -72,7 +72,9 @@ typedef enum {
 } weft_status_t;
 
 /* After WEFT_ERR_PEER_LOST, WEFT_ERR_TIMEOUT, WEFT_ERR_ABORTED or WEFT_ERR_INTERNAL the
- * communicator is unusable except for weft_comm_abort and weft_comm_destroy; so it is after any
+ * communicator is unusable except for weft_comm_abort and weft_comm_destroy, and the local calls
+ * weft_free (it releases the buffer on this rank only), weft_get_stats and the queries
+ * weft_comm_rank, weft_comm_size, weft_comm_backend and weft_comm_device; so it is after any
  * error a collective meets on this rank alone before its peers heard from it (WEFT_ERR_NO_MEMORY
  * for the staging scratch, say), which its peers see as WEFT_ERR_PEER_LOST at once. After
  * WEFT_ERR_INVALID_ARGUMENT (checked before any communication) or WEFT_ERR_MISMATCH (which every
@@ -112,7 +114,7 @@ typedef enum { WEFT_SUM, WEFT_PROD, WEFT_MAX, WEFT_MIN, WEFT_AVG } weft_redop_t;
 
 typedef enum { WEFT_BACKEND_AUTO, WEFT_BACKEND_HOST, WEFT_BACKEND_CUDA } weft_backend_t;
 
-/* How user buffers become remotely accessible (DESIGN.md, "Registration modes"). */
+/* How user buffers become remotely accessible; WEFT_REGISTRATION selects the default. */
 typedef enum {
     WEFT_REGISTRATION_ROA,   /* register in the background at weft_malloc (default) */
     WEFT_REGISTRATION_JIT,   /* register at first collective use, then cache */
@@ -151,10 +153,12 @@ WEFT_API void weft_config_default(weft_config_t *cfg);
  * rank meets again; a rank must not retry alone. Threads of one process that make
  * communicators must take turns (one weft_comm_init at a time, in the same order on every rank):
  * the calls are counted in the order they start.
- * On the CUDA backend the communicator's GPU is device LOCAL_RANK (WEFT_LOCAL_RANK, else the
- * rank) modulo the visible devices, left current on the calling thread. Every later call on the
- * communicator makes that GPU current for its span and gives the caller's back, as NCCL does:
- * any thread may call, whatever its current device (the stream passed must be the GPU's). */
+ * A communicator has at most 256 ranks, 16 on the CUDA backend (more: WEFT_ERR_INVALID_ARGUMENT,
+ * WEFT_ERR_UNSUPPORTED on CUDA). On the CUDA backend the communicator's GPU is device LOCAL_RANK
+ * (WEFT_LOCAL_RANK, else the rank) modulo the visible devices, left current on the calling thread.
+ * Every later call on the communicator makes that GPU current for its span and gives the caller's
+ * back, as NCCL does: any thread may call, whatever its current device (the stream passed must be
+ * the GPU's). */
 WEFT_API weft_status_t weft_comm_init(weft_comm_t *comm, const weft_config_t *cfg);
 
 /* Collective: waits for every rank, then frees everything the communicator owns, including
@@ -163,8 +167,11 @@ WEFT_API weft_status_t weft_comm_init(weft_comm_t *comm, const weft_config_t *cf
  * WEFT_ERR_PEER_LOST) after the last call that could report it makes destroy return that error,
  * everything freed all the same: that operation's result is wrong, and no later call would say
  * so (not after weft_comm_abort, nor once a call returned the communicator's failure); so does a
- * failed wait for the device (WEFT_ERR_CUDA). In a forked child: WEFT_ERR_INVALID_ARGUMENT,
- * nothing freed (Fork, above). */
+ * failed wait for the device (WEFT_ERR_CUDA). On a usable communicator the wait for the other
+ * ranks can fail like a collective's (WEFT_ERR_TIMEOUT: a rank did not reach its destroy in time;
+ * WEFT_ERR_PEER_LOST; WEFT_ERR_ABORTED; WEFT_ERR_MISMATCH: a rank called an operation instead),
+ * everything freed all the same. In a forked child: WEFT_ERR_INVALID_ARGUMENT, nothing freed
+ * (Fork, above). */
 WEFT_API weft_status_t weft_comm_destroy(weft_comm_t comm);
 
 /* Local; never blocks. Fails every pending and future operation with WEFT_ERR_ABORTED, closes
@@ -402,8 +409,10 @@ typedef struct weft_stats {
     uint64_t peer_mappings; /* segments of peers currently mapped into this process */
     uint64_t staging_bytes; /* size of this rank's registered staging scratch */
     /* Operations whose payloads travelled with their signalling, not read from peers' buffers:
-     * host backend, payload per pair <= WEFT_INLINE_BYTES, inside the handshake (barriers count
-     * here too); CUDA backend, the push path, payload per pair <= WEFT_CUDA_PUSH_BYTES. */
+     * host backend, payload per pair <= WEFT_INLINE_BYTES, inside the handshake (all_to_allv
+     * never: its blocks take the mesh whatever their size); CUDA backend, the push path,
+     * payload per pair <= WEFT_CUDA_PUSH_BYTES. Barriers and calls of count 0 count here on both
+     * backends (an all_to_allv whose counts are all 0 is no such call: it takes its path). */
     uint64_t inline_ops;
     /* Operations that wrote their results into peers' outputs instead of each rank reading
      * them (WEFT_REMOTE_STORES, by default on the CUDA backend), when every rank's output is

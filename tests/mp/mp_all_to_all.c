@@ -14,13 +14,14 @@
  * rotated or reversed and separated by gaps, which must keep their poison. Element i from rank s
  * to rank d is (s, (d << 32) + i).
  *
- * Each case checks every element, the guard zones and that the input is left untouched;
- * all_to_all also checks the zero-copy/staged path in the stats. The data, count patterns,
+ * Each case checks every element, the guard zones and that the input is left untouched, and the
+ * zero-copy/staged path in the stats. The data, count patterns,
  * layouts and checks are shared with tests/gpu/gpu_collectives.c (cases.h).
  */
 #include "cases.h"
 #include "harness.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 
 /* ---------------------------------------------------------------------------------------------
@@ -76,6 +77,27 @@ static void run_a2a_mixed(mp_ctx_t *ctx)
 /* ---------------------------------------------------------------------------------------------
  * all_to_allv
  * ------------------------------------------------------------------------------------------- */
+/* The path of one all_to_allv in the stats (weft.h): counted once, never inline on the host (its
+ * blocks take the mesh whatever their size, an all-zero call too); staged exactly when this rank
+ * sends something that peers read through the scratch. */
+static void check_a2av_path(mp_ctx_t *ctx, const weft_stats_t *s0, const weft_stats_t *s1,
+                            mp_buf_kind_t kind, const mp_a2av_plan_t *plan)
+{
+    if (!mp_check_counted_once(ctx, s0, s1))
+        return;
+    size_t sent = 0;
+    for (int p = 0; p < ctx->nranks; p++)
+        sent += plan->sendcounts[p];
+    int staged = ctx->nranks > 1 && sent > 0 && !mp_expect_zero_copy(ctx, kind);
+    uint64_t dz = s1->zero_copy_ops - s0->zero_copy_ops;
+    uint64_t ds = s1->staged_ops - s0->staged_ops;
+    mp_check(ctx, staged ? ds == 1 : dz == 1,
+             "stats: expected the %s path (%s buffers, %zu elements sent, reg=%s): zero_copy_ops "
+             "+%" PRIu64 ", staged_ops +%" PRIu64 ", inline_ops +%" PRIu64,
+             staged ? "staged" : "zero-copy", mp_buf_kind_name(kind), sent, mp_reg_name(ctx->reg),
+             dz, ds, s1->inline_ops - s0->inline_ops);
+}
+
 static void run_a2av(mp_ctx_t *ctx, mp_buf_kind_t kind, mp_a2av_pattern_t pattern, weft_dtype_t dt)
 {
     size_t es = mp_dtype_bytes(dt);
@@ -87,10 +109,15 @@ static void run_a2av(mp_ctx_t *ctx, mp_buf_kind_t kind, mp_a2av_pattern_t patter
     mp_buf_alloc(ctx, &send, kind, plan.slen * es);
     mp_buf_alloc(ctx, &recv, kind, plan.rlen * es);
     mp_a2av_fill(ctx, &plan, dt, send.ptr);
+    weft_stats_t s0, s1;
+    mp_stats(ctx, &s0);
     weft_status_t st = weft_all_to_allv(ctx->comm, send.ptr, plan.sendcounts, plan.sdispls,
                                         recv.ptr, plan.recvcounts, plan.rdispls, dt, NULL);
-    if (mp_ok(ctx, st, "weft_all_to_allv"))
+    mp_stats(ctx, &s1);
+    if (mp_ok(ctx, st, "weft_all_to_allv")) {
         mp_a2av_check(ctx, &plan, dt, send.ptr, recv.ptr);
+        check_a2av_path(ctx, &s0, &s1, kind, &plan);
+    }
     mp_buf_free(ctx, &send, "sendbuf");
     mp_buf_free(ctx, &recv, "recvbuf");
     mp_a2av_plan_destroy(&plan);
