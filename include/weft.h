@@ -140,7 +140,9 @@ typedef struct weft_config {
 } weft_config_t;
 
 /* Fill cfg with the defaults: rank/nranks = -1 (from the environment), the other fields from the
- * configuration table (environment variables or their defaults; `weft-info -c` lists them). */
+ * configuration table (environment variables or their defaults; `weft-info -c` lists them). The
+ * table's variables are read once per process, at the first call into weft that needs them: a
+ * later setenv changes nothing (cfg's fields do, per communicator). */
 WEFT_API void weft_config_default(weft_config_t *cfg);
 
 /* Create a communicator over all ranks of the job. Collective: every rank calls it, and it
