@@ -104,8 +104,10 @@ weft_status_t weft_moe_dispatch_dev(struct weft_comm *comm, const void *x, size_
                                       .layout = op.seq};
         weft_moe_dev_layout_t l = weft_moe_dev_layout(num_tokens, n, topk);
         st = weft_registry_alloc(comm->registry, l.total, 1, &h->dev);
-        if (st != WEFT_SUCCESS)
+        if (st != WEFT_SUCCESS) {
+            weft_error_prefix(st, call); /* the registry's message does not know the call */
             goto err_free_handle;
+        }
         int ready = 1;
         st = weft_op_acquire(&op, h->dev, l.total, &ready);
         if (st == WEFT_SUCCESS && !ready)
