@@ -3,11 +3,12 @@
  *
  * Each rank is fork+exec'd with the rank variables weft and torchrun read (WEFT_RANK,
  * WEFT_NRANKS, WEFT_LOCAL_RANK, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE), the address of
- * the rendezvous store (MASTER_ADDR=127.0.0.1 and a MASTER_PORT found free by binding port 0,
- * also as WEFT_MASTER_ADDR/WEFT_MASTER_PORT so a stale value in the caller's environment cannot
- * win over them) and a fresh WEFT_JOB_SECRET of 32 hex digits from getrandom(). weftrun always
- * sets these, whatever the caller's environment holds. Ranks inherit stdout and stderr; rank 0
- * inherits stdin, the others read /dev/null.
+ * weft's rendezvous store (WEFT_MASTER_ADDR=127.0.0.1 and a WEFT_MASTER_PORT found free by
+ * binding port 0), MASTER_ADDR=127.0.0.1 and a second free port as MASTER_PORT for the
+ * program's own use (torch.distributed's store), so the two stores never meet, and a fresh
+ * WEFT_JOB_SECRET of 32 hex digits from getrandom(). weftrun always sets these, whatever the
+ * caller's environment holds, so a stale value there cannot win over them. Ranks inherit stdout
+ * and stderr; rank 0 inherits stdin, the others read /dev/null.
  *
  * Design. weftrun is single-threaded. It blocks SIGCHLD, SIGINT, SIGTERM, SIGHUP and SIGQUIT
  * before forking and waits for them on a signalfd in poll(), whose timeout is the end of the
@@ -60,6 +61,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "exec/exec_cuda.h" /* WEFT_CUDA_MAX_RANKS, for --help */
+#include "exec/work.h"      /* WEFT_MAX_RANKS, for --help */
 #include "util/clock.h"
 #include "util/config.h"
 
@@ -122,21 +125,26 @@ static void print_help(void)
            "\n"
            "Launch N local ranks of prog with the weft and torchrun variables set:\n"
            "WEFT_RANK, WEFT_NRANKS, WEFT_LOCAL_RANK, RANK, WORLD_SIZE, LOCAL_RANK,\n"
-           "LOCAL_WORLD_SIZE, MASTER_ADDR/WEFT_MASTER_ADDR=127.0.0.1, MASTER_PORT/\n"
-           "WEFT_MASTER_PORT=<a free port>, WEFT_JOB_SECRET=<32 random hex digits>.\n"
+           "LOCAL_WORLD_SIZE, MASTER_ADDR/WEFT_MASTER_ADDR=127.0.0.1,\n"
+           "WEFT_MASTER_PORT=<a free port> (weft's store), MASTER_PORT=<another free\n"
+           "port> (the program's own), WEFT_JOB_SECRET=<32 random hex digits>.\n"
            "\n"
-           "  -n N            number of ranks (1 to %d)\n"
+           "  -n N            number of ranks (1 to %d; weft_comm_init accepts at most\n"
+           "                  %d, the CUDA backend at most %d)\n"
            "  --grace S       seconds the other ranks get to exit after one fails, before\n"
            "                  they are killed (default: WEFT_RUN_GRACE_S, now %g)\n"
            "  --kill-wait S   seconds killed processes get to be reaped, before weftrun\n"
            "                  names those still there and gives up on them (default %g)\n"
            "  -h, --help      print this help\n"
+           "  --              end of weftrun's options (needed only if prog starts with -)\n"
            "\n"
            "SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to every rank; a second one\n"
            "kills them. Exit status: 0 if every rank exits 0; 77 (skipped) if every rank\n"
            "exits 77; else the first failing rank's exit code or 128+signal, a rank's 77 not\n"
-           "counting as a failure (1 if the others exited 0); 2 for a usage error.\n",
-           WEFTRUN_MAX_RANKS, weft_config_get()->run_grace_s, WEFTRUN_KILL_WAIT_S);
+           "counting as a failure (1 if the others exited 0); 2 for a usage error; 1 if the\n"
+           "job could not be started.\n",
+           WEFTRUN_MAX_RANKS, WEFT_MAX_RANKS, WEFT_CUDA_MAX_RANKS, weft_config_get()->run_grace_s,
+           WEFTRUN_KILL_WAIT_S);
 }
 
 /* Seconds >= 0 from an option's value written in decimal ("1", "0.5", ".5", "2e-3"); -1 if it
