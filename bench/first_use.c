@@ -1,7 +1,8 @@
 /*
  * first_use.c - first-use: the latency of the first collective on a freshly allocated buffer
- * against the steady state, per registration mode (DESIGN.md, "Registration-on-allocation",
- * step 3, and "Registration modes"). CUDA backend; built with CUDA only.
+ * against the steady state, per registration mode (weft_registration_t in include/weft.h; with
+ * roa a collective waits only for a registration of its buffers that a peer has not yet
+ * acknowledged). CUDA backend; built with CUDA only.
  *
  *   weftrun -n N first-use[-nccl] [-m MODES] [-s SIZES] [-g GAPS_MS] [-n CALLS] [-r REPEATS]
  *                          [--gap-kind sleep|spin|busy] [--tag TEXT] [--json FILE]

@@ -18,7 +18,8 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 _BUNDLED_LIBRARY = os.path.join(_HERE, "libweft.so")
 _BUNDLED_LAUNCHER = os.path.join(_HERE, "weftrun")
 
-# The weft_status_t enum of include/weft.h, in order (API.md fixes the names and their order).
+# The weft_status_t enum of include/weft.h, in order (WEFT_STATUS_MAP there fixes the names and
+# their order).
 STATUS_NAMES = (
     "WEFT_SUCCESS",
     "WEFT_ERR_INVALID_ARGUMENT",
