@@ -8,8 +8,14 @@
 # summary last. The copy-engine path holds no SM while copying (two one-block kernels per call
 # wait for the peers and signal completion); the other two run with WEFT_CUDA_COPY_ENGINE=0, so
 # that they measure the SM kernel at every size (the default, auto, moves large copies between
-# GPUs to the copy engines).
+# GPUs to the copy engines). Exit status 1 if a run failed or any element was wrong, 2 on a usage
+# error (RANKS, when given, is a positive number).
 set -uo pipefail
+
+if [ $# -lt 2 ] || [ $# -gt 3 ] || { [ $# -eq 3 ] && ! [[ $3 =~ ^[1-9][0-9]*$ ]]; }; then
+    echo "usage: $0 BUILD_DIR OUT_DIR [RANKS]" >&2
+    exit 2
+fi
 build=$1
 out=$2
 ranks=${3:-4}

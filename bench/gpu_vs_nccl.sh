@@ -10,8 +10,14 @@
 # nvidia/nccl folder of PyTorch's wheel: bench/nccl_root.sh prints it). Writes
 # OUT_DIR/vs_nccl_{weft,nccl}.json (weft-bench --json rows), OUT_DIR/vs_nccl.log (the tables)
 # and OUT_DIR/vs_nccl.md (the joined table: latency, busbw and the ratio per size); prints the
-# joined table last. Exit status 1 if a run failed or any element was wrong.
+# joined table last. Exit status 1 if a run failed or any element was wrong, 2 on a usage error
+# (RANKS, when given, is a positive number).
 set -uo pipefail
+
+if [ $# -lt 2 ] || [ $# -gt 3 ] || { [ $# -eq 3 ] && ! [[ $3 =~ ^[1-9][0-9]*$ ]]; }; then
+    echo "usage: $0 BUILD_DIR OUT_DIR [RANKS]" >&2
+    exit 2
+fi
 build=$1
 out=$2
 # shellcheck source=tools/mps.sh
