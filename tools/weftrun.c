@@ -1,5 +1,6 @@
 /*
- * weftrun.c - launch N local ranks of a program: `weftrun -n N [--grace S] [--] prog args...`.
+ * weftrun.c - launch N local ranks of a program:
+ * `weftrun -n N [--grace S] [--kill-wait S] [--] prog [args...]`.
  *
  * Each rank is fork+exec'd with the rank variables weft and torchrun read (WEFT_RANK,
  * WEFT_NRANKS, WEFT_LOCAL_RANK, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE), the address of
