@@ -38,7 +38,7 @@ def test_status_names_match_the_library():
     """Every status: Python's name is the header's, in enum order, the library's
     weft_status_string is the header's text, and check() raises with that name."""
     entries = _header_status_map()
-    assert len(entries) == 11, entries  # API.md lists 11 statuses
+    assert len(entries) == 11, entries  # weft.h lists 11 statuses
     assert list(_lib.STATUS_NAMES) == [name for name, _ in entries]
     lib = _lib.library()
     for code, (name, text) in enumerate(entries):

@@ -234,7 +234,7 @@ void weft_comm_fail(struct weft_comm *comm, weft_status_t status);
 weft_status_t weft_comm_owned(const struct weft_comm *comm, const char *call);
 
 /* WEFT_SUCCESS, or the status every call but weft_comm_abort and weft_comm_destroy returns
- * after an abort or a fatal error (API.md), with a message naming call; first of all
+ * after an abort or a fatal error (weft.h), with a message naming call; first of all
  * weft_comm_owned's. Thread-safe. */
 weft_status_t weft_comm_usable(struct weft_comm *comm, const char *call);
 

@@ -1,7 +1,7 @@
 /*
  * heap.h - the bookkeeping of a rank's slice of the shadow window: which address ranges are
  * free, which chunks of physical memory are mapped there, and which allocations live in each
- * chunk (DESIGN.md: "the provider registers large chunks and sub-allocates from them").
+ * chunk (the provider registers large chunks and sub-allocates from them).
  *
  * Pure data structure: no system calls, no provider calls, no locking (the registry holds its
  * mutex around every call and does the mapping and registration itself).

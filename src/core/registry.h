@@ -1,7 +1,7 @@
 /*
  * registry.h - registration-on-allocation: the table of this rank's allocations inside its
  * window slice, the address allocator of the slice, and the registrar thread that makes every
- * allocation mapped at the same address on every peer (DESIGN.md, "Registration-on-allocation").
+ * allocation mapped at the same address on every peer.
  *
  * Tickets: every registration and every unregistration of this rank gets the next ticket
  * (1, 2, ...; 64 bits, in messages too, so they never wrap). Each peer maps and unmaps in

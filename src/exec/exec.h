@@ -1,5 +1,5 @@
 /*
- * exec.h - executors: the workers that move remote slices (DESIGN.md, "Layers": exec).
+ * exec.h - executors: the workers that move remote slices.
  *
  * An executor runs one function on each of its workers and returns when all have finished.
  * The host executor's workers are the calling thread (worker 0) and nworkers - 1 threads named

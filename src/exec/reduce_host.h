@@ -1,7 +1,7 @@
 /*
  * reduce_host.h - element-wise reductions on the CPU for every dtype and reduction op.
  *
- * Semantics (API.md): 16-bit floats (IEEE binary16, bfloat16) are widened to float32, reduced
+ * Semantics (weft.h): 16-bit floats (IEEE binary16, bfloat16) are widened to float32, reduced
  * in float32 and rounded once to nearest even; float32 reduces in float32, float64 in float64;
  * integers reduce in their own type with wrap-around (unsigned) semantics for SUM/PROD.
  * AVG = SUM divided by avg_divisor: integers truncate toward zero, floats divide in their

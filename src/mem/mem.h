@@ -1,5 +1,5 @@
 /*
- * mem.h - memory providers behind one ops table (DESIGN.md, "Layers": mem).
+ * mem.h - memory providers behind one ops table.
  *
  * A provider makes physical memory, maps it at a chosen address inside a reserved virtual
  * range, and turns it into a file descriptor that another process can import and map at the

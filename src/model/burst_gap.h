@@ -1,7 +1,6 @@
 /*
  * burst_gap.h - the Burst-Gap model of device-initiated remote stores, its fitting from
- * measurements, and the planner that places compute between bursts (DESIGN.md, "Burst-Gap
- * model"; docs/burst_gap.md).
+ * measurements, and the planner that places compute between bursts (docs/burst_gap.md).
  *
  * A producer that issues a burst of V bytes of remote stores and then computes for a gap G sees
  * the stores drain toward the peer at a finite rate R with at most Q bytes outstanding:

@@ -2,7 +2,7 @@
  * cost_model.h - the linear cost model of a transfer: tau(s) = alpha_t + s / beta_t per tier.
  *
  * Pure: no I/O, no threads, no CUDA. Every field carries its unit in its name. A tier is a class
- * of path with its own latency and bandwidth (DESIGN.md, "Vocabulary").
+ * of path with its own latency and bandwidth.
  */
 #ifndef WEFT_MODEL_COST_MODEL_H
 #define WEFT_MODEL_COST_MODEL_H

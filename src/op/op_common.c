@@ -77,7 +77,7 @@ static weft_status_t op_finish(weft_op_t *op, weft_status_t st, int inline_paylo
     case WEFT_ERR_TIMEOUT:
     case WEFT_ERR_ABORTED:
     case WEFT_ERR_INTERNAL:
-        /* Fatal: every later call returns the same status (API.md), and the connections close,
+        /* Fatal: every later call returns the same status (weft.h), and the connections close,
          * so that peers waiting on this rank see WEFT_ERR_PEER_LOST at once and no later free
          * unmaps a buffer a peer may still be reading in this operation. */
         weft_comm_fail(comm, st);

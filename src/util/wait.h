@@ -4,8 +4,8 @@
  * Flags hold sequence numbers that only grow; a wait ends when the flag reaches a target. They are
  * 64 bits, so they never wrap: a line not written for any number of operations still reads as
  * behind (with 32 bits and a wrap-safe comparison, one left alone for 2^31 operations read as
- * ahead, and its wait passed at once). The futex sleeps on the value's low 32 bits. The policy is
- * the one DESIGN.md gives: poll for WEFT_WAIT_SPIN_NS, then sched_yield for WEFT_WAIT_YIELD_NS (no
+ * ahead, and its wait passed at once). The futex sleeps on the value's low 32 bits. The policy:
+ * poll for WEFT_WAIT_SPIN_NS, then sched_yield for WEFT_WAIT_YIELD_NS (no
  * spinning when the host has fewer cores than waiting threads), then sleep on a futex in slices of
  * at most 10 ms. Between slices the waiter calls a check function (peer lost, aborted, timed out)
  * so no wait outlives its deadline or a dead peer.

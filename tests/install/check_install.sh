@@ -1,6 +1,6 @@
 #!/bin/sh
 # check_install.sh BUILD_DIR: install weft from BUILD_DIR into a temporary prefix, check the
-# layout API.md promises, then build a program against it twice (pkg-config, CMake package)
+# layout the README promises, then build a program against it twice (pkg-config, CMake package)
 # and run each with the installed weftrun on 2 ranks.
 set -eu
 build=$1

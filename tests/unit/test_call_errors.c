@@ -1,6 +1,6 @@
 /*
  * test_call_errors.c - an error raised inside a public call by an internal function that does not
- * know the call reaches the caller with a message that starts with the call's name (API.md),
+ * know the call reaches the caller with a message that starts with the call's name (weft.h),
  * keeping the inner detail after it.
  *
  * weft_comm_init: the host executor's helper thread cannot start. pthread_create is wrapped

@@ -1,7 +1,7 @@
 /*
  * weft_calibrate.c - weft-calibrate: measures the Burst-Gap parameters (R, T_iss0(K, V), V_k,
- * Q(K)) of device-initiated remote stores and fits them with model/burst_gap.h (DESIGN.md,
- * "Burst-Gap model"; docs/burst_gap.md, "Calibration"). CUDA backend; built with CUDA only.
+ * Q(K)) of device-initiated remote stores and fits them with model/burst_gap.h (docs/burst_gap.md,
+ * "Calibration"). CUDA backend; built with CUDA only.
  *
  *   weftrun -n N weft-calibrate [-r REPEATS] [-b BURSTS] [-V MAX_BYTES] [-p PLATEAU_BYTES]
  *                               [--json FILE]
