@@ -5,13 +5,22 @@
  * (the torchrun name), the default as a string, the unit, the help text, the parser and the
  * offset of the parsed field in weft_env_t. Parsing runs once under pthread_once: defaults first,
  * then the environment. This file is the only caller of getenv in the library.
+ *
+ * Numbers are read and written in the C locale, whatever locale the embedding program selected
+ * (setlocale(LC_ALL, "") under de_DE would make "0.5" malformed and print "0,5"): decimals are
+ * parsed with strtod_l and formatted under uselocale, both with one C locale object made under
+ * the same pthread_once as the parse and never freed. uselocale changes the calling thread's
+ * locale only, and is undone before the formatting function returns, so other threads (and the
+ * caller's own later output) keep theirs; a forked child inherits the object with the memory.
  */
 #include "util/config.h"
 
 #include <errno.h>
 #include <limits.h>
+#include <locale.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -181,6 +190,9 @@ static const cfg_row_t rows[] = {
 
 static weft_env_t env;
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+/* The C locale numbers are read and written in (file comment); (locale_t)0 if newlocale failed,
+ * and then the process's locale is used, as the warning of parse_all says. Set under env_once. */
+static locale_t c_locale;
 
 /* Whether a CFG_BYTES row takes "auto" (WEFT_CONFIG_AUTO): those whose default it is. */
 static int takes_auto(const cfg_row_t *row)
@@ -220,7 +232,7 @@ static int parse_row(const cfg_row_t *row, const char *text)
     }
     case CFG_DOUBLE: {
         errno = 0;
-        double v = strtod(text, &end);
+        double v = c_locale ? strtod_l(text, &end, c_locale) : strtod(text, &end);
         if (end == text || *end != '\0' || errno != 0 || !isfinite(v) || v < 0)
             return PARSE_MALFORMED;
         if (!in_range(row, v))
@@ -288,11 +300,28 @@ static const char *row_env(const cfg_row_t *row)
     return has_value(v) ? v : NULL;
 }
 
+/* snprintf in the C locale (file comment): the calling thread's locale is restored before it
+ * returns. */
+__attribute__((format(printf, 3, 4))) static void format_c(char *buf, size_t len, const char *fmt,
+                                                           ...)
+{
+    locale_t prev = c_locale ? uselocale(c_locale) : (locale_t)0;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, len, fmt, ap);
+    va_end(ap);
+    if (prev)
+        uselocale(prev);
+}
+
 /* A bound of the row's range, as its values are written: counts in full (2^62 has 19 digits,
  * past what %.15g writes exactly), other numbers with 15 significant digits. */
 static void format_bound(const cfg_row_t *row, double v, char *buf, size_t len)
 {
-    snprintf(buf, len, row->type == CFG_DOUBLE ? "%.15g" : "%.0f", v);
+    if (row->type == CFG_DOUBLE)
+        format_c(buf, len, "%.15g", v);
+    else
+        format_c(buf, len, "%.0f", v);
 }
 
 /* Whether name is set to a non-empty value. */
@@ -345,6 +374,11 @@ static void parse_all(void)
 {
     int parsed[NROWS];
     const char *given[NROWS];
+    /* glibc and musl return their static C locale here, without allocating. Should it fail all
+     * the same, decimals go through the program's locale, as they did before this object: with
+     * a decimal comma "0.25" is then malformed and the decimal defaults ("0.2") read as 0. */
+    c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+    int c_locale_err = c_locale ? 0 : errno;
     for (size_t i = 0; i < NROWS; i++)
         (void)parse_row(&rows[i], rows[i].def); /* defaults are valid by construction */
     for (size_t i = 0; i < NROWS; i++) {
@@ -354,6 +388,11 @@ static void parse_all(void)
     }
     /* Said once every row is parsed, so that WEFT_LOG_LEVEL (a row too) silences them. */
     int warn = env.log_level >= WEFT_LOG_WARN;
+    if (!c_locale && warn)
+        fprintf(stderr,
+                "weft WARN: newlocale(\"C\") failed (%s): decimal values are read and written in "
+                "the program's locale\n",
+                strerror(c_locale_err));
     for (size_t i = 0; i < NROWS && warn; i++)
         warn_row(&rows[i], parsed[i], given[i]);
     /* torchrun (it sets TORCHELASTIC_RUN_ID) keeps its own store listening on MASTER_PORT for
@@ -382,7 +421,7 @@ static void format_value(const cfg_row_t *row, char *buf, size_t len)
         snprintf(buf, len, "%d", *(const int *)field);
         break;
     case CFG_DOUBLE:
-        snprintf(buf, len, "%g", *(const double *)field);
+        format_c(buf, len, "%g", *(const double *)field);
         break;
     case CFG_U64:
     case CFG_BYTES:

@@ -3,6 +3,9 @@
  * (name, default as a string, unit, help). The table is parsed once per process, on first use;
  * nobody else calls getenv. `weft-info -c` prints the table; docs/config.md is generated from it.
  *
+ * Numbers are read and printed in the C locale ('.' as the decimal point), whatever locale the
+ * program selected with setlocale.
+ *
  * Thread safety: weft_config_get() parses under pthread_once and then returns a read-only struct.
  */
 #ifndef WEFT_UTIL_CONFIG_H
