@@ -4,7 +4,12 @@
  * Design: one static array of rows; each row names the variable, an optional fallback variable
  * (the torchrun name), the default as a string, the unit, the help text, the parser and the
  * offset of the parsed field in weft_env_t. Parsing runs once under pthread_once: defaults first,
- * then the environment. This file is the only caller of getenv in the library.
+ * then the environment. A row's variable is tried first, then its fallback, each only when set;
+ * the first value that parses and is in range is taken, else the default stays, and every value
+ * refused on the way is warned about (naming its own variable and what is used instead). So a
+ * malformed WEFT_MASTER_PORT under torchrun gives MASTER_PORT's port (+ 1, as when it is unset),
+ * never 29500, where torchrun's own store often listens. This file is the only caller of getenv
+ * in the library.
  *
  * Numbers are read and written in the C locale, whatever locale the embedding program selected
  * (setlocale(LC_ALL, "") under de_DE would make "0.5" malformed and print "0,5"): decimals are
@@ -283,21 +288,12 @@ static int parse_row(const cfg_row_t *row, const char *text)
     return PARSE_MALFORMED;
 }
 
-/* The environment's text for a row (its own name first, then its fallback), or NULL. */
 #define BLANKS " \t\r\n"
 
 /* Whether an environment value counts as set: present and more than blanks. */
 static int has_value(const char *v)
 {
     return v && v[strspn(v, BLANKS)] != '\0';
-}
-
-static const char *row_env(const cfg_row_t *row)
-{
-    const char *v = getenv(row->name);
-    if (!has_value(v) && row->fallback)
-        v = getenv(row->fallback);
-    return has_value(v) ? v : NULL;
 }
 
 /* snprintf in the C locale (file comment): the calling thread's locale is restored before it
@@ -351,29 +347,83 @@ static int row_is_secret(const cfg_row_t *r)
     return strcmp(r->name, "WEFT_JOB_SECRET") == 0;
 }
 
-/* The warning about a row whose value from the environment (v) is not taken. */
-static void warn_row(const cfg_row_t *row, int parsed, const char *v)
+/* Where a row's value came from. Its variable and then its fallback are tried in turn, each only
+ * when set (more than blanks), until one parses and is in range; the default holds when none
+ * does. A fallback is not read once the variable itself was taken. */
+typedef struct row_source {
+    const char *text[2]; /* the values tried: the variable's, then the fallback's; NULL: not */
+    int parsed[2];       /* PARSE_OK or why text[k] was refused (for each text[k] tried) */
+    int taken;           /* k of the value in force, or -1: the default */
+} row_source_t;
+
+/* The variable row_source_t's index k stands for. */
+static const char *source_var(const cfg_row_t *row, int k)
 {
-    if (parsed == PARSE_MALFORMED && row_is_secret(row))
-        fprintf(stderr,
-                "weft WARN: %s (%zu bytes, not shown) is malformed; using the default \"%s\"\n",
-                row->name, strlen(v), row->def);
-    else if (parsed == PARSE_MALFORMED)
-        fprintf(stderr, "weft WARN: %s=\"%s\" is malformed; using the default \"%s\"\n", row->name,
-                v, row->def);
-    else if (parsed == PARSE_OUT_OF_RANGE) {
-        char lo[32], hi[32];
-        format_bound(row, row->lo, lo, sizeof lo);
-        format_bound(row, row->hi, hi, sizeof hi);
-        fprintf(stderr, "weft WARN: %s=\"%s\" is outside [%s, %s]; using the default \"%s\"\n",
-                row->name, v, lo, hi, row->def);
+    return k == 0 ? row->name : row->fallback;
+}
+
+/* Parse the row from the environment (row_source_t) into its field, recording how in src. */
+static void parse_env(const cfg_row_t *row, row_source_t *src)
+{
+    src->taken = -1;
+    for (int k = 0; k < 2; k++) {
+        const char *var = source_var(row, k);
+        const char *v = var && src->taken < 0 ? getenv(var) : NULL;
+        src->text[k] = has_value(v) ? v : NULL;
+        src->parsed[k] = PARSE_OK;
+        if (!src->text[k])
+            continue;
+        char buf[512];
+        src->parsed[k] = parse_row(row, trimmed(src->text[k], buf, sizeof buf));
+        if (src->parsed[k] == PARSE_OK)
+            src->taken = k;
     }
+}
+
+/* The warnings about the values of a row the environment gave and the parse refused, each
+ * naming its variable and what is in force instead. */
+static void warn_row(const cfg_row_t *row, const row_source_t *src)
+{
+    int secret = row_is_secret(row);
+    char using[64 + WEFT_CONFIG_STR_BYTES]; /* a taken value fits in the field */
+    if (src->taken < 0)
+        snprintf(using, sizeof using, "the default \"%s\"", row->def);
+    else if (secret)
+        snprintf(using, sizeof using, "%s (not shown)", source_var(row, src->taken));
+    else
+        snprintf(using, sizeof using, "%s=\"%s\"", source_var(row, src->taken),
+                 src->text[src->taken]);
+    for (int k = 0; k < 2; k++) {
+        const char *var = source_var(row, k), *v = src->text[k];
+        if (!v || src->parsed[k] == PARSE_OK)
+            continue;
+        if (src->parsed[k] == PARSE_MALFORMED && secret)
+            fprintf(stderr, "weft WARN: %s (%zu bytes, not shown) is malformed; using %s\n", var,
+                    strlen(v), using);
+        else if (src->parsed[k] == PARSE_MALFORMED)
+            fprintf(stderr, "weft WARN: %s=\"%s\" is malformed; using %s\n", var, v, using);
+        else {
+            char lo[32], hi[32];
+            format_bound(row, row->lo, lo, sizeof lo);
+            format_bound(row, row->hi, hi, sizeof hi);
+            fprintf(stderr, "weft WARN: %s=\"%s\" is outside [%s, %s]; using %s\n", var, v, lo, hi,
+                    using);
+        }
+    }
+}
+
+/* The index of the row named name (which exists). */
+static size_t row_index(const char *name)
+{
+    size_t i = 0;
+    while (strcmp(rows[i].name, name) != 0)
+        i++;
+    return i;
 }
 
 static void parse_all(void)
 {
-    int parsed[NROWS];
-    const char *given[NROWS];
+    row_source_t src[NROWS];
     /* glibc and musl return their static C locale here, without allocating. Should it fail all
      * the same, decimals go through the program's locale, as they did before this object: with
      * a decimal comma "0.25" is then malformed and the decimal defaults ("0.2") read as 0. */
@@ -381,11 +431,8 @@ static void parse_all(void)
     int c_locale_err = c_locale ? 0 : errno;
     for (size_t i = 0; i < NROWS; i++)
         (void)parse_row(&rows[i], rows[i].def); /* defaults are valid by construction */
-    for (size_t i = 0; i < NROWS; i++) {
-        char buf[512];
-        given[i] = row_env(&rows[i]);
-        parsed[i] = given[i] ? parse_row(&rows[i], trimmed(given[i], buf, sizeof buf)) : PARSE_OK;
-    }
+    for (size_t i = 0; i < NROWS; i++)
+        parse_env(&rows[i], &src[i]);
     /* Said once every row is parsed, so that WEFT_LOG_LEVEL (a row too) silences them. */
     int warn = env.log_level >= WEFT_LOG_WARN;
     if (!c_locale && warn)
@@ -394,10 +441,13 @@ static void parse_all(void)
                 "the program's locale\n",
                 strerror(c_locale_err));
     for (size_t i = 0; i < NROWS && warn; i++)
-        warn_row(&rows[i], parsed[i], given[i]);
+        warn_row(&rows[i], &src[i]);
     /* torchrun (it sets TORCHELASTIC_RUN_ID) keeps its own store listening on MASTER_PORT for
-     * the whole job: weft's store takes the next port, the same on every rank. */
-    if (!is_set("WEFT_MASTER_PORT") && is_set("MASTER_PORT") && is_set("TORCHELASTIC_RUN_ID")) {
+     * the whole job: weft's store takes the next port, the same on every rank. A
+     * WEFT_MASTER_PORT that was refused counts as unset: the port is then MASTER_PORT's + 1 (the
+     * default's + 1 when MASTER_PORT was refused too). */
+    const row_source_t *port = &src[row_index("WEFT_MASTER_PORT")];
+    if (port->taken != 0 && is_set("MASTER_PORT") && is_set("TORCHELASTIC_RUN_ID")) {
         if (env.master_port < 65535)
             env.master_port++;
         else if (warn)
@@ -471,7 +521,13 @@ void weft_config_print_markdown(FILE *out)
 {
     fprintf(out, "# weft configuration\n\n"
                  "Generated by `weft-info -c --markdown`; every variable is read once, at the "
-                 "first weft call of the process.\n\n"
+                 "first weft call of the process. Blanks around a value are ignored, and a value "
+                 "of blanks only counts as unset. A value that is malformed or outside the "
+                 "variable's range is not taken, with a warning on stderr (unless "
+                 "`WEFT_LOG_LEVEL` is below `warn`) that names what is used instead: the variable "
+                 "it is also read from, when that is set to a valid value, else the default. "
+                 "Numbers are written as in the C locale (`0.5`), whatever the locale of the "
+                 "program.\n\n"
                  "| variable | default | unit | meaning |\n| --- | --- | --- | --- |\n");
     for (size_t i = 0; i < NROWS; i++) {
         fprintf(out, "| `%s` | `%s` | %s | %s", rows[i].name, rows[i].def, rows[i].unit,

@@ -95,8 +95,10 @@ typedef struct weft_env {
     double run_grace_s; /* WEFT_RUN_GRACE_S: weftrun's wait for survivors after a rank dies */
 } weft_env_t;
 
-/* The process-wide parsed configuration. Never NULL. A malformed value is reported once (WARN)
- * and replaced by its default. */
+/* The process-wide parsed configuration. Never NULL. A value that is malformed or out of range
+ * is reported once (WARN, naming what is used instead) and not taken: a row's fallback variable
+ * (the torchrun name) is used in its place when set to a valid value, else the default. Under
+ * torchrun, WEFT_MASTER_PORT refused counts as unset (the port is MASTER_PORT's + 1). */
 const weft_env_t *weft_config_get(void);
 
 /* Print the table (name, value in force, default, unit, help) as aligned text. */

@@ -8,6 +8,12 @@
  * is malformed there. Blanks around a value are ignored, and a value of blanks only counts as
  * unset (the fallback variable is read); a negative block count is out of range. A job secret
  * too long to hold is malformed, and its warning (stderr, captured) must not show it.
+ * A refused value of a variable with a fallback (the torchrun names) gives the fallback's value
+ * when that is valid, else the default, and each refused value's warning names its own variable
+ * and what is used instead: WEFT_RANK malformed takes RANK; WEFT_MASTER_PORT out of range under
+ * torchrun takes MASTER_PORT + 1, as when it is unset (before: 29500, torchrun's usual port);
+ * WORLD_SIZE malformed (WEFT_NRANKS unset) is named as itself; WEFT_LOCAL_RANK and LOCAL_RANK both
+ * out of range leave the default, with a warning each.
  * The configuration is read once per process, so this case has a process of its own.
  */
 #include <stdio.h>
@@ -54,9 +60,17 @@ int main(void)
     setenv("WEFT_CUDA_FANOUT", "-3", 1);               /* negative: default 0 */
     setenv("WEFT_CUDA_MOE_BLOCKS", "\t7", 1);          /* a blank before it: parsed */
     setenv("WEFT_CUDA_UNIT_BYTES", "0", 1);            /* below 1: default 1M */
-    setenv("WEFT_LOCAL_RANK", "-7", 1);                /* below -1: default -1 (the rank) */
-    setenv("WEFT_CUDA_MAX_BLOCKS", " 24\n", 1);        /* blanks around it: parsed */
-    setenv("WEFT_MASTER_ADDR", " ", 1);                /* blanks only: unset, so the fallback */
+    setenv("WEFT_LOCAL_RANK", "-7", 1);                /* below -1: LOCAL_RANK, */
+    setenv("LOCAL_RANK", "-5", 1);                     /* below -1 too: default -1 (the rank) */
+    setenv("WEFT_RANK", "two", 1);                     /* malformed: RANK */
+    setenv("RANK", "3", 1);
+    unsetenv("WEFT_NRANKS");
+    setenv("WORLD_SIZE", "4x", 1);          /* malformed: default -1 */
+    setenv("WEFT_MASTER_PORT", "70000", 1); /* above 65535: MASTER_PORT, + 1 under torchrun */
+    setenv("MASTER_PORT", "31234", 1);
+    setenv("TORCHELASTIC_RUN_ID", "test-run", 1);
+    setenv("WEFT_CUDA_MAX_BLOCKS", " 24\n", 1); /* blanks around it: parsed */
+    setenv("WEFT_MASTER_ADDR", " ", 1);         /* blanks only: unset, so the fallback */
     setenv("MASTER_ADDR", "10.0.0.5", 1);
     /* 2^62 + 1: above 2^62, compared exactly (as a double it rounds to 2^62): default 0 */
     setenv("WEFT_SEQ_START", "4611686018427387905", 1);
@@ -114,6 +128,28 @@ int main(void)
         failures++;
     }
     expect_u64("seq_start (2^62 + 1)", env->seq_start, 0);
+    expect_u64("rank (WEFT_RANK=two, RANK=3)", (uint64_t)env->rank, 3);
+    expect_u64("nranks (WORLD_SIZE=4x)", (uint64_t)(int64_t)env->nranks, (uint64_t)(int64_t)-1);
+    expect_u64("master_port (WEFT_MASTER_PORT=70000, MASTER_PORT=31234, torchrun)",
+               (uint64_t)env->master_port, 31235);
+    static const char *const want[] = {
+        "weft WARN: WEFT_RANK=\"two\" is malformed; using RANK=\"3\"\n",
+        "weft WARN: WORLD_SIZE=\"4x\" is malformed; using the default \"-1\"\n",
+        "weft WARN: WEFT_LOCAL_RANK=\"-7\" is outside [-1, 2147483647]; using the default \"-1\"\n",
+        "weft WARN: LOCAL_RANK=\"-5\" is outside [-1, 2147483647]; using the default \"-1\"\n",
+        "weft WARN: WEFT_MASTER_PORT=\"70000\" is outside [1, 65535]; using "
+        "MASTER_PORT=\"31234\"\n",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        if (!strstr(warnings, want[i])) {
+            printf("FAIL: no warning \"%.*s\"\n", (int)strlen(want[i]) - 1, want[i]);
+            failures++;
+        }
+    }
+    if (strstr(warnings, "WEFT_NRANKS")) {
+        printf("FAIL: a warning names WEFT_NRANKS, which is unset (WORLD_SIZE was refused)\n");
+        failures++;
+    }
     if (failures) {
         printf("test_config_range: %d checks failed\n", failures);
         return 1;
