@@ -19,8 +19,8 @@
  * Thread safety: a mutex covers the state. Allocations and frees run their weft_malloc, device
  * wait and weft_free outside it, counted in `in_flight`, so that a free waiting for the device
  * holds up no other thread's allocation; a bind closes the gate to new calls and waits (up to the
- * bound communicator's timeout) until none is in flight, so that an unbind before
- * weft_comm_destroy never leaves a call running on the destroyed communicator. Fork handlers
+ * bound communicator's timeout, on the monotonic clock) until none is in flight, so that an unbind
+ * before weft_comm_destroy never leaves a call running on the destroyed communicator. Fork handlers
  * take the mutex around fork(); the child starts with no call in flight and no bind waiting (the
  * threads that made them are not in it), and its calls on the parent's communicator are refused
  * before they touch CUDA (weft_comm_owned), as every call on an inherited communicator is.
@@ -37,7 +37,12 @@
 #include "weft_torch.h"
 
 static pthread_mutex_t torch_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t torch_cv = PTHREAD_COND_INITIALIZER; /* in_flight or binding changed */
+/* in_flight or binding changed. Initialised by torch_init (and again in a forked child) with
+ * torch_cv_attr, which makes its timed waits use torch_cv_clock: CLOCK_MONOTONIC, so that a step
+ * of the wall clock changes no deadline (CLOCK_REALTIME only if the attribute was refused). */
+static pthread_cond_t torch_cv;
+static pthread_condattr_t torch_cv_attr;
+static clockid_t torch_cv_clock = CLOCK_REALTIME;
 /* Under torch_mu: */
 static weft_comm_t bound_comm;
 static uint64_t held_segments; /* from weft_torch_alloc, not yet freed */
@@ -62,12 +67,18 @@ static void torch_after_fork_child(void)
     /* The child's copy may still count the parent's waiters, on which a broadcast of some glibc
      * versions blocks: no thread of the child waits on it, so it starts afresh (re-initialising
      * it, formally undefined, only overwrites it on glibc and musl). */
-    pthread_cond_init(&torch_cv, NULL);
+    pthread_cond_init(&torch_cv, &torch_cv_attr);
     pthread_mutex_unlock(&torch_mu);
 }
 
 static void torch_init(void)
 {
+    /* Both calls fail only for an invalid clock or attribute, which these are not; should the
+     * clock be refused all the same, the deadlines are computed on the one the wait uses. */
+    pthread_condattr_init(&torch_cv_attr);
+    if (pthread_condattr_setclock(&torch_cv_attr, CLOCK_MONOTONIC) == 0)
+        torch_cv_clock = CLOCK_MONOTONIC;
+    pthread_cond_init(&torch_cv, &torch_cv_attr);
     /* Without the handlers (out of memory) a child forked while another thread held the state
      * could wait on it forever: said once, not fatal. */
     if (pthread_atfork(torch_before_fork, torch_after_fork_parent, torch_after_fork_child) != 0)
@@ -112,7 +123,7 @@ static weft_status_t drain_calls(void)
         return WEFT_SUCCESS;
     double timeout_s = bound_comm->timeout_s;
     struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
+    clock_gettime(torch_cv_clock, &until);
     uint64_t ns = (uint64_t)until.tv_nsec + (uint64_t)(timeout_s * 1e9);
     until.tv_sec += (time_t)(ns / 1000000000u);
     until.tv_nsec = (long)(ns % 1000000000u);
