@@ -10,7 +10,8 @@
  * thread. weft_last_error() is per thread.
  *
  * Fork: a process made by fork() (a PyTorch DataLoader worker, say) cannot use the communicators
- * of the process it was forked from. weft's fork handler closes the child's copies of every
+ * of the process it was forked from. weft's fork handler (registered when the library is loaded,
+ * so it covers a fork on any thread at any time) closes the child's copies of every
  * connection the communicators hold, so a child never keeps them open: when a rank dies, its
  * peers see the loss at once whatever children it left (closing drops only the child's
  * reference; the parent's connections are untouched). In the child, every function that takes

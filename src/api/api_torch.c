@@ -20,10 +20,11 @@
  * wait and weft_free outside it, counted in `in_flight`, so that a free waiting for the device
  * holds up no other thread's allocation; a bind closes the gate to new calls and waits (up to the
  * bound communicator's timeout, on the monotonic clock) until none is in flight, so that an unbind
- * before weft_comm_destroy never leaves a call running on the destroyed communicator. Fork handlers
- * take the mutex around fork(); the child starts with no call in flight and no bind waiting (the
- * threads that made them are not in it), and its calls on the parent's communicator are refused
- * before they touch CUDA (weft_comm_owned), as every call on an inherited communicator is.
+ * before weft_comm_destroy never leaves a call running on the destroyed communicator. The mutex is
+ * held across fork() from the library's load on (util/forksafe.h); the child starts with no call in
+ * flight and no bind waiting (the threads that made them are not in it), and its calls on the
+ * parent's communicator are refused before they touch CUDA (weft_comm_owned), as every call on an
+ * inherited communicator is.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -33,13 +34,15 @@
 
 #include "core/comm.h"
 #include "core/comm_cuda.h"
+#include "util/forksafe.h"
 #include "util/log.h"
 #include "weft_torch.h"
 
 static pthread_mutex_t torch_mu = PTHREAD_MUTEX_INITIALIZER;
-/* in_flight or binding changed. Initialised by torch_init (and again in a forked child) with
- * torch_cv_attr, which makes its timed waits use torch_cv_clock: CLOCK_MONOTONIC, so that a step
- * of the wall clock changes no deadline (CLOCK_REALTIME only if the attribute was refused). */
+/* in_flight or binding changed. Initialised at load time by torch_setup (and again in a forked
+ * child) with torch_cv_attr, which makes its timed waits use torch_cv_clock: CLOCK_MONOTONIC, so
+ * that a step of the wall clock changes no deadline (CLOCK_REALTIME only if the attribute was
+ * refused). */
 static pthread_cond_t torch_cv;
 static pthread_condattr_t torch_cv_attr;
 static clockid_t torch_cv_clock = CLOCK_REALTIME;
@@ -48,19 +51,10 @@ static weft_comm_t bound_comm;
 static uint64_t held_segments; /* from weft_torch_alloc, not yet freed */
 static unsigned in_flight;     /* allocations and frees running on bound_comm outside the mutex */
 static unsigned binding;       /* binds waiting for in_flight to drain: new calls wait */
-static pthread_once_t torch_once = PTHREAD_ONCE_INIT;
 
-static void torch_before_fork(void)
-{
-    pthread_mutex_lock(&torch_mu);
-}
-
-static void torch_after_fork_parent(void)
-{
-    pthread_mutex_unlock(&torch_mu);
-}
-
-static void torch_after_fork_child(void)
+/* The state of a forked child, which has none of the threads that made the calls in flight or
+ * the binds waiting (util/forksafe.h: runs with torch_mu held, released after it). */
+static void torch_child_reset(void)
 {
     in_flight = 0;
     binding = 0;
@@ -68,10 +62,11 @@ static void torch_after_fork_child(void)
      * versions blocks: no thread of the child waits on it, so it starts afresh (re-initialising
      * it, formally undefined, only overwrites it on glibc and musl). */
     pthread_cond_init(&torch_cv, &torch_cv_attr);
-    pthread_mutex_unlock(&torch_mu);
 }
 
-static void torch_init(void)
+/* At load time, before any call can use them: torch_cv on the monotonic clock, and torch_mu held
+ * across every fork, with torch_child_reset in the child. */
+__attribute__((constructor)) static void torch_setup(void)
 {
     /* Both calls fail only for an invalid clock or attribute, which these are not; should the
      * clock be refused all the same, the deadlines are computed on the one the wait uses. */
@@ -79,17 +74,7 @@ static void torch_init(void)
     if (pthread_condattr_setclock(&torch_cv_attr, CLOCK_MONOTONIC) == 0)
         torch_cv_clock = CLOCK_MONOTONIC;
     pthread_cond_init(&torch_cv, &torch_cv_attr);
-    /* Without the handlers (out of memory) a child forked while another thread held the state
-     * could wait on it forever: said once, not fatal. */
-    if (pthread_atfork(torch_before_fork, torch_after_fork_parent, torch_after_fork_child) != 0)
-        WEFT_LOG_WARN("weft_torch: pthread_atfork failed: a process forked while another thread "
-                      "allocates through PyTorch could hang in its allocator");
-}
-
-static void torch_lock(void)
-{
-    pthread_once(&torch_once, torch_init);
-    pthread_mutex_lock(&torch_mu);
+    weft_forksafe_guard(&torch_mu, torch_child_reset);
 }
 
 /* Start an allocation or free (under torch_mu): waits while a bind drains the calls in flight
@@ -148,7 +133,7 @@ weft_status_t weft_torch_bind(weft_comm_t comm)
         return weft_error(WEFT_ERR_INVALID_ARGUMENT,
                           "weft_torch_bind: comm does not use the CUDA backend (PyTorch's "
                           "allocator hands out device memory)");
-    torch_lock();
+    pthread_mutex_lock(&torch_mu);
     binding++;
     weft_status_t st = drain_calls();
     if (st != WEFT_SUCCESS)
@@ -176,7 +161,7 @@ void *weft_torch_alloc(ssize_t size, int device, void *stream)
         return NULL;
     }
     void *ptr = NULL;
-    torch_lock();
+    pthread_mutex_lock(&torch_mu);
     weft_comm_t comm = call_begin();
     pthread_mutex_unlock(&torch_mu);
     if (!comm) {
@@ -206,7 +191,7 @@ void weft_torch_free(void *ptr, ssize_t size, int device, void *stream)
     (void)size, (void)device, (void)stream;
     if (!ptr)
         return;
-    torch_lock();
+    pthread_mutex_lock(&torch_mu);
     if (held_segments == 0) {
         pthread_mutex_unlock(&torch_mu);
         weft_error(WEFT_ERR_INVALID_ARGUMENT,

@@ -17,6 +17,8 @@
  * during creation the store's and the listeners') are opened through util/forksafe.h, so a
  * forked child closes its copies at once and never keeps a rank's connections alive after the
  * rank died. The child's copy of the communicator is refused by every call (weft_comm_owned).
+ * live_mu is held across every fork from the library's load on (util/forksafe.h), so a child
+ * never inherits it locked.
  */
 #include "core/comm.h"
 
@@ -126,31 +128,17 @@ weft_wait_ctx_t weft_comm_wait_ctx(struct weft_comm *comm, const char *what)
 static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct weft_comm **live; /* under live_mu */
 static size_t nlive, live_cap;
-static pthread_once_t live_once = PTHREAD_ONCE_INIT;
-static int live_fork_err;
 
-/* A fork copies live_mu as it is: hold it across the fork, so a child never inherits it locked. */
-static void live_before_fork(void)
+/* A fork copies live_mu as it is: it is held across every fork from the library's load on, so a
+ * child never inherits it locked (util/forksafe.h). */
+__attribute__((constructor)) static void live_guard(void)
 {
-    pthread_mutex_lock(&live_mu);
-}
-
-static void live_after_fork(void)
-{
-    pthread_mutex_unlock(&live_mu);
-}
-
-static void live_init(void)
-{
-    live_fork_err = pthread_atfork(live_before_fork, live_after_fork, live_after_fork);
+    weft_forksafe_guard(&live_mu, NULL);
 }
 
 /* List comm. Returns 0, or -1 when out of memory. */
 static int live_add(struct weft_comm *comm)
 {
-    pthread_once(&live_once, live_init);
-    if (live_fork_err != 0)
-        return -1;
     pthread_mutex_lock(&live_mu);
     int rc = weft_array_grow((void **)&live, &live_cap, nlive + 1, sizeof *live);
     if (rc == 0)

@@ -37,8 +37,8 @@
  * communicator is being destroyed, so the lock cannot live in the communicator). It is held for
  * list and pointer updates only, never across a device synchronisation: a release that frees
  * device memory counts itself in comm->moe_releases under it, and the detach waits on
- * handles_cv until that count is 0. Fork handlers take it around fork(), so a child never
- * inherits it locked.
+ * handles_cv until that count is 0. It is held across fork() from the library's load on
+ * (util/forksafe.h), so a child never inherits it locked.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -47,6 +47,7 @@
 #include "core/comm_cuda.h"
 #include "op/moe.h"
 #include "op/op.h"
+#include "util/forksafe.h"
 #include "util/log.h"
 
 static const char call[] = "weft_moe_dispatch";
@@ -118,30 +119,15 @@ void weft_moe_handle_free_unused(struct weft_moe_handle *handle)
 /* ---- the handles a caller holds (file comment) ---------------------------------------------- */
 static pthread_mutex_t handles_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t handles_cv = PTHREAD_COND_INITIALIZER; /* a comm's moe_releases hit 0 */
-static pthread_once_t handles_once = PTHREAD_ONCE_INIT;
 
-static void handles_before_fork(void)
+/* handles_mu is held across every fork from the library's load on (util/forksafe.h). */
+__attribute__((constructor)) static void handles_guard(void)
 {
-    pthread_mutex_lock(&handles_mu);
-}
-
-static void handles_after_fork(void)
-{
-    pthread_mutex_unlock(&handles_mu);
-}
-
-static void handles_init(void)
-{
-    /* Without the handlers (out of memory) a fork while another thread holds the lock, for a
-     * few instructions, would leave the child's copy locked: said once, not fatal. */
-    if (pthread_atfork(handles_before_fork, handles_after_fork, handles_after_fork) != 0)
-        WEFT_LOG_WARN("weft_moe_dispatch: pthread_atfork failed: a process forked while another "
-                      "thread updates MoE handles could hang on them");
+    weft_forksafe_guard(&handles_mu, NULL);
 }
 
 static void handles_lock(void)
 {
-    pthread_once(&handles_once, handles_init);
     pthread_mutex_lock(&handles_mu);
 }
 
