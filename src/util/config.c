@@ -13,10 +13,10 @@
  *
  * Numbers are read and written in the C locale, whatever locale the embedding program selected
  * (setlocale(LC_ALL, "") under de_DE would make "0.5" malformed and print "0,5"): decimals are
- * parsed with strtod_l and formatted under uselocale, both with one C locale object made under
- * the same pthread_once as the parse and never freed. uselocale changes the calling thread's
- * locale only, and is undone before the formatting function returns, so other threads (and the
- * caller's own later output) keep theirs; a forked child inherits the object with the memory.
+ * parsed with strtod_l and formatted under uselocale, both with one C locale object made once
+ * (pthread_once) and never freed. uselocale changes the calling thread's locale only, and is
+ * undone before the formatting function returns, so other threads (and the caller's own later
+ * output) keep theirs; a forked child inherits the object with the memory.
  */
 #include "util/config.h"
 
@@ -195,9 +195,28 @@ static const cfg_row_t rows[] = {
 
 static weft_env_t env;
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
-/* The C locale numbers are read and written in (file comment); (locale_t)0 if newlocale failed,
- * and then the process's locale is used, as the warning of parse_all says. Set under env_once. */
+/* The C locale numbers are read and written in (file comment); (locale_t)0 if newlocale failed
+ * (c_locale_err: its errno), and then the program's locale is used, as parse_all warns. Set
+ * under c_locale_once. */
+static pthread_once_t c_locale_once = PTHREAD_ONCE_INIT;
 static locale_t c_locale;
+static int c_locale_err;
+
+static void make_c_locale(void)
+{
+    /* glibc and musl return their static C locale here, without allocating. Should it fail all
+     * the same, decimals go through the program's locale, as they did before this object: with
+     * a decimal comma "0.25" is then malformed and the decimal defaults ("0.2") read as 0. */
+    c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+    c_locale_err = c_locale ? 0 : errno;
+}
+
+/* The C locale object, or (locale_t)0. */
+static locale_t c_numbers(void)
+{
+    pthread_once(&c_locale_once, make_c_locale);
+    return c_locale;
+}
 
 /* Whether a CFG_BYTES row takes "auto" (WEFT_CONFIG_AUTO): those whose default it is. */
 static int takes_auto(const cfg_row_t *row)
@@ -237,7 +256,8 @@ static int parse_row(const cfg_row_t *row, const char *text)
     }
     case CFG_DOUBLE: {
         errno = 0;
-        double v = c_locale ? strtod_l(text, &end, c_locale) : strtod(text, &end);
+        locale_t c = c_numbers();
+        double v = c ? strtod_l(text, &end, c) : strtod(text, &end);
         if (end == text || *end != '\0' || errno != 0 || !isfinite(v) || v < 0)
             return PARSE_MALFORMED;
         if (!in_range(row, v))
@@ -301,7 +321,8 @@ static int has_value(const char *v)
 __attribute__((format(printf, 3, 4))) static void format_c(char *buf, size_t len, const char *fmt,
                                                            ...)
 {
-    locale_t prev = c_locale ? uselocale(c_locale) : (locale_t)0;
+    locale_t c = c_numbers();
+    locale_t prev = c ? uselocale(c) : (locale_t)0;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, len, fmt, ap);
@@ -424,18 +445,13 @@ static size_t row_index(const char *name)
 static void parse_all(void)
 {
     row_source_t src[NROWS];
-    /* glibc and musl return their static C locale here, without allocating. Should it fail all
-     * the same, decimals go through the program's locale, as they did before this object: with
-     * a decimal comma "0.25" is then malformed and the decimal defaults ("0.2") read as 0. */
-    c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
-    int c_locale_err = c_locale ? 0 : errno;
     for (size_t i = 0; i < NROWS; i++)
         (void)parse_row(&rows[i], rows[i].def); /* defaults are valid by construction */
     for (size_t i = 0; i < NROWS; i++)
         parse_env(&rows[i], &src[i]);
     /* Said once every row is parsed, so that WEFT_LOG_LEVEL (a row too) silences them. */
     int warn = env.log_level >= WEFT_LOG_WARN;
-    if (!c_locale && warn)
+    if (!c_numbers() && warn)
         fprintf(stderr,
                 "weft WARN: newlocale(\"C\") failed (%s): decimal values are read and written in "
                 "the program's locale\n",

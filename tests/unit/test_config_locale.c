@@ -3,8 +3,9 @@
  * program that embeds weft chose. Under de_DE.UTF-8 (decimal comma), selected with setlocale
  * before weft's first call: "0.25" and "12.5" are taken exactly and without a warning, the
  * decimal defaults ("0.5", "1.0") hold, "0,75" is malformed (as in the C locale; one warning, about
- * it alone), weft_config_print writes "0.25" and the range "0.001 to 10000000", and the program's
- * own locale is still in force afterwards ("%g" of 0.5 is "0,5").
+ * it alone), weft_config_print writes "0.25" and the range "0.001 to 10000000" (and so does
+ * weft_config_print_markdown, called first, before anything else read the configuration), and
+ * the program's own locale is still in force afterwards ("%g" of 0.5 is "0,5").
  *
  * de_DE.UTF-8 is the system's when installed; otherwise the test builds it with localedef into a
  * temporary directory and points LOCPATH there (about a second). Where neither works (localedef
@@ -135,6 +136,18 @@ int main(void)
                LOCALE_NAME, point);
         return SKIP_EXIT;
     }
+
+    /* The Markdown page before anything else: it reads no value, only the table. */
+    static char page[65536];
+    FILE *f = fmemopen(page, sizeof page, "w");
+    if (f) {
+        weft_config_print_markdown(f);
+        fclose(f);
+        page[sizeof page - 1] = '\0';
+    }
+    CHECK(f && strstr(page, "(range: 0.001 to 10000000)"),
+          "weft_config_print_markdown, called first, has no \"(range: 0.001 to 10000000)\" for "
+          "WEFT_TIMEOUT_S");
 
     setenv("WEFT_LOG_LEVEL", "warn", 1); /* the warnings must be printed, whatever ctest inherits */
     setenv("WEFT_TIER_SELF_LAT_US", "0.25", 1);
