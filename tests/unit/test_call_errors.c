@@ -89,13 +89,20 @@ static void test_prefix(void)
           "truncated: %zu bytes, %zu before", strlen(msg), full);
 }
 
-static void test_init_executor(void)
+/* The configuration of the tests' communicators: one rank, host backend, defaults otherwise. */
+static weft_config_t one_rank_config(void)
 {
     weft_config_t cfg;
     weft_config_default(&cfg);
     cfg.rank = 0;
     cfg.nranks = 1;
     cfg.backend = WEFT_BACKEND_HOST;
+    return cfg;
+}
+
+static void test_init_executor(void)
+{
+    weft_config_t cfg = one_rank_config();
     cfg.host_workers = 2;
 
     weft_comm_t comm = NULL;
@@ -128,14 +135,10 @@ static void test_init_executor(void)
         weft_comm_destroy(comm);
 }
 
-/* A one-rank host communicator from cfg's defaults; NULL (a failed check) if init fails. */
+/* A communicator of one_rank_config; NULL (a failed check) if init fails. */
 static weft_comm_t open_comm(void)
 {
-    weft_config_t cfg;
-    weft_config_default(&cfg);
-    cfg.rank = 0;
-    cfg.nranks = 1;
-    cfg.backend = WEFT_BACKEND_HOST;
+    weft_config_t cfg = one_rank_config();
     weft_comm_t comm = NULL;
     weft_status_t st = weft_comm_init(&comm, &cfg);
     CHECK(st == WEFT_SUCCESS, "init: %s", weft_status_string(st));
@@ -175,11 +178,7 @@ static void test_malloc_free(void)
 static void test_init_staging(void)
 {
     weft_comm_t comm = NULL;
-    weft_config_t cfg;
-    weft_config_default(&cfg);
-    cfg.rank = 0;
-    cfg.nranks = 1;
-    cfg.backend = WEFT_BACKEND_HOST;
+    weft_config_t cfg = one_rank_config();
     weft_status_t st = weft_comm_init(&comm, &cfg);
     const char *msg = weft_last_error();
     CHECK(st == WEFT_ERR_NO_MEMORY && comm == NULL, "init with a scratch past the slice: %s",
