@@ -70,6 +70,23 @@ static void sleep_on(weft_flag_t *flag, uint64_t target, int sliced)
     atomic_fetch_sub_explicit(&flag->sleepers, 1, memory_order_seq_cst);
 }
 
+static weft_flag_t *flag_at(weft_flag_t *first, size_t stride_bytes, int i)
+{
+    return (weft_flag_t *)((char *)first + (size_t)i * stride_bytes);
+}
+
+/* Whether flags from..count-1 (but skip_index) have all reached target. */
+static int reached_from(weft_flag_t *first, size_t stride_bytes, int from, int count,
+                        int skip_index, uint64_t target)
+{
+    for (int i = from; i < count; i++) {
+        if (i != skip_index && atomic_load_explicit(&flag_at(first, stride_bytes, i)->value,
+                                                    memory_order_acquire) < target)
+            return 0;
+    }
+    return 1;
+}
+
 weft_status_t weft_flag_wait_all(weft_flag_t *first, size_t stride_bytes, int count, int skip_index,
                                  uint64_t target, const weft_wait_policy_t *policy,
                                  weft_wait_check_fn check, void *arg)
@@ -79,7 +96,7 @@ weft_status_t weft_flag_wait_all(weft_flag_t *first, size_t stride_bytes, int co
     for (int i = 0; i < count; i++) {
         if (i == skip_index)
             continue;
-        weft_flag_t *flag = (weft_flag_t *)((char *)first + (size_t)i * stride_bytes);
+        weft_flag_t *flag = flag_at(first, stride_bytes, i);
         while (atomic_load_explicit(&flag->value, memory_order_acquire) < target) {
             if (++polls % SPIN_CHECK_EVERY != 0) {
                 cpu_relax();
@@ -89,7 +106,10 @@ weft_status_t weft_flag_wait_all(weft_flag_t *first, size_t stride_bytes, int co
             if (start == 0)
                 start = now;
             weft_status_t st = check ? check(arg) : WEFT_SUCCESS;
-            if (st != WEFT_SUCCESS)
+            /* The flags may have arrived since they were read: a peer that set its flag and then
+             * failed (its failure being what check reports) did its part, so the wait is over. */
+            if (st != WEFT_SUCCESS &&
+                !reached_from(first, stride_bytes, i, count, skip_index, target))
                 return st;
             uint64_t waited = now - start;
             if (waited < policy->spin_ns)

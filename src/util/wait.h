@@ -50,6 +50,9 @@ void weft_flag_set(weft_flag_t *flag, uint64_t v);
 
 /* Wait until flag reaches target. check is called every few microseconds once spinning is over
  * (and at least every 10 ms while sleeping). Returns WEFT_SUCCESS or the status check returned.
+ * A check that fails ends the wait only if the flags, read again after it, are still short: a
+ * flag set just before a failure the check reports (a peer that did its part, then died) counts,
+ * so the wait succeeds, though check's own effects (its error text) stay.
  * check NULL: no deadline, and the sleep has no slices (an idle thread waiting for work of its
  * own process, which wakes it; never a wait for a peer, which may die). */
 weft_status_t weft_flag_wait(weft_flag_t *flag, uint64_t target, const weft_wait_policy_t *policy,
